@@ -1,0 +1,208 @@
+"""Engine options: one frozen dataclass, validated where it enters.
+
+Every optimisation toggle of DESIGN.md is a field here with a real "off" path. ``None`` on a
+device-dependent toggle means "the best choice for the device"; the resolved value (never ``None``)
+is what the engine runs with and what results record. A toggle asked for explicitly on a device
+that cannot honour it is an error that says why, never a silent no-op.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+ATTENTION_BACKENDS = ("torch", "sdpa", "triton", "flash_attn")
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+class ConfigError(ValueError):
+    """An engine option is unknown, out of range, or cannot apply on the chosen device."""
+
+
+def triton_available() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def flash_attn_available() -> bool:
+    for name in ("flash_attn.cute", "flash_attn"):
+        try:
+            if importlib.util.find_spec(name) is not None:
+                return True
+        except (ImportError, ValueError):
+            continue
+    return False
+
+
+def triton_usable(device: str) -> bool:
+    """Triton runs on CUDA, or anywhere under its interpreter (TRITON_INTERPRET=1)."""
+    import os
+
+    if not triton_available():
+        return False
+    return device.startswith("cuda") or os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model: str = "qwen3-tiny"
+    device: str = "auto"
+    dtype: str = "auto"
+    seed: int = 0
+
+    # toggles
+    paged_kv: bool = True
+    prefix_cache: bool | None = None
+    continuous_batching: bool = True
+    chunked_prefill: bool = True
+    attention_backend: str | None = None
+    triton_kernels: bool | None = None
+    torch_compile: bool = False
+    compile_mode: str = "default"
+    cuda_graph: bool | None = None
+    cuda_graph_buckets: tuple[int, ...] | None = None
+    tp: int = 1
+
+    # memory and batch knobs
+    gpu_memory_utilization: float = 0.9
+    kv_cache_memory: int | None = None  # bytes; the CPU budget for the KV pool
+    num_kv_blocks: int | None = None
+    block_size: int = 16
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    max_model_len: int | None = None
+
+    @classmethod
+    def from_options(cls, model: str, **options: Any) -> EngineConfig:
+        known = {f.name for f in dataclasses.fields(cls)} - {"model"}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ConfigError(
+                f"Unknown engine option(s): {', '.join(unknown)}. Valid options: {', '.join(sorted(known))}"
+            )
+        if options.get("cuda_graph_buckets") is not None:
+            options["cuda_graph_buckets"] = tuple(int(b) for b in options["cuda_graph_buckets"])
+        return cls(model=model, **options).resolved()
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.startswith("cuda")
+
+    def resolved(self) -> EngineConfig:
+        """Fill every ``None``/``auto`` from the device and check that the combination can run."""
+        device = self.device
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if not (device == "cpu" or device.startswith("cuda")):
+            raise ConfigError(f"Unsupported device: {device!r}. Supported: ['auto', 'cpu', 'cuda', 'cuda:N']")
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise ConfigError(f"device={device!r} was asked for, but torch sees no CUDA device")
+        cuda = device.startswith("cuda")
+
+        dtype = self.dtype
+        if dtype == "auto":
+            dtype = "bfloat16" if cuda else "float32"
+        if dtype not in DTYPES:
+            raise ConfigError(f"Unsupported dtype: {dtype!r}. Supported: {['auto', *DTYPES]}")
+
+        backend = self.attention_backend
+        if backend is None:
+            backend = "triton" if cuda and triton_available() else ("sdpa" if not cuda else "torch")
+        if backend not in ATTENTION_BACKENDS:
+            raise ConfigError(f"Unsupported attention backend: {backend!r}. Supported: {list(ATTENTION_BACKENDS)}")
+        if backend == "triton" and not triton_usable(device):
+            raise ConfigError(
+                "attention_backend='triton' needs the triton package and a CUDA device "
+                "(or TRITON_INTERPRET=1 to run its kernels on the CPU, slowly)"
+            )
+        if backend == "flash_attn":
+            if not cuda:
+                raise ConfigError("attention_backend='flash_attn' needs a CUDA device")
+            if not flash_attn_available():
+                raise ConfigError(
+                    "attention_backend='flash_attn' needs flash-attn installed (pip install 'llmbench[flash]'); "
+                    "available here: torch, sdpa" + (", triton" if triton_available() else "")
+                )
+            if not self.paged_kv:
+                raise ConfigError("attention_backend='flash_attn' reads a paged KV cache: it needs paged_kv=True")
+
+        triton_kernels = self.triton_kernels
+        if triton_kernels is None:
+            triton_kernels = cuda and triton_available()
+        if triton_kernels and not triton_usable(device):
+            raise ConfigError(
+                "triton_kernels=True needs the triton package and a CUDA device (or TRITON_INTERPRET=1 on the CPU)"
+            )
+
+        cuda_graph = self.cuda_graph
+        if cuda_graph is None:
+            cuda_graph = cuda and backend in ("triton", "flash_attn")
+        if cuda_graph and not cuda:
+            raise ConfigError("cuda_graph=True needs a CUDA device: CUDA Graphs cannot run on the CPU")
+        if cuda_graph and backend not in ("triton", "flash_attn"):
+            raise ConfigError(
+                f"cuda_graph=True needs a graph-safe attention backend ('triton' or 'flash_attn'), got {backend!r}"
+            )
+
+        prefix_cache = self.prefix_cache
+        if prefix_cache is None:
+            prefix_cache = self.paged_kv
+        if prefix_cache and not self.paged_kv:
+            raise ConfigError("prefix_cache=True shares KV blocks between requests: it needs paged_kv=True")
+
+        if self.compile_mode not in COMPILE_MODES:
+            raise ConfigError(f"Unsupported compile_mode: {self.compile_mode!r}. Supported: {list(COMPILE_MODES)}")
+        if self.block_size < 1 or (backend in ("triton", "flash_attn") and self.block_size & (self.block_size - 1)):
+            raise ConfigError(f"block_size must be a positive power of two, got {self.block_size}")
+        for name in ("max_num_seqs", "max_num_batched_tokens", "tp"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
+            raise ConfigError(f"num_kv_blocks must be at least 1, got {self.num_kv_blocks}")
+        if self.max_model_len is not None and self.max_model_len < 2:
+            raise ConfigError(f"max_model_len must be at least 2, got {self.max_model_len}")
+        if self.cuda_graph_buckets is not None and (
+            not self.cuda_graph_buckets or min(self.cuda_graph_buckets) < 1
+        ):
+            raise ConfigError(f"cuda_graph_buckets must be positive batch sizes, got {self.cuda_graph_buckets}")
+
+        return dataclasses.replace(
+            self,
+            device=device,
+            dtype=dtype,
+            attention_backend=backend,
+            triton_kernels=bool(triton_kernels),
+            cuda_graph=bool(cuda_graph),
+            prefix_cache=bool(prefix_cache),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        if d["cuda_graph_buckets"] is not None:
+            d["cuda_graph_buckets"] = list(d["cuda_graph_buckets"])
+        return d
+
+
+def toggle_names() -> tuple[str, ...]:
+    """The optimisation switches an ablation may flip."""
+    return (
+        "paged_kv",
+        "prefix_cache",
+        "continuous_batching",
+        "chunked_prefill",
+        "attention_backend",
+        "triton_kernels",
+        "torch_compile",
+        "cuda_graph",
+        "tp",
+    )

@@ -1,0 +1,76 @@
+"""What the engine hands back: per-step statistics, token events and finished requests.
+
+All times are host ``time.perf_counter()`` seconds, taken when the value became known to the host
+(a token's time is read after its id was copied back from the device). The bench layer turns these into
+metrics; the engine computes none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+
+class TokenEvent(NamedTuple):
+    request_id: str
+    token_id: int
+    time: float
+
+
+@dataclass
+class StepStats:
+    step: int
+    kind: str  # "prefill" | "decode" | "mixed"
+    num_seqs: int
+    num_prefill_tokens: int
+    num_decode_tokens: int
+    graph_bucket: int | None  # CUDA Graph batch bucket replayed, None when eager
+    graph_padding: int  # padded slots in that bucket
+    kv_blocks_used: int
+    kv_blocks_free: int
+    prefix_cache_hit_tokens: int  # prompt tokens served from the prefix cache by sequences first scheduled now
+    num_preemptions: int
+    start_time: float
+    end_time: float
+
+    @property
+    def duration(self) -> float:
+        return self.end_time - self.start_time
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    prompt_token_ids: list[int]
+    token_ids: list[int]  # generated tokens only
+    token_times: list[float]  # one host time per generated token
+    arrival_time: float
+    first_scheduled_time: float | None
+    finish_time: float | None
+    finish_reason: str | None  # "length" | "stop" | "abort"
+    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache at first scheduling
+    num_preemptions: int = 0
+    text: str | None = None
+
+
+@dataclass
+class StepOutput:
+    stats: StepStats
+    tokens: list[TokenEvent] = field(default_factory=list)
+    finished: list[RequestOutput] = field(default_factory=list)
+
+
+@dataclass
+class StartupStats:
+    """One-off costs, kept apart from steady state."""
+
+    load_time: float = 0.0
+    weights_bytes: int = 0
+    kv_num_blocks: int = 0
+    kv_block_bytes: int = 0
+    kv_cache_bytes: int = 0
+    compile_time: float = 0.0
+    graph_capture_time: float = 0.0
+    graph_memory_bytes: int = 0
+    graph_buckets: list[int] = field(default_factory=list)
+    recompiles: int = 0

@@ -1,0 +1,38 @@
+"""Per-step batch metadata handed to every attention layer (passed, never a global).
+
+A step's tokens are laid out flat: sequence i owns query rows
+``query_start_loc[i]:query_start_loc[i+1]`` and, after this step, ``seq_lens[i]`` tokens of context
+(cached prefix + earlier chunks + this step's tokens). The new tokens of a sequence are the last
+``query_len`` positions of its context, so causality is ``key_pos <= seq_len - query_len + q_row``.
+
+KV cache layout, per layer: ``(num_blocks, block_size, num_kv_heads, head_dim)`` for K and for V
+(flash-attn's paged layout). ``slot_mapping[t] = block_id * block_size + offset`` is where token t's
+K/V go; -1 marks a padded token whose K/V must not be written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class AttentionMetadata:
+    slot_mapping: torch.Tensor  # (T,) int64
+    query_start_loc: torch.Tensor  # (B + 1,) int32
+    seq_lens: torch.Tensor  # (B,) int32
+    block_tables: torch.Tensor  # (B, max_blocks_per_seq) int32
+    max_query_len: int
+    max_seq_len: int
+    # Host copies, so reference backends loop without device syncs.
+    query_lens_cpu: list[int]
+    seq_lens_cpu: list[int]
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.seq_lens_cpu)
+
+    @property
+    def is_decode_only(self) -> bool:
+        return self.max_query_len == 1
