@@ -1,0 +1,107 @@
+"""Decode steps replayed from CUDA Graphs captured once per batch-size bucket.
+
+A decode batch of n sequences runs in the graph of the smallest bucket >= n; the padded rows write no
+K/V (slot -1), attend over one token of block 0 (zeroed at allocation) and their logits are dropped.
+All buckets share one memory pool, captured largest first so the smaller graphs reuse its memory.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections.abc import Callable
+
+import torch
+
+from llmbench.layers.attention.metadata import AttentionMetadata
+
+
+def default_buckets(max_num_seqs: int) -> list[int]:
+    # Fine steps where padding would cost most (small batches), then every 16 like vLLM.
+    small = [b for b in (1, 2, 4, 8) if b <= max_num_seqs]
+    return sorted(set(small + list(range(16, max_num_seqs + 1, 16)) + [max_num_seqs]))
+
+
+class CUDAGraphRunner:
+    def __init__(
+        self,
+        forward: Callable[[torch.Tensor, torch.Tensor, AttentionMetadata], torch.Tensor],
+        buckets: list[int],
+        max_blocks_per_seq: int,
+        max_seq_len: int,
+        device: torch.device,
+    ) -> None:
+        self.forward = forward  # (input_ids, positions, meta) -> logits (B, V)
+        self.buckets = sorted(set(buckets))
+        self.max_bs = self.buckets[-1]
+        self.max_seq_len = max_seq_len
+        n = self.max_bs
+        self.input_ids = torch.zeros(n, dtype=torch.long, device=device)
+        self.positions = torch.zeros(n, dtype=torch.long, device=device)
+        self.slot_mapping = torch.full((n,), -1, dtype=torch.long, device=device)
+        self.seq_lens = torch.ones(n, dtype=torch.int32, device=device)
+        self.block_tables = torch.zeros(n, max_blocks_per_seq, dtype=torch.int32, device=device)
+        self.query_start_loc = torch.arange(n + 1, dtype=torch.int32, device=device)
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.outputs: dict[int, torch.Tensor] = {}
+        self.capture_time = 0.0
+        self.memory_bytes = 0
+
+    def _meta(self, bs: int) -> AttentionMetadata:
+        return AttentionMetadata(
+            slot_mapping=self.slot_mapping[:bs],
+            query_start_loc=self.query_start_loc[: bs + 1],
+            seq_lens=self.seq_lens[:bs],
+            block_tables=self.block_tables[:bs],
+            max_query_len=1,
+            max_seq_len=self.max_seq_len,
+            query_lens_cpu=[1] * bs,
+            seq_lens_cpu=[self.max_seq_len] * bs,
+        )
+
+    @torch.inference_mode()
+    def capture(self) -> None:
+        start = time.perf_counter()
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_reserved()
+        pool = None
+        for bs in reversed(self.buckets):
+            meta = self._meta(bs)
+            self.forward(self.input_ids[:bs], self.positions[:bs], meta)  # warm-up: kernels compiled, autotuned
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                self.outputs[bs] = self.forward(self.input_ids[:bs], self.positions[:bs], meta)
+            if pool is None:
+                pool = graph.pool()
+            self.graphs[bs] = graph
+        torch.cuda.synchronize()
+        self.memory_bytes = torch.cuda.memory_reserved() - before
+        self.capture_time = time.perf_counter() - start
+
+    def bucket_for(self, batch_size: int) -> int | None:
+        i = bisect.bisect_left(self.buckets, batch_size)
+        return self.buckets[i] if i < len(self.buckets) else None
+
+    def run(
+        self,
+        input_ids: torch.Tensor,  # (n,)
+        positions: torch.Tensor,
+        slot_mapping: torch.Tensor,
+        seq_lens: torch.Tensor,  # (n,) int32
+        block_tables: torch.Tensor,  # (n, max_blocks_per_seq) int32
+    ) -> tuple[torch.Tensor, int]:
+        n = input_ids.shape[0]
+        bs = self.bucket_for(n)
+        assert bs is not None, "batch larger than the largest CUDA Graph bucket"
+        self.input_ids[:n].copy_(input_ids, non_blocking=True)
+        self.positions[:n].copy_(positions, non_blocking=True)
+        self.slot_mapping[:n].copy_(slot_mapping, non_blocking=True)
+        self.seq_lens[:n].copy_(seq_lens, non_blocking=True)
+        self.block_tables[:n, : block_tables.shape[1]].copy_(block_tables, non_blocking=True)
+        if bs > n:
+            self.slot_mapping[n:bs].fill_(-1)
+            self.seq_lens[n:bs].fill_(1)
+            self.block_tables[n:bs].zero_()
+        self.graphs[bs].replay()
+        return self.outputs[bs][:n], bs

@@ -1,0 +1,223 @@
+"""The engine loop: requests in, one step at a time, token ids with host timestamps out.
+
+Each ``step()``: schedule -> prepare inputs -> forward -> sample -> postprocess. The engine knows nothing
+of scenarios, tables or files of results; the bench layer drives it through ``add_request``/``step``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from llmbench.engine.block_manager import BlockManager, SlabAllocator
+from llmbench.engine.config import ConfigError, EngineConfig
+from llmbench.engine.model_runner import ModelRunner
+from llmbench.engine.outputs import RequestOutput, StepOutput, StepStats, TokenEvent
+from llmbench.engine.sampler import Sampler
+from llmbench.engine.sampling_params import SamplingParams
+from llmbench.engine.scheduler import Scheduler
+from llmbench.engine.sequence import Sequence, SequenceStatus
+from llmbench.models.config import ModelConfig
+from llmbench.models.loader import read_model_config
+from llmbench.models.presets import PRESETS
+from llmbench.models.tokenizer import load_tokenizer
+
+_DEFAULT_MAX_MODEL_LEN = 8192  # when not set: enough for the shipped scenarios, cheap to reserve
+
+
+class RequestError(ValueError):
+    """A request the engine cannot serve (too long, bad token ids, duplicate id...)."""
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    architecture: str
+    num_params: int
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    dtype: str
+    weight_bytes: int
+    kv_bytes_per_token: int
+    max_model_len: int
+
+
+def resolve_model(model: str) -> tuple[ModelConfig, Path | None]:
+    if model in PRESETS:
+        return PRESETS[model].config, None
+    folder = Path(model).expanduser()
+    if folder.is_dir():
+        return read_model_config(folder), folder
+    raise ConfigError(
+        f"Unknown model {model!r}: not a preset ({', '.join(PRESETS)}) nor a folder holding config.json"
+    )
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        if config.tp != 1:
+            raise ConfigError(f"tp={config.tp}: tensor parallelism is not available in this build; use tp=1")
+        model_config, folder = resolve_model(config.model)
+        self.model_config = model_config
+        max_len = config.max_model_len or min(model_config.max_position_embeddings, _DEFAULT_MAX_MODEL_LEN)
+        if max_len > model_config.max_position_embeddings:
+            raise ConfigError(
+                f"max_model_len={max_len} exceeds the model's max_position_embeddings "
+                f"({model_config.max_position_embeddings})"
+            )
+        self.max_model_len = max_len
+        self.tokenizer = load_tokenizer(folder, model_config.vocab_size)
+        self.runner = ModelRunner(config, model_config, folder, max_len)
+        self.startup = self.runner.startup
+        bs = config.block_size
+        if config.paged_kv:
+            self.kv: BlockManager | SlabAllocator = BlockManager(self.runner.num_blocks, bs, config.prefix_cache)
+        else:
+            self.kv = SlabAllocator(self.runner.num_blocks, bs, max_len)
+            if self.kv.num_slabs == 0:
+                raise ConfigError(
+                    f"paged_kv=False reserves max_model_len={max_len} tokens per sequence, more than the KV pool "
+                    f"holds ({self.runner.num_blocks * bs} tokens)"
+                )
+        self.scheduler = Scheduler(
+            self.kv,
+            max_num_seqs=config.max_num_seqs,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+            chunked_prefill=config.chunked_prefill,
+            continuous_batching=config.continuous_batching,
+        )
+        self.sampler = Sampler(self.runner.device)
+        eos = set(model_config.eos_token_ids)
+        if self.tokenizer.eos_token_id is not None:
+            eos.add(self.tokenizer.eos_token_id)
+        self.eos_token_ids = frozenset(eos)
+        self._seqs: dict[str, Sequence] = {}
+        self._step = 0
+        dtype_size = config.torch_dtype.itemsize
+        self.model_info = ModelInfo(
+            name=config.model,
+            architecture=model_config.architecture,
+            num_params=model_config.num_params(),
+            num_layers=model_config.num_hidden_layers,
+            hidden_size=model_config.hidden_size,
+            num_heads=model_config.num_attention_heads,
+            num_kv_heads=model_config.num_key_value_heads,
+            head_dim=model_config.head_dim,
+            vocab_size=model_config.vocab_size,
+            dtype=config.dtype,
+            weight_bytes=self.startup.weights_bytes,
+            kv_bytes_per_token=model_config.kv_bytes_per_token(dtype_size),
+            max_model_len=max_len,
+        )
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    def add_request(
+        self,
+        request_id: str,
+        prompt: list[int] | str,
+        params: SamplingParams,
+        arrival_time: float | None = None,
+    ) -> None:
+        if request_id in self._seqs:
+            raise RequestError(f"request id {request_id!r} is already in the engine")
+        ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        if not ids:
+            raise RequestError(f"request {request_id!r} has an empty prompt")
+        vocab = self.model_config.vocab_size
+        bad = [t for t in ids if not 0 <= t < vocab]
+        if bad:
+            raise RequestError(f"request {request_id!r} has token ids outside [0, {vocab}): {bad[:5]}")
+        if len(ids) >= self.max_model_len:
+            raise RequestError(
+                f"request {request_id!r}: prompt of {len(ids)} tokens does not fit max_model_len={self.max_model_len} "
+                "(it needs room for at least one new token)"
+            )
+        longest = min(len(ids) + params.max_tokens, self.max_model_len)
+        if self.kv.blocks_needed(longest) > self.kv.num_blocks:
+            raise RequestError(
+                f"request {request_id!r} needs {self.kv.blocks_needed(longest)} KV blocks "
+                f"({longest} tokens) but the whole pool has {self.kv.num_blocks}"
+            )
+        seq = Sequence(request_id, ids, params, time.perf_counter() if arrival_time is None else arrival_time)
+        self._seqs[request_id] = seq
+        self.scheduler.add(seq)
+
+    def abort(self, request_id: str) -> RequestOutput | None:
+        seq = self._seqs.get(request_id)
+        if seq is None:
+            return None
+        return self._finish(seq, "abort", time.perf_counter())
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    @property
+    def num_unfinished(self) -> int:
+        return len(self._seqs)
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def step(self) -> StepOutput:
+        start = time.perf_counter()
+        batch = self.scheduler.schedule()
+        self._step += 1
+        if batch is None:
+            return StepOutput(self._stats("idle", start, start))
+        for seq in batch.newly_scheduled:
+            if seq.first_scheduled_time is None:
+                seq.first_scheduled_time = start
+        stats = self._stats(batch.kind, start, start, batch)  # before advance() moves the counters
+        logits, stats.graph_bucket, stats.graph_padding = self.runner.execute(batch.seqs, batch.num_new_tokens)
+        sampling = self.scheduler.advance(batch)
+        tokens = self.sampler(logits, [s.request_id for s in sampling], [s.params for s in sampling])
+        now = time.perf_counter()  # tokens are on the host now
+        stats.end_time = now
+        out = StepOutput(stats)
+        for seq, tok in zip(sampling, tokens, strict=True):
+            seq.token_ids.append(tok)
+            seq.token_times.append(now)
+            out.tokens.append(TokenEvent(seq.request_id, tok, now))
+            if not seq.params.ignore_eos and tok in self.eos_token_ids:
+                out.finished.append(self._finish(seq, "stop", now))
+            elif seq.num_output_tokens >= seq.params.max_tokens or seq.num_tokens >= self.max_model_len:
+                out.finished.append(self._finish(seq, "length", now))
+        out.stats.kv_blocks_used = self.kv.num_used_blocks
+        out.stats.kv_blocks_free = self.kv.num_free_blocks
+        return out
+
+    def _finish(self, seq: Sequence, reason: str, now: float) -> RequestOutput:
+        self.scheduler.remove(seq)
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = reason
+        seq.finish_time = now
+        self.sampler.forget(seq.request_id)
+        del self._seqs[seq.request_id]
+        return seq.to_output()
+
+    def _stats(self, kind: str, start: float, end: float, batch=None) -> StepStats:
+        return StepStats(
+            step=self._step,
+            kind=kind,
+            num_seqs=len(batch.seqs) if batch else 0,
+            num_prefill_tokens=batch.num_prefill_tokens if batch else 0,
+            num_decode_tokens=batch.num_decode_tokens if batch else 0,
+            graph_bucket=None,
+            graph_padding=0,
+            kv_blocks_used=self.kv.num_used_blocks,
+            kv_blocks_free=self.kv.num_free_blocks,
+            prefix_cache_hit_tokens=batch.prefix_hit_tokens if batch else 0,
+            num_preemptions=batch.num_preemptions if batch else 0,
+            start_time=start,
+            end_time=end,
+        )
+
+    def shutdown(self) -> None:
+        for seq in list(self._seqs.values()):
+            self._finish(seq, "abort", time.perf_counter())

@@ -1,0 +1,237 @@
+"""Builds the model and its KV pool on one device, and runs one scheduled step through it.
+
+A step: flatten the batch into token ids, positions and attention metadata; forward (eagerly, compiled,
+or by replaying a CUDA Graph for decode batches); compute logits only at positions that sample.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from llmbench.engine import kv_cache
+from llmbench.engine.config import EngineConfig
+from llmbench.engine.cuda_graph import CUDAGraphRunner, default_buckets
+from llmbench.engine.outputs import StartupStats
+from llmbench.engine.sampling_params import SamplingParams
+from llmbench.engine.sequence import Sequence
+from llmbench.layers.attention.backends import make_backend
+from llmbench.layers.attention.metadata import AttentionMetadata
+from llmbench.layers.parallel import SINGLE, TPGroup
+from llmbench.models.config import ModelConfig
+from llmbench.models.llama import BuildOptions
+from llmbench.models.loader import init_random_weights, load_weights
+from llmbench.models.registry import build_model
+
+
+@dataclass
+class StepInputs:
+    input_ids: torch.Tensor  # (T,) int64
+    positions: torch.Tensor  # (T,) int64
+    meta: AttentionMetadata
+    logits_indices: torch.Tensor  # (N,) rows of the flat batch whose logits are sampled
+
+    @property
+    def decode_only(self) -> bool:
+        return self.meta.is_decode_only
+
+
+class ModelRunner:
+    def __init__(
+        self,
+        config: EngineConfig,
+        model_config: ModelConfig,
+        folder: Path | None,
+        max_model_len: int,
+        tp: TPGroup = SINGLE,
+    ) -> None:
+        self.config = config
+        self.model_config = model_config
+        self.max_model_len = max_model_len
+        self.block_size = config.block_size
+        self.device = torch.device(config.device)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        self.startup = StartupStats()
+        dtype = config.torch_dtype
+
+        start = time.perf_counter()
+        backend = make_backend(config.attention_backend)
+        if config.torch_compile:
+            # Attention reads Python-side metadata; keeping it out of the compiled graphs avoids a guard
+            # (and a recompile) per batch shape. The rest of each layer is compiled between these breaks.
+            backend.forward = torch._dynamo.disable(backend.forward)  # type: ignore[method-assign]
+        opts = BuildOptions(backend, max_positions=max_model_len, tp=tp, use_triton=config.triton_kernels)
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(dtype)
+        try:
+            with torch.device(self.device):
+                self.model = build_model(model_config, opts)
+        finally:
+            torch.set_default_dtype(previous)
+        if folder is None:
+            init_random_weights(self.model, config.seed)
+        else:
+            load_weights(self.model, folder)
+        self.model.eval()
+        self.startup.weights_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.startup.load_time = time.perf_counter() - start
+
+        attn = self.model.model.layers[0].self_attn
+        self.kv_heads, self.head_dim = attn.num_kv_heads, attn.head_dim
+        self.num_layers = model_config.num_hidden_layers
+        self.block_bytes = kv_cache.block_bytes(self.num_layers, self.block_size, self.kv_heads, self.head_dim, dtype)
+        self.max_blocks_per_seq = -(-max_model_len // self.block_size)
+
+        if config.torch_compile:
+            start = time.perf_counter()
+            self._forward = torch.compile(self.model.forward, dynamic=True, mode=config.compile_mode)
+        else:
+            self._forward = self.model.forward
+
+        peak = self._profile_peak_memory() if self.device.type == "cuda" else 0
+        num_blocks = kv_cache.num_blocks_for(config, max_model_len, self.block_bytes, peak)
+        self.kv_pool, self.kv_caches = kv_cache.allocate(
+            self.num_layers, num_blocks, self.block_size, self.kv_heads, self.head_dim, dtype, self.device
+        )
+        if config.cuda_graph:
+            self.kv_pool.zero_()  # padded CUDA Graph rows read block 0: keep it finite
+        self.num_blocks = num_blocks
+        self.startup.kv_num_blocks = num_blocks
+        self.startup.kv_block_bytes = self.block_bytes
+        self.startup.kv_cache_bytes = num_blocks * self.block_bytes
+
+        if config.torch_compile:
+            self._warm_up_compile()
+            self.startup.compile_time = time.perf_counter() - start
+        self.graphs: CUDAGraphRunner | None = None
+        if config.cuda_graph:
+            buckets = list(config.cuda_graph_buckets or default_buckets(config.max_num_seqs))
+            self.graphs = CUDAGraphRunner(
+                self._logits_forward, buckets, self.max_blocks_per_seq, max_model_len, self.device
+            )
+            self.graphs.capture()
+            self.startup.graph_capture_time = self.graphs.capture_time
+            self.startup.graph_memory_bytes = self.graphs.memory_bytes
+            self.startup.graph_buckets = list(self.graphs.buckets)
+
+    # -- forward ----------------------------------------------------------------------------------
+
+    def _logits_forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata):
+        hidden = self._forward(input_ids, positions, meta, self.kv_caches)
+        return self.model.compute_logits(hidden).float()
+
+    def _dummy_inputs(self, num_tokens: int, seq_len: int, caches) -> tuple[StepInputs, list]:
+        """A prefill batch of ``num_tokens`` tokens in sequences of ``seq_len``, on its own small pool."""
+        lens = [seq_len] * (num_tokens // seq_len) + ([num_tokens % seq_len] if num_tokens % seq_len else [])
+        seqs = []
+        block = 0
+        for n in lens:
+            s = Sequence(f"dummy{len(seqs)}", [0] * n, _DUMMY_PARAMS, 0.0)
+            nb = -(-n // self.block_size)
+            s.block_table = list(range(block, block + nb))
+            block += nb
+            seqs.append(s)
+        if caches is None:
+            pool, caches = kv_cache.allocate(
+                self.num_layers, block, self.block_size, self.kv_heads, self.head_dim, self.config.torch_dtype,
+                self.device,
+            )
+        return self.prepare(seqs, lens), caches
+
+    @torch.inference_mode()
+    def _profile_peak_memory(self) -> int:
+        """Peak bytes of this process for the largest step the scheduler may build."""
+        torch.cuda.synchronize(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        tokens = min(self.config.max_num_batched_tokens, self.config.max_num_seqs * self.max_model_len)
+        inputs, caches = self._dummy_inputs(tokens, min(tokens, self.max_model_len), None)
+        hidden = self._forward(inputs.input_ids, inputs.positions, inputs.meta, caches)
+        rows = min(self.config.max_num_seqs, hidden.shape[0])
+        self.model.compute_logits(hidden[:rows]).float()
+        torch.cuda.synchronize(self.device)
+        peak = torch.cuda.max_memory_allocated(self.device)
+        del inputs, caches, hidden
+        torch.cuda.empty_cache()
+        return peak
+
+    @torch.inference_mode()
+    def _warm_up_compile(self) -> None:
+        """Compile outside the measured steps: one prefill shape and one decode shape."""
+        n = min(64, self.max_model_len)
+        for tokens, seq_len in ((n, n), (2, 1)):
+            inputs, caches = self._dummy_inputs(tokens, seq_len, None)
+            self._forward(inputs.input_ids, inputs.positions, inputs.meta, caches)
+
+    # -- one step ---------------------------------------------------------------------------------
+
+    def prepare(self, seqs: list[Sequence], num_new_tokens: list[int], pad_tables: bool = False) -> StepInputs:
+        bs = self.block_size
+        input_ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        query_start = [0]
+        seq_lens: list[int] = []
+        logits_idx: list[int] = []
+        for seq, n in zip(seqs, num_new_tokens, strict=True):
+            start = seq.num_computed_tokens
+            end = start + n
+            input_ids.extend(seq.token_ids[start:end])
+            positions.extend(range(start, end))
+            table = seq.block_table
+            pos = start
+            while pos < end:  # one range per block the new tokens touch
+                block_end = min(end, (pos // bs + 1) * bs)
+                base = table[pos // bs] * bs - (pos // bs) * bs
+                slots.extend(range(base + pos, base + block_end))
+                pos = block_end
+            query_start.append(query_start[-1] + n)
+            seq_lens.append(end)
+            if end == seq.num_tokens:
+                logits_idx.append(query_start[-1] - 1)
+        width = self.max_blocks_per_seq if pad_tables else max(len(s.block_table) for s in seqs)
+        tables = [s.block_table + [0] * (width - len(s.block_table)) for s in seqs]
+        dev = self.device
+        pin = dev.type == "cuda"
+
+        def to_dev(values, dtype):
+            return torch.tensor(values, dtype=dtype, pin_memory=pin).to(dev, non_blocking=True)
+
+        meta = AttentionMetadata(
+            slot_mapping=to_dev(slots, torch.long),
+            query_start_loc=to_dev(query_start, torch.int32),
+            seq_lens=to_dev(seq_lens, torch.int32),
+            block_tables=to_dev(tables, torch.int32),
+            max_query_len=max(num_new_tokens),
+            max_seq_len=max(seq_lens),
+            query_lens_cpu=list(num_new_tokens),
+            seq_lens_cpu=seq_lens,
+        )
+        return StepInputs(to_dev(input_ids, torch.long), to_dev(positions, torch.long), meta, to_dev(logits_idx, torch.long))
+
+    @torch.inference_mode()
+    def execute(self, seqs: list[Sequence], num_new_tokens: list[int]) -> tuple[torch.Tensor, int | None, int]:
+        """Run a step; return (logits of the sampling rows (N, V) float32, graph bucket or None, padding)."""
+        use_graph = (
+            self.graphs is not None
+            and max(num_new_tokens) == 1
+            and self.graphs.bucket_for(len(seqs)) is not None
+        )
+        inputs = self.prepare(seqs, num_new_tokens, pad_tables=use_graph)
+        if use_graph:
+            assert self.graphs is not None
+            logits, bucket = self.graphs.run(
+                inputs.input_ids, inputs.positions, inputs.meta.slot_mapping, inputs.meta.seq_lens,
+                inputs.meta.block_tables,
+            )
+            return logits[inputs.logits_indices], bucket, bucket - len(seqs)
+        hidden = self._forward(inputs.input_ids, inputs.positions, inputs.meta, self.kv_caches)
+        return self.model.compute_logits(hidden[inputs.logits_indices]).float(), None, 0
+
+
+_DUMMY_PARAMS = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)

@@ -1,0 +1,164 @@
+"""Which sequences run in the next step, and how many of their tokens.
+
+Policies (engine toggles):
+- ``chunked_prefill=False``: prefill first. Whole waiting prompts are admitted while they fit the token
+  budget, ``max_num_seqs`` and the KV pool; a step is all prefill, or, when nothing can be admitted,
+  all decode.
+- ``chunked_prefill=True``: running sequences first (a decode is one token; a prompt part-way through
+  prefill takes its next chunk), then waiting prompts fill what is left of the token budget, so
+  prefill chunks and decodes mix in one step.
+- ``continuous_batching=False``: static batches. Admission is open only while a batch is forming; once
+  it has started decoding no request joins until every member has finished.
+
+When the KV pool runs out, the newest running sequence is preempted by recomputation: its blocks are
+freed and it goes back to the front of the queue, keeping the tokens it has generated.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from llmbench.engine.block_manager import BlockManager, SlabAllocator
+from llmbench.engine.sequence import Sequence, SequenceStatus
+
+
+@dataclass
+class ScheduledBatch:
+    seqs: list[Sequence]
+    num_new_tokens: list[int]  # per sequence: this step's query length
+    num_preemptions: int = 0
+    prefix_hit_tokens: int = 0
+    newly_scheduled: list[Sequence] = field(default_factory=list)
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return sum(n for s, n in zip(self.seqs, self.num_new_tokens, strict=True) if not _is_decode(s, n))
+
+    @property
+    def num_decode_tokens(self) -> int:
+        return sum(n for s, n in zip(self.seqs, self.num_new_tokens, strict=True) if _is_decode(s, n))
+
+    @property
+    def kind(self) -> str:
+        p, d = self.num_prefill_tokens, self.num_decode_tokens
+        return "mixed" if p and d else ("prefill" if p else "decode")
+
+
+def _is_decode(seq: Sequence, n: int) -> bool:
+    return n == 1 and seq.num_computed_tokens >= seq.num_prompt_tokens
+
+
+class Scheduler:
+    def __init__(
+        self,
+        kv: BlockManager | SlabAllocator,
+        *,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        chunked_prefill: bool,
+        continuous_batching: bool,
+    ) -> None:
+        self.kv = kv
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.chunked_prefill = chunked_prefill
+        self.continuous_batching = continuous_batching
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self._batch_open = True  # static batching: may requests still join the current batch?
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def remove(self, seq: Sequence) -> None:
+        """Take a sequence out of the queues (finished or aborted) and release its blocks."""
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        self.kv.free(seq)
+
+    # -- scheduling ------------------------------------------------------------------------------
+
+    def schedule(self) -> ScheduledBatch | None:
+        if not self.running:
+            self._batch_open = True
+        batch = ScheduledBatch([], [])
+        budget = self.max_num_batched_tokens
+        if self.chunked_prefill:
+            budget = self._schedule_running(batch, budget)
+            self._admit_waiting(batch, budget)
+        else:
+            self._admit_waiting(batch, budget)
+            if not batch.seqs:
+                self._schedule_running(batch, budget)
+        if not batch.seqs:
+            return None
+        if not self.continuous_batching and batch.num_decode_tokens:
+            self._batch_open = False
+        return batch
+
+    def _may_admit(self, seq: Sequence) -> bool:
+        # A preempted member of a static batch rejoins it; nobody else joins a closed batch.
+        return self.continuous_batching or self._batch_open or seq.num_preemptions > 0
+
+    def _admit_waiting(self, batch: ScheduledBatch, budget: int) -> int:
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            seq = self.waiting[0]
+            if not self._may_admit(seq):
+                break
+            remaining = seq.num_tokens - self.kv.num_prefix_hit_tokens(seq)
+            n = min(remaining, budget) if self.chunked_prefill else remaining
+            # Without chunking, a prompt longer than the whole budget still runs, alone in its step.
+            if (n > budget and batch.seqs) or not self.kv.admit(seq, n):
+                break
+            self.waiting.popleft()
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            batch.seqs.append(seq)
+            batch.num_new_tokens.append(n)
+            batch.newly_scheduled.append(seq)
+            batch.prefix_hit_tokens += seq.num_computed_tokens
+            budget -= n
+        return budget
+
+    def _schedule_running(self, batch: ScheduledBatch, budget: int) -> int:
+        i = 0
+        while i < len(self.running) and budget > 0:
+            seq = self.running[i]
+            n = min(seq.num_uncomputed_tokens, budget)
+            while not self.kv.grow(seq, n):
+                victim = self.running[-1]
+                self._preempt(victim)
+                batch.num_preemptions += 1
+                if victim is seq:
+                    return budget
+            batch.seqs.append(seq)
+            batch.num_new_tokens.append(n)
+            budget -= n
+            i += 1
+        return budget
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self.kv.free(seq)
+        seq.status = SequenceStatus.WAITING
+        seq.num_computed_tokens = 0
+        seq.num_preemptions += 1
+        self.waiting.appendleft(seq)
+
+    # -- after the step ---------------------------------------------------------------------------
+
+    def advance(self, batch: ScheduledBatch) -> list[Sequence]:
+        """Count this step's tokens as computed; return the sequences whose step ends in a sample."""
+        sampling = []
+        for seq, n in zip(batch.seqs, batch.num_new_tokens, strict=True):
+            seq.num_computed_tokens += n
+            self.kv.commit(seq)
+            if seq.num_computed_tokens == seq.num_tokens:
+                sampling.append(seq)
+        return sampling

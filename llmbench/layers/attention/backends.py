@@ -1,0 +1,126 @@
+"""Attention backends: store this step's K/V in the paged cache, then attend over it.
+
+Every backend has the signature of ``AttentionBackend.forward`` and reads K/V only through block tables,
+so the engine's KV layout (paged blocks, or one contiguous slab per sequence) is invisible here.
+``graph_safe`` backends do no host synchronisation, so their decode step can be captured in a CUDA Graph.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from llmbench.kernels import kv_store, paged_attention
+from llmbench.layers.attention.metadata import AttentionMetadata
+
+
+class AttentionBackend:
+    name = "torch"
+    graph_safe = False
+
+    def forward(
+        self,
+        q: torch.Tensor,  # (T, Hq, D)
+        k: torch.Tensor,  # (T, Hk, D)
+        v: torch.Tensor,  # (T, Hk, D)
+        k_cache: torch.Tensor,  # (num_blocks, block_size, Hk, D)
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        scale: float,
+    ) -> torch.Tensor:  # (T, Hq, D)
+        kv_store.store_kv_ref(k, v, k_cache, v_cache, meta.slot_mapping)
+        return paged_attention.paged_attention_prefill_ref(
+            q, k_cache, v_cache, meta.block_tables, meta.query_start_loc, meta.seq_lens, meta.max_query_len, scale
+        )
+
+
+class SDPABackend(AttentionBackend):
+    """torch's scaled_dot_product_attention: one padded batched call for decode, one call per prefill."""
+
+    name = "sdpa"
+
+    def forward(self, q, k, v, k_cache, v_cache, meta, scale):  # type: ignore[override]
+        kv_store.store_kv_ref(k, v, k_cache, v_cache, meta.slot_mapping)
+        if meta.is_decode_only:
+            return self._decode(q, k_cache, v_cache, meta, scale)
+        out = torch.empty_like(q)
+        start = 0
+        for i, (q_len, seq_len) in enumerate(zip(meta.query_lens_cpu, meta.seq_lens_cpu, strict=True)):
+            end = start + q_len
+            if q_len == seq_len:  # nothing cached before: attend over this step's own K/V
+                kk, vv = k[start:end], v[start:end]
+            else:
+                kk, vv = _gather(k_cache, v_cache, meta.block_tables[i], seq_len)
+            out[start:end] = _sdpa(q[start:end], kk, vv, scale, seq_len - q_len)
+            start = end
+        return out
+
+    @staticmethod
+    def _decode(q, k_cache, v_cache, meta, scale):
+        block_size = k_cache.shape[1]
+        n_blocks = -(-meta.max_seq_len // block_size)
+        tables = meta.block_tables[:, :n_blocks].long()  # (B, n)
+        kk = k_cache[tables].flatten(1, 2)  # (B, S, Hk, D)
+        vv = v_cache[tables].flatten(1, 2)
+        S = kk.shape[1]
+        mask = torch.arange(S, device=q.device)[None, :] < meta.seq_lens[:, None]  # (B, S)
+        # Slots past a sequence's end hold whatever the pool had (uninitialised memory can be NaN, and
+        # 0 * NaN poisons the sum): zero them, not just their scores.
+        kk = kk.masked_fill(~mask[:, :, None, None], 0.0)
+        vv = vv.masked_fill(~mask[:, :, None, None], 0.0)
+        group = q.shape[1] // kk.shape[2]
+        qb = q.unsqueeze(2)  # (B, Hq, 1, D)
+        kb = kk.transpose(1, 2).repeat_interleave(group, dim=1)  # (B, Hq, S, D)
+        vb = vv.transpose(1, 2).repeat_interleave(group, dim=1)
+        out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask[:, None, None, :], scale=scale)
+        return out.squeeze(2)
+
+
+def _gather(k_cache, v_cache, block_table, seq_len):
+    block_size = k_cache.shape[1]
+    blocks = block_table[: -(-seq_len // block_size)].long()
+    return k_cache[blocks].flatten(0, 1)[:seq_len], v_cache[blocks].flatten(0, 1)[:seq_len]
+
+
+def _sdpa(q, k, v, scale, offset):
+    # q: (L, Hq, D), k/v: (S, Hk, D); query row i sits at key position offset + i.
+    group = q.shape[1] // k.shape[1]
+    qh, kh, vh = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)
+    kh = kh.repeat_interleave(group, dim=0)
+    vh = vh.repeat_interleave(group, dim=0)
+    if offset == 0:
+        out = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True, scale=scale)
+    else:
+        L, S = q.shape[0], k.shape[0]
+        mask = torch.arange(S, device=q.device)[None, :] <= torch.arange(L, device=q.device)[:, None] + offset
+        out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=scale)
+    return out.transpose(0, 1)
+
+
+class TritonBackend(AttentionBackend):
+    name = "triton"
+    graph_safe = True
+
+    def forward(self, q, k, v, k_cache, v_cache, meta, scale):  # type: ignore[override]
+        kv_store.store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+        if meta.is_decode_only:
+            return paged_attention.paged_attention_decode(
+                q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale
+            )
+        return paged_attention.paged_attention_prefill(
+            q, k_cache, v_cache, meta.block_tables, meta.query_start_loc, meta.seq_lens, meta.max_query_len, scale
+        )
+
+
+def make_backend(name: str) -> AttentionBackend:
+    if name == "torch":
+        return AttentionBackend()
+    if name == "sdpa":
+        return SDPABackend()
+    if name == "triton":
+        return TritonBackend()
+    if name == "flash_attn":
+        from llmbench.layers.attention.flash import FlashAttnBackend
+
+        return FlashAttnBackend()
+    raise ValueError(f"Unsupported attention backend: {name!r}. Supported: ['torch', 'sdpa', 'triton', 'flash_attn']")

@@ -1,0 +1,62 @@
+"""The attention layer of a decoder: q/k/v projection, optional q/k norm, RoPE, backend, output projection."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from llmbench.layers.attention.backends import AttentionBackend
+from llmbench.layers.attention.metadata import AttentionMetadata
+from llmbench.layers.linear import QKVParallelLinear, RowParallelLinear
+from llmbench.layers.norm import RMSNorm
+from llmbench.layers.parallel import TPGroup
+from llmbench.layers.rotary import RotaryEmbedding
+
+
+class Attention(nn.Module):
+    def __init__(
+        self,
+        hidden: int,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        *,
+        qkv_bias: bool,
+        qk_norm: bool,
+        rms_norm_eps: float,
+        rotary: RotaryEmbedding,
+        backend: AttentionBackend,
+        tp: TPGroup,
+        use_triton: bool,
+    ) -> None:
+        super().__init__()
+        self.qkv_proj = QKVParallelLinear(hidden, head_dim, num_heads, num_kv_heads, qkv_bias, tp)
+        self.num_heads = self.qkv_proj.num_heads
+        self.num_kv_heads = self.qkv_proj.num_kv_heads
+        self.head_dim = head_dim
+        self.o_proj = RowParallelLinear(num_heads * head_dim, hidden, bias=False, tp=tp)
+        self.q_norm = RMSNorm(head_dim, rms_norm_eps, use_triton) if qk_norm else None
+        self.k_norm = RMSNorm(head_dim, rms_norm_eps, use_triton) if qk_norm else None
+        self.rotary = rotary
+        self.backend = backend
+        self.scale = head_dim**-0.5
+
+    def forward(
+        self,
+        positions: torch.Tensor,  # (T,)
+        x: torch.Tensor,  # (T, hidden)
+        meta: AttentionMetadata,
+        kv_cache: tuple[torch.Tensor, torch.Tensor],
+    ) -> torch.Tensor:
+        T = x.shape[0]
+        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        q, k, v = self.qkv_proj(x).split([q_size, kv_size, kv_size], dim=-1)
+        q = q.reshape(T, self.num_heads, self.head_dim)
+        k = k.reshape(T, self.num_kv_heads, self.head_dim)
+        v = v.reshape(T, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q = self.q_norm(q.reshape(-1, self.head_dim))[0].view(T, self.num_heads, self.head_dim)
+            k = self.k_norm(k.reshape(-1, self.head_dim))[0].view(T, self.num_kv_heads, self.head_dim)
+        q, k = self.rotary(positions, q, k)
+        o = self.backend.forward(q, k, v, kv_cache[0], kv_cache[1], meta, self.scale)  # (T, Hq, D)
+        return self.o_proj(o.reshape(T, q_size))

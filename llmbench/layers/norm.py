@@ -1,0 +1,21 @@
+"""RMSNorm with the residual add fused in; Triton or plain torch by ``use_triton``."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from llmbench.kernels import rmsnorm
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, hidden: int, eps: float, use_triton: bool = False) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(hidden), requires_grad=False)
+        self._impl = rmsnorm.rms_norm if use_triton else rmsnorm.rms_norm_ref
+
+    def forward(
+        self, x: torch.Tensor, residual: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return self._impl(x, self.weight, self.eps, residual)

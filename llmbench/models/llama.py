@@ -1,0 +1,130 @@
+"""The Llama-family decoder that Llama 2/3, Qwen2 and Qwen3 share.
+
+The three differ only in flags of ``ModelConfig``: Qwen2 has a bias on q/k/v, Qwen3 normalises q and k
+per head before RoPE, Llama 3 scales RoPE frequencies. Parameter names follow Hugging Face's, with q/k/v
+and gate/up fused (``packed_modules`` tells the loader how).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from llmbench.layers.activation import SiluAndMul
+from llmbench.layers.attention.backends import AttentionBackend
+from llmbench.layers.attention.layer import Attention
+from llmbench.layers.attention.metadata import AttentionMetadata
+from llmbench.layers.embedding import ParallelLMHead, VocabParallelEmbedding
+from llmbench.layers.linear import MergedColumnParallelLinear, RowParallelLinear
+from llmbench.layers.norm import RMSNorm
+from llmbench.layers.parallel import SINGLE, TPGroup
+from llmbench.layers.rotary import RotaryEmbedding
+from llmbench.models.config import ModelConfig
+
+KVCache = tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    backend: AttentionBackend
+    max_positions: int
+    tp: TPGroup = SINGLE
+    use_triton: bool = False
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig, opts: BuildOptions) -> None:
+        super().__init__()
+        h, i = cfg.hidden_size, cfg.intermediate_size
+        self.gate_up_proj = MergedColumnParallelLinear(h, [i, i], bias=cfg.mlp_bias, tp=opts.tp)
+        self.down_proj = RowParallelLinear(i, h, bias=cfg.mlp_bias, tp=opts.tp)
+        self.act = SiluAndMul(opts.use_triton)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act(self.gate_up_proj(x)))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, opts: BuildOptions, rotary: RotaryEmbedding) -> None:
+        super().__init__()
+        self.self_attn = Attention(
+            cfg.hidden_size,
+            cfg.num_attention_heads,
+            cfg.num_key_value_heads,
+            cfg.head_dim,
+            qkv_bias=cfg.qkv_bias,
+            qk_norm=cfg.qk_norm,
+            rms_norm_eps=cfg.rms_norm_eps,
+            rotary=rotary,
+            backend=opts.backend,
+            tp=opts.tp,
+            use_triton=opts.use_triton,
+        )
+        self.mlp = MLP(cfg, opts)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, opts.use_triton)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, opts.use_triton)
+
+    def forward(
+        self,
+        positions: torch.Tensor,
+        h: torch.Tensor,
+        residual: torch.Tensor | None,
+        meta: AttentionMetadata,
+        kv_cache: KVCache,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if residual is None:
+            residual = h
+            h = self.input_layernorm(h)[0]
+        else:
+            h, residual = self.input_layernorm(h, residual)
+        h = self.self_attn(positions, h, meta, kv_cache)
+        h, residual = self.post_attention_layernorm(h, residual)
+        return self.mlp(h), residual
+
+
+class DecoderModel(nn.Module):
+    def __init__(self, cfg: ModelConfig, opts: BuildOptions) -> None:
+        super().__init__()
+        self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size, opts.tp)
+        # One rotary table shared by every layer: it depends on shapes only.
+        rotary = RotaryEmbedding(cfg.head_dim, opts.max_positions, cfg.rope, opts.use_triton)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, opts, rotary) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, opts.use_triton)
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata, kv_caches: list[KVCache]
+    ) -> torch.Tensor:
+        h = self.embed_tokens(input_ids)  # (T, hidden)
+        residual = None
+        for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
+            h, residual = layer(positions, h, residual, meta, kv_cache)
+        return self.norm(h, residual)[0]
+
+
+class LlamaForCausalLM(nn.Module):
+    # checkpoint name fragment -> (our fused parameter, shard id)
+    packed_modules = {
+        "q_proj": ("qkv_proj", "q"),
+        "k_proj": ("qkv_proj", "k"),
+        "v_proj": ("qkv_proj", "v"),
+        "gate_proj": ("gate_up_proj", 0),
+        "up_proj": ("gate_up_proj", 1),
+    }
+
+    def __init__(self, cfg: ModelConfig, opts: BuildOptions) -> None:
+        super().__init__()
+        self.config = cfg
+        self.model = DecoderModel(cfg, opts)
+        self.lm_head = ParallelLMHead(cfg.vocab_size, cfg.hidden_size, opts.tp)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata, kv_caches: list[KVCache]
+    ) -> torch.Tensor:
+        return self.model(input_ids, positions, meta, kv_caches)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head.compute_logits(hidden)
