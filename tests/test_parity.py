@@ -36,7 +36,7 @@ def arch_model(request, tmp_path_factory):
 
 
 def _generate(folder, **options):
-    llm = LLM(str(folder), block_size=BLOCK, max_model_len=128, **options)
+    llm = LLM(str(folder), block_size=BLOCK, max_model_len=128, dtype="float32", **options)
     # NaN everywhere: a backend that reads a slot no token was written to poisons the output.
     llm.engine.runner.kv_pool.fill_(float("nan"))
     params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
@@ -75,7 +75,7 @@ def test_greedy_survives_forced_preemption(arch_model, chunked):
 
 def test_prefix_cache_serves_shared_prefix_and_keeps_tokens(arch_model):
     _, folder, expected = arch_model
-    llm = LLM(str(folder), block_size=BLOCK, max_model_len=128, attention_backend="sdpa")
+    llm = LLM(str(folder), block_size=BLOCK, max_model_len=128, attention_backend="sdpa", dtype="float32")
     params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
     first = llm.generate([PROMPTS[4]], params)[0]
     second = llm.generate([PROMPTS[5]], params)[0]
