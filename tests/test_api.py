@@ -74,7 +74,7 @@ def test_generate_returns_tokens_text_and_timestamps(tiny):
 
 
 def test_eos_stops_unless_ignored():
-    llm = LLM("qwen3-tiny")
+    llm = LLM("qwen3-tiny", num_kv_blocks=128)
     free = llm.generate([[1, 2, 3]], SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True))[0]
     eos = free.token_ids[3]
     llm.engine.eos_token_ids = frozenset({eos})
@@ -84,7 +84,7 @@ def test_eos_stops_unless_ignored():
 
 
 def test_step_statistics_account_for_every_token():
-    engine = LLMEngine(EngineConfig.from_options("qwen3-tiny", max_num_batched_tokens=32, block_size=8))
+    engine = LLMEngine(EngineConfig.from_options("qwen3-tiny", max_num_batched_tokens=32, block_size=8, num_kv_blocks=128))
     prompts = [[7] * 40, [3] * 5]
     for i, p in enumerate(prompts):
         engine.add_request(str(i), p, GREEDY)
@@ -104,7 +104,7 @@ def test_step_statistics_account_for_every_token():
 
 @pytest.mark.parametrize("name", ["qwen3-tiny"])
 def test_preset_greedy_tokens_vary_with_context(name):
-    outs = LLM(name).generate([[1, 2, 3], [4, 5, 6, 7]], SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True))
+    outs = LLM(name, num_kv_blocks=128).generate([[1, 2, 3], [4, 5, 6, 7]], SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True))
     for o in outs:
         assert len(set(o.token_ids)) >= 8, o.token_ids
     assert outs[0].token_ids != outs[1].token_ids

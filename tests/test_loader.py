@@ -53,8 +53,8 @@ def test_sharded_and_single_file_give_the_same_tokens(tmp_path):
     make_tiny("llama", tmp_path / "many", shard=True)
     assert (tmp_path / "many" / "model.safetensors.index.json").is_file()
     params = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
-    a = LLM(str(tmp_path / "one")).generate([[1, 2, 3]], params)[0].token_ids
-    b = LLM(str(tmp_path / "many")).generate([[1, 2, 3]], params)[0].token_ids
+    a = LLM(str(tmp_path / "one"), num_kv_blocks=64).generate([[1, 2, 3]], params)[0].token_ids
+    b = LLM(str(tmp_path / "many"), num_kv_blocks=64).generate([[1, 2, 3]], params)[0].token_ids
     assert a == b
 
 
@@ -69,21 +69,21 @@ def test_missing_tensor_is_named(qwen3_folder, tmp_path):
     folder = _copy(qwen3_folder, tmp_path)
     _edit_weights(folder, lambda t: t.pop("model.layers.1.mlp.up_proj.weight"))
     with pytest.raises(WeightLoadError, match=r"model\.layers\.1\.mlp\.gate_up_proj\.weight"):
-        LLM(str(folder))
+        LLM(str(folder), num_kv_blocks=64)
 
 
 def test_unexpected_tensor_is_named(qwen3_folder, tmp_path):
     folder = _copy(qwen3_folder, tmp_path)
     _edit_weights(folder, lambda t: t.update({"model.layers.0.extra.weight": torch.zeros(2)}))
     with pytest.raises(WeightLoadError, match=r"unexpected tensor 'model\.layers\.0\.extra\.weight'"):
-        LLM(str(folder))
+        LLM(str(folder), num_kv_blocks=64)
 
 
 def test_wrong_shape_is_named(qwen3_folder, tmp_path):
     folder = _copy(qwen3_folder, tmp_path)
     _edit_weights(folder, lambda t: t.update({"model.norm.weight": torch.ones(3)}))
     with pytest.raises(WeightLoadError, match=r"model\.norm\.weight.*\(3,\)"):
-        LLM(str(folder))
+        LLM(str(folder), num_kv_blocks=64)
 
 
 def test_unsupported_architecture_lists_the_supported(qwen3_folder, tmp_path):
@@ -92,11 +92,11 @@ def test_unsupported_architecture_lists_the_supported(qwen3_folder, tmp_path):
     cfg["architectures"] = ["MistralForCausalLM"]
     (folder / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ModelConfigError, match=r"MistralForCausalLM.*Supported: \['LlamaForCausalLM', 'Qwen2ForCausalLM', 'Qwen3ForCausalLM'\]"):
-        LLM(str(folder))
+        LLM(str(folder), num_kv_blocks=64)
 
 
 def test_folder_without_weights_says_so(qwen3_folder, tmp_path):
     folder = _copy(qwen3_folder, tmp_path)
     (folder / "model.safetensors").unlink()
     with pytest.raises(WeightLoadError, match="no \\*.safetensors"):
-        LLM(str(folder))
+        LLM(str(folder), num_kv_blocks=64)

@@ -6,8 +6,10 @@ from __future__ import annotations
 import itertools
 
 import pytest
+import torch
 
 from llmbench import LLM, SamplingParams
+from llmbench.engine.config import triton_usable
 from tiny_models import hf_greedy, make_tiny
 
 MAX_TOKENS = 12
@@ -36,6 +38,7 @@ def arch_model(request, tmp_path_factory):
 
 
 def _generate(folder, **options):
+    options.setdefault("num_kv_blocks", 256)  # on a GPU the default would take 90% of its memory
     llm = LLM(str(folder), block_size=BLOCK, max_model_len=128, dtype="float32", **options)
     # NaN everywhere: a backend that reads a slot no token was written to poisons the output.
     llm.engine.runner.kv_pool.fill_(float("nan"))
@@ -57,10 +60,12 @@ def test_greedy_matches_transformers_under_scheduling_toggles(arch_model, toggle
     assert got == expected
 
 
-@pytest.mark.parametrize("backend", ["torch", "sdpa"])
+@pytest.mark.parametrize("backend", ["torch", "sdpa", "triton"])
 def test_greedy_matches_transformers_per_attention_backend(arch_model, backend):
+    if backend == "triton" and not triton_usable("cuda" if torch.cuda.is_available() else "cpu"):
+        pytest.skip("triton is not installed")
     _, folder, expected = arch_model
-    got, _ = _generate(folder, attention_backend=backend)
+    got, _ = _generate(folder, attention_backend=backend, triton_kernels=backend == "triton", max_num_batched_tokens=24)
     assert got == expected
 
 
@@ -75,7 +80,7 @@ def test_greedy_survives_forced_preemption(arch_model, chunked):
 
 def test_prefix_cache_serves_shared_prefix_and_keeps_tokens(arch_model):
     _, folder, expected = arch_model
-    llm = LLM(str(folder), block_size=BLOCK, max_model_len=128, attention_backend="sdpa", dtype="float32")
+    llm = LLM(str(folder), block_size=BLOCK, max_model_len=128, attention_backend="sdpa", dtype="float32", num_kv_blocks=256)
     params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
     first = llm.generate([PROMPTS[4]], params)[0]
     second = llm.generate([PROMPTS[5]], params)[0]

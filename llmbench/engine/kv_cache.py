@@ -30,7 +30,7 @@ def num_blocks_for(config: EngineConfig, max_model_len: int, bytes_per_block: in
         return config.num_kv_blocks
     blocks_per_seq = -(-max_model_len // config.block_size)
     if config.is_cuda:
-        free, total = torch.cuda.mem_get_info(torch.device(config.device))
+        free, total = torch.cuda.mem_get_info()  # the runner has made its device current
         budget = min(total * config.gpu_memory_utilization - peak_bytes, free) - _CUDA_HEADROOM
         n = int(budget // bytes_per_block)
         if n < blocks_per_seq:

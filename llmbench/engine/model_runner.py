@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from llmbench.engine import kv_cache
@@ -54,6 +55,8 @@ class ModelRunner:
         self.block_size = config.block_size
         self.device = torch.device(config.device)
         if self.device.type == "cuda":
+            if self.device.index is None:  # memory queries want an explicit index
+                self.device = torch.device("cuda", torch.cuda.current_device())
             torch.cuda.set_device(self.device)
         self.startup = StartupStats()
         dtype = config.torch_dtype
@@ -170,49 +173,70 @@ class ModelRunner:
 
     # -- one step ---------------------------------------------------------------------------------
 
-    def prepare(self, seqs: list[Sequence], num_new_tokens: list[int], pad_tables: bool = False) -> StepInputs:
+    def prepare(self, seqs: list[Sequence], num_new_tokens: list[int]) -> StepInputs:
+        """Flatten a batch into device tensors. Runs every step: host work here is on the hot path."""
         bs = self.block_size
-        input_ids: list[int] = []
-        positions: list[int] = []
-        slots: list[int] = []
-        query_start = [0]
-        seq_lens: list[int] = []
-        logits_idx: list[int] = []
-        for seq, n in zip(seqs, num_new_tokens, strict=True):
-            start = seq.num_computed_tokens
-            end = start + n
-            input_ids.extend(seq.token_ids[start:end])
-            positions.extend(range(start, end))
-            table = seq.block_table
-            pos = start
-            while pos < end:  # one range per block the new tokens touch
-                block_end = min(end, (pos // bs + 1) * bs)
-                base = table[pos // bs] * bs - (pos // bs) * bs
-                slots.extend(range(base + pos, base + block_end))
-                pos = block_end
-            query_start.append(query_start[-1] + n)
-            seq_lens.append(end)
-            if end == seq.num_tokens:
-                logits_idx.append(query_start[-1] - 1)
-        width = self.max_blocks_per_seq if pad_tables else max(len(s.block_table) for s in seqs)
-        tables = [s.block_table + [0] * (width - len(s.block_table)) for s in seqs]
-        dev = self.device
-        pin = dev.type == "cuda"
-
-        def to_dev(values, dtype):
-            return torch.tensor(values, dtype=dtype, pin_memory=pin).to(dev, non_blocking=True)
-
+        n = len(seqs)
+        width = max(len(s.block_table) for s in seqs)
+        tables = np.zeros((n, width), dtype=np.int32)
+        for i, s in enumerate(seqs):
+            tables[i, : len(s.block_table)] = s.block_table
+        if max(num_new_tokens) == 1:  # decode-shaped: one token per sequence, no per-token loops
+            pos = np.fromiter((s.num_computed_tokens for s in seqs), dtype=np.int64, count=n)
+            input_ids = np.fromiter((s.token_ids[p] for s, p in zip(seqs, pos.tolist())), dtype=np.int64, count=n)
+            slots = tables[np.arange(n), pos // bs].astype(np.int64) * bs + pos % bs
+            seq_lens = pos + 1
+            query_start = np.arange(n + 1, dtype=np.int32)
+            sampling = np.fromiter((p + 1 == s.num_tokens for s, p in zip(seqs, pos.tolist())), dtype=bool, count=n)
+            logits_idx = np.flatnonzero(sampling)
+            positions = pos
+        else:
+            ids: list[int] = []
+            slot_list: list[int] = []
+            lens: list[int] = []
+            logits_list: list[int] = []
+            total = 0
+            for seq, k in zip(seqs, num_new_tokens, strict=True):
+                start = seq.num_computed_tokens
+                end = start + k
+                ids.extend(seq.token_ids[start:end])
+                table = seq.block_table
+                p = start
+                while p < end:  # one range per block the new tokens touch
+                    block_end = min(end, (p // bs + 1) * bs)
+                    base = table[p // bs] * bs - (p // bs) * bs
+                    slot_list.extend(range(base + p, base + block_end))
+                    p = block_end
+                total += k
+                lens.append(end)
+                if end == seq.num_tokens:
+                    logits_list.append(total - 1)
+            input_ids = np.asarray(ids, dtype=np.int64)
+            slots = np.asarray(slot_list, dtype=np.int64)
+            seq_lens = np.asarray(lens, dtype=np.int64)
+            query_start = np.zeros(n + 1, dtype=np.int32)
+            np.cumsum(num_new_tokens, out=query_start[1:])
+            logits_idx = np.asarray(logits_list, dtype=np.int64)
+            starts = np.fromiter((s.num_computed_tokens for s in seqs), dtype=np.int64, count=n)
+            positions = np.concatenate([np.arange(a, b) for a, b in zip(starts.tolist(), lens)])
+        seq_lens_list = seq_lens.tolist()
         meta = AttentionMetadata(
-            slot_mapping=to_dev(slots, torch.long),
-            query_start_loc=to_dev(query_start, torch.int32),
-            seq_lens=to_dev(seq_lens, torch.int32),
-            block_tables=to_dev(tables, torch.int32),
+            slot_mapping=self._to_device(slots),
+            query_start_loc=self._to_device(query_start),
+            seq_lens=self._to_device(seq_lens.astype(np.int32)),
+            block_tables=self._to_device(tables),
             max_query_len=max(num_new_tokens),
-            max_seq_len=max(seq_lens),
+            max_seq_len=max(seq_lens_list),
             query_lens_cpu=list(num_new_tokens),
-            seq_lens_cpu=seq_lens,
+            seq_lens_cpu=seq_lens_list,
         )
-        return StepInputs(to_dev(input_ids, torch.long), to_dev(positions, torch.long), meta, to_dev(logits_idx, torch.long))
+        return StepInputs(self._to_device(input_ids), self._to_device(positions), meta, self._to_device(logits_idx))
+
+    def _to_device(self, array: np.ndarray) -> torch.Tensor:
+        t = torch.from_numpy(array)
+        if self.device.type == "cuda":
+            return t.pin_memory().to(self.device, non_blocking=True)
+        return t
 
     @torch.inference_mode()
     def execute(self, seqs: list[Sequence], num_new_tokens: list[int]) -> tuple[torch.Tensor, int | None, int]:
@@ -222,7 +246,7 @@ class ModelRunner:
             and max(num_new_tokens) == 1
             and self.graphs.bucket_for(len(seqs)) is not None
         )
-        inputs = self.prepare(seqs, num_new_tokens, pad_tables=use_graph)
+        inputs = self.prepare(seqs, num_new_tokens)
         if use_graph:
             assert self.graphs is not None
             logits, bucket = self.graphs.run(
