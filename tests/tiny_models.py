@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from llmbench.models.loader import init_random_weights
+from llmbench.models.random_weights import init_random_weights
 
 COMMON = dict(
     vocab_size=384,

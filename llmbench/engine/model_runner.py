@@ -24,7 +24,8 @@ from llmbench.layers.attention.metadata import AttentionMetadata
 from llmbench.layers.parallel import SINGLE, TPGroup
 from llmbench.models.config import ModelConfig
 from llmbench.models.llama import BuildOptions
-from llmbench.models.loader import init_random_weights, load_weights
+from llmbench.models.loader import iter_checkpoint, load_weights
+from llmbench.models.random_weights import random_checkpoint
 from llmbench.models.registry import build_model
 
 
@@ -76,9 +77,10 @@ class ModelRunner:
         finally:
             torch.set_default_dtype(previous)
         if folder is None:
-            init_random_weights(self.model, config.seed)
+            tensors = ((name, "random weights", t) for name, t in random_checkpoint(model_config, config.seed, self.device))
+            load_weights(self.model, tensors, f"preset {config.model}")
         else:
-            load_weights(self.model, folder)
+            load_weights(self.model, iter_checkpoint(folder), str(folder))
         self.model.eval()
         self.startup.weights_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
         if self.device.type == "cuda":

@@ -8,6 +8,7 @@ tensor, an unexpected one or a shape that does not fit is an error naming it.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import torch
@@ -54,7 +55,16 @@ def safetensors_files(folder: str | Path) -> list[Path]:
     return files
 
 
-def load_weights(model: nn.Module, folder: str | Path) -> None:
+def iter_checkpoint(folder: str | Path) -> Iterator[tuple[str, str, torch.Tensor]]:
+    """(tensor name, file name, tensor) for every tensor of a safetensors checkpoint."""
+    for file in safetensors_files(folder):
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            for key in f.keys():
+                yield key, file.name, f.get_tensor(key)
+
+
+def load_weights(model: nn.Module, tensors: Iterable[tuple[str, str, torch.Tensor]], source: str) -> None:
+    """Route checkpoint tensors (Hugging Face names, full shapes) into the model's parameters."""
     params = dict(model.named_parameters(remove_duplicate=False))
     packed: dict[str, tuple[str, object]] = getattr(model, "packed_modules", {})
     tied = getattr(model.config, "tie_word_embeddings", False)
@@ -67,57 +77,30 @@ def load_weights(model: nn.Module, folder: str | Path) -> None:
         expected[name] = shards or {None}
     seen: dict[str, set[object]] = {name: set() for name in expected}
 
-    for file in safetensors_files(folder):
-        with safe_open(str(file), framework="pt", device="cpu") as f:
-            for key in f.keys():
-                if key.endswith(_IGNORED_SUFFIXES) or (tied and key == "lm_head.weight"):
-                    continue
-                target, shard_id = key, None
-                for frag, (fused, sid) in packed.items():
-                    if f".{frag}." in key:
-                        target, shard_id = key.replace(f".{frag}.", f".{fused}."), sid
-                        break
-                if target not in params:
-                    raise WeightLoadError(f"unexpected tensor {key!r} in {file.name}: the model has no such parameter")
-                param = params[target]
-                try:
-                    loader = getattr(param, "weight_loader", _default_loader)
-                    loader(param, f.get_tensor(key).to(param.dtype), shard_id)
-                except ValueError as e:
-                    raise WeightLoadError(f"tensor {key!r} in {file.name}: {e}") from None
-                seen[target].add(shard_id)
+    for key, where, tensor in tensors:
+        if key.endswith(_IGNORED_SUFFIXES) or (tied and key == "lm_head.weight"):
+            continue
+        target, shard_id = key, None
+        for frag, (fused, sid) in packed.items():
+            if f".{frag}." in key:
+                target, shard_id = key.replace(f".{frag}.", f".{fused}."), sid
+                break
+        if target not in params:
+            raise WeightLoadError(f"unexpected tensor {key!r} in {where}: the model has no such parameter")
+        param = params[target]
+        try:
+            loader = getattr(param, "weight_loader", _default_loader)
+            loader(param, tensor.to(param.dtype), shard_id)
+        except ValueError as e:
+            raise WeightLoadError(f"tensor {key!r} in {where}: {e}") from None
+        seen[target].add(shard_id)
 
     missing = [n for n, want in expected.items() if not want <= seen[n]]
     if missing:
-        raise WeightLoadError(f"checkpoint in {folder} lacks tensor(s) for: {', '.join(missing[:8])}")
+        raise WeightLoadError(f"checkpoint in {source} lacks tensor(s) for: {', '.join(missing[:8])}")
 
 
 def _default_loader(param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
     if param.shape != loaded.shape:
         raise ValueError(f"shape {tuple(loaded.shape)} does not fit the parameter's {tuple(param.shape)}")
     param.data.copy_(loaded)
-
-
-@torch.no_grad()
-def init_random_weights(model: nn.Module, seed: int) -> None:
-    """Random weights from a fixed seed, drawn where the parameters live.
-
-    Embeddings (and the head) get std 0.1 and linear weights std 2/sqrt(fan_in), so each layer moves the
-    residual stream well past the input token's embedding. With training-time init (std 0.02 everywhere)
-    or embeddings as large as the layers' outputs, the last hidden state stays closest to the input
-    token's own embedding and greedy decoding repeats one token; these scales were picked by counting
-    distinct greedy tokens on qwen3-tiny (tests/test_presets.py keeps that property).
-    """
-    gen_by_device: dict[torch.device, torch.Generator] = {}
-    for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
-        gen = gen_by_device.get(p.device)
-        if gen is None:
-            gen = gen_by_device[p.device] = torch.Generator(device=p.device).manual_seed(seed)
-        if name.endswith("norm.weight"):
-            p.fill_(1.0)
-        elif p.dim() == 1:  # biases
-            p.normal_(0.0, 0.02, generator=gen)
-        elif "embed_tokens" in name or "lm_head" in name:
-            p.normal_(0.0, 0.1, generator=gen)
-        else:
-            p.normal_(0.0, 2.0 * p.shape[1] ** -0.5, generator=gen)
