@@ -103,11 +103,11 @@ def test_rms_norm_per_head_of_3d_input(setting: Setting) -> None:
     check("rms_norm 3-d", rms_norm(x, weight, 1e-6)[0], rms_norm_ref(x, weight, 1e-6)[0], setting)
 
 
-@pytest.mark.parametrize("T,I", [(1, 64), (5, 1500), (2, 3072)])
-def test_silu_and_mul_matches_reference(setting: Setting, T: int, I: int) -> None:
+@pytest.mark.parametrize("T,inter", [(1, 64), (5, 1500), (2, 3072)])
+def test_silu_and_mul_matches_reference(setting: Setting, T: int, inter: int) -> None:
     if setting.big:
         T *= 131
-    x = torch.randn(T, 2 * I, device=setting.device, dtype=setting.dtype) * 3
+    x = torch.randn(T, 2 * inter, device=setting.device, dtype=setting.dtype) * 3
     check("silu_and_mul", silu_and_mul(x), silu_and_mul_ref(x), setting)
 
 
@@ -132,7 +132,10 @@ def test_apply_rotary_matches_reference(setting: Setting, Hq: int, Hk: int, D: i
 def test_store_kv_writes_its_slots_and_skips_minus_one(setting: Setting, block_size: int) -> None:
     num_blocks, Hk, D, T = 6, 2, 64, 9
     kw = dict(device=setting.device, dtype=setting.dtype)
-    k_cache, v_cache = torch.randn(num_blocks, block_size, Hk, D, **kw), torch.randn(num_blocks, block_size, Hk, D, **kw)
+    k_cache, v_cache = (
+        torch.randn(num_blocks, block_size, Hk, D, **kw),
+        torch.randn(num_blocks, block_size, Hk, D, **kw),
+    )
     k_ref, v_ref = k_cache.clone(), v_cache.clone()
     kv = torch.randn(T, 2, Hk, D, **kw)  # k and v as strided views of one tensor
     k, v = kv[:, 0], kv[:, 1]
@@ -228,7 +231,9 @@ PREFILL_SHAPES = [(2, 2, 64, 8), (4, 2, 128, 16), (8, 2, 64, 8), (8, 1, 128, 16)
 
 
 @pytest.mark.parametrize("Hq,Hk,D,block_size", PREFILL_SHAPES)
-def test_paged_prefill_mixed_batch_matches_reference(setting: Setting, Hq: int, Hk: int, D: int, block_size: int) -> None:
+def test_paged_prefill_mixed_batch_matches_reference(
+    setting: Setting, Hq: int, Hk: int, D: int, block_size: int
+) -> None:
     # Decodes (query 1) beside a fresh prompt, a chunk after a prefix hit, page-boundary lengths.
     query_lens = [1, 23, 1, block_size + 1, block_size]
     context_lens = [9, 0, 0, 2 * block_size - 1, block_size]
@@ -253,7 +258,12 @@ def test_paged_prefill_only_decodes_equals_decode_kernel(setting: Setting) -> No
     sl = torch.tensor(seq_lens, device=setting.device, dtype=torch.int32)
     qsl = torch.arange(len(seq_lens) + 1, device=setting.device, dtype=torch.int32)
     out = paged_attention_prefill(q, k_cache, v_cache, block_tables, qsl, sl, 1, 0.125)
-    check("prefill of decodes", out, paged_attention_decode(q, k_cache, v_cache, block_tables, sl, 0.125), setting)
+    check(
+        "prefill of decodes",
+        out,
+        paged_attention_decode(q, k_cache, v_cache, block_tables, sl, 0.125),
+        setting,
+    )
 
 
 def test_paged_prefill_long_prompt_matches_reference(setting: Setting) -> None:
@@ -281,7 +291,12 @@ def test_paged_decode_replays_in_a_cuda_graph() -> None:
         sl.copy_(torch.tensor(new_lens))
         q.normal_()
         graph.replay()
-        check(f"graph replay {new_lens}", out, paged_attention_decode_ref(q, k_cache, v_cache, block_tables, sl, 0.1), s)
+        check(
+            f"graph replay {new_lens}",
+            out,
+            paged_attention_decode_ref(q, k_cache, v_cache, block_tables, sl, 0.1),
+            s,
+        )
 
 
 def test_kernel_modules_import_without_triton_and_say_so_when_called() -> None:
@@ -310,5 +325,7 @@ print(rmsnorm.rms_norm_ref(x, torch.ones(8), 1e-6)[0].shape)
 """
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": str(root)}
-    done = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr

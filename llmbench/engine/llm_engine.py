@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from llmbench.engine.block_manager import BlockManager, SlabAllocator
 from llmbench.engine.config import ConfigError, EngineConfig
 from llmbench.engine.model_runner import ModelRunner
@@ -18,6 +20,8 @@ from llmbench.engine.sampler import Sampler
 from llmbench.engine.sampling_params import SamplingParams
 from llmbench.engine.scheduler import Scheduler
 from llmbench.engine.sequence import Sequence, SequenceStatus
+from llmbench.engine.step_inputs import build_step
+from llmbench.engine.tp import TPError, TPWorkers, check_divisible, init_group, rank_config
 from llmbench.models.config import ModelConfig
 from llmbench.models.loader import read_model_config
 from llmbench.models.presets import PRESETS
@@ -61,8 +65,6 @@ def resolve_model(model: str) -> tuple[ModelConfig, Path | None]:
 class LLMEngine:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
-        if config.tp != 1:
-            raise ConfigError(f"tp={config.tp}: tensor parallelism is not available in this build; use tp=1")
         model_config, folder = resolve_model(config.model)
         self.model_config = model_config
         max_len = config.max_model_len or min(model_config.max_position_embeddings, _DEFAULT_MAX_MODEL_LEN)
@@ -73,7 +75,19 @@ class LLMEngine:
             )
         self.max_model_len = max_len
         self.tokenizer = load_tokenizer(folder, model_config.vocab_size)
-        self.runner = ModelRunner(config, model_config, folder, max_len)
+        self.workers: TPWorkers | None = None
+        if config.tp == 1:
+            self.runner = ModelRunner(config, model_config, folder, max_len)
+        else:
+            why = check_divisible(model_config, config.tp)
+            if why:
+                raise ConfigError(f"{why} of {config.model}")
+            self.workers = TPWorkers(config, model_config, folder, max_len)
+            try:
+                rank0 = rank_config(config, 0)
+                self.runner = ModelRunner(rank0, model_config, folder, max_len, init_group(rank0, 0, self.workers.port))
+            except BaseException as e:
+                self._tp_failed(e)
         self.startup = self.runner.startup
         bs = config.block_size
         if config.paged_kv:
@@ -174,7 +188,15 @@ class LLMEngine:
             if seq.first_scheduled_time is None:
                 seq.first_scheduled_time = start
         stats = self._stats(batch.kind, start, start, batch)  # before advance() moves the counters
-        logits, stats.graph_bucket, stats.graph_padding = self.runner.execute(batch.seqs, batch.num_new_tokens)
+        arrays = build_step(batch.seqs, batch.num_new_tokens, self.config.block_size)
+        if self.workers is None:
+            logits, stats.graph_bucket, stats.graph_padding = self.runner.execute(arrays)
+        else:
+            try:
+                self.workers.step(arrays)
+                logits, stats.graph_bucket, stats.graph_padding = self.runner.execute(arrays)
+            except BaseException as e:
+                self._tp_failed(e)
         sampling = self.scheduler.advance(batch)
         tokens = self.sampler(logits, [s.request_id for s in sampling], [s.params for s in sampling])
         now = time.perf_counter()  # tokens are on the host now
@@ -218,6 +240,20 @@ class LLMEngine:
             end_time=end,
         )
 
+    def _tp_failed(self, error: BaseException):
+        assert self.workers is not None
+        if isinstance(error, KeyboardInterrupt):
+            self.workers.shutdown()
+            raise error
+        time.sleep(0.3)  # let the watchdog collect a worker's own message, if it sent one
+        self.workers.terminate()
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+        raise TPError(f"tensor-parallel run stopped on every rank: {self.workers.error or error}") from None
+
     def shutdown(self) -> None:
         for seq in list(self._seqs.values()):
             self._finish(seq, "abort", time.perf_counter())
+        if self.workers is not None:
+            self.workers.shutdown()
+            self.workers = None

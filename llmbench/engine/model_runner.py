@@ -19,6 +19,7 @@ from llmbench.engine.cuda_graph import CUDAGraphRunner, default_buckets
 from llmbench.engine.outputs import StartupStats
 from llmbench.engine.sampling_params import SamplingParams
 from llmbench.engine.sequence import Sequence
+from llmbench.engine.step_inputs import StepArrays, build_step
 from llmbench.layers.attention.backends import make_backend
 from llmbench.layers.attention.metadata import AttentionMetadata
 from llmbench.layers.parallel import SINGLE, TPGroup
@@ -101,6 +102,10 @@ class ModelRunner:
 
         peak = self._profile_peak_memory() if self.device.type == "cuda" else 0
         num_blocks = kv_cache.num_blocks_for(config, max_model_len, self.block_bytes, peak)
+        if tp.size > 1:  # every rank must hold the same blocks: agree on the smallest pool
+            agreed = torch.tensor([num_blocks], device=self.device if self.device.type == "cuda" else "cpu")
+            torch.distributed.all_reduce(agreed, op=torch.distributed.ReduceOp.MIN, group=tp.group)
+            num_blocks = int(agreed.item())
         self.kv_pool, self.kv_caches = kv_cache.allocate(
             self.num_layers, num_blocks, self.block_size, self.kv_heads, self.head_dim, dtype, self.device
         )
@@ -147,7 +152,7 @@ class ModelRunner:
                 self.num_layers, block, self.block_size, self.kv_heads, self.head_dim, self.config.torch_dtype,
                 self.device,
             )
-        return self.prepare(seqs, lens), caches
+        return self.to_inputs(build_step(seqs, lens, self.block_size)), caches
 
     @torch.inference_mode()
     def _profile_peak_memory(self) -> int:
@@ -175,64 +180,20 @@ class ModelRunner:
 
     # -- one step ---------------------------------------------------------------------------------
 
-    def prepare(self, seqs: list[Sequence], num_new_tokens: list[int]) -> StepInputs:
-        """Flatten a batch into device tensors. Runs every step: host work here is on the hot path."""
-        bs = self.block_size
-        n = len(seqs)
-        width = max(len(s.block_table) for s in seqs)
-        tables = np.zeros((n, width), dtype=np.int32)
-        for i, s in enumerate(seqs):
-            tables[i, : len(s.block_table)] = s.block_table
-        if max(num_new_tokens) == 1:  # decode-shaped: one token per sequence, no per-token loops
-            pos = np.fromiter((s.num_computed_tokens for s in seqs), dtype=np.int64, count=n)
-            input_ids = np.fromiter((s.token_ids[p] for s, p in zip(seqs, pos.tolist())), dtype=np.int64, count=n)
-            slots = tables[np.arange(n), pos // bs].astype(np.int64) * bs + pos % bs
-            seq_lens = pos + 1
-            query_start = np.arange(n + 1, dtype=np.int32)
-            sampling = np.fromiter((p + 1 == s.num_tokens for s, p in zip(seqs, pos.tolist())), dtype=bool, count=n)
-            logits_idx = np.flatnonzero(sampling)
-            positions = pos
-        else:
-            ids: list[int] = []
-            slot_list: list[int] = []
-            lens: list[int] = []
-            logits_list: list[int] = []
-            total = 0
-            for seq, k in zip(seqs, num_new_tokens, strict=True):
-                start = seq.num_computed_tokens
-                end = start + k
-                ids.extend(seq.token_ids[start:end])
-                table = seq.block_table
-                p = start
-                while p < end:  # one range per block the new tokens touch
-                    block_end = min(end, (p // bs + 1) * bs)
-                    base = table[p // bs] * bs - (p // bs) * bs
-                    slot_list.extend(range(base + p, base + block_end))
-                    p = block_end
-                total += k
-                lens.append(end)
-                if end == seq.num_tokens:
-                    logits_list.append(total - 1)
-            input_ids = np.asarray(ids, dtype=np.int64)
-            slots = np.asarray(slot_list, dtype=np.int64)
-            seq_lens = np.asarray(lens, dtype=np.int64)
-            query_start = np.zeros(n + 1, dtype=np.int32)
-            np.cumsum(num_new_tokens, out=query_start[1:])
-            logits_idx = np.asarray(logits_list, dtype=np.int64)
-            starts = np.fromiter((s.num_computed_tokens for s in seqs), dtype=np.int64, count=n)
-            positions = np.concatenate([np.arange(a, b) for a, b in zip(starts.tolist(), lens)])
-        seq_lens_list = seq_lens.tolist()
+    def to_inputs(self, step: StepArrays) -> StepInputs:
         meta = AttentionMetadata(
-            slot_mapping=self._to_device(slots),
-            query_start_loc=self._to_device(query_start),
-            seq_lens=self._to_device(seq_lens.astype(np.int32)),
-            block_tables=self._to_device(tables),
-            max_query_len=max(num_new_tokens),
-            max_seq_len=max(seq_lens_list),
-            query_lens_cpu=list(num_new_tokens),
-            seq_lens_cpu=seq_lens_list,
+            slot_mapping=self._to_device(step.slot_mapping),
+            query_start_loc=self._to_device(step.query_start_loc),
+            seq_lens=self._to_device(step.seq_lens.astype(np.int32)),
+            block_tables=self._to_device(step.block_tables),
+            max_query_len=max(step.query_lens),
+            max_seq_len=int(step.seq_lens.max()),
+            query_lens_cpu=step.query_lens,
+            seq_lens_cpu=step.seq_lens.tolist(),
         )
-        return StepInputs(self._to_device(input_ids), self._to_device(positions), meta, self._to_device(logits_idx))
+        return StepInputs(
+            self._to_device(step.input_ids), self._to_device(step.positions), meta, self._to_device(step.logits_indices)
+        )
 
     def _to_device(self, array: np.ndarray) -> torch.Tensor:
         t = torch.from_numpy(array)
@@ -241,21 +202,21 @@ class ModelRunner:
         return t
 
     @torch.inference_mode()
-    def execute(self, seqs: list[Sequence], num_new_tokens: list[int]) -> tuple[torch.Tensor, int | None, int]:
-        """Run a step; return (logits of the sampling rows (N, V) float32, graph bucket or None, padding)."""
-        use_graph = (
-            self.graphs is not None
-            and max(num_new_tokens) == 1
-            and self.graphs.bucket_for(len(seqs)) is not None
-        )
-        inputs = self.prepare(seqs, num_new_tokens)
+    def execute(self, step: StepArrays) -> tuple[torch.Tensor, int | None, int]:
+        """Run a step; return (logits of the sampling rows (N, V) float32, graph bucket or None, padding).
+
+        Under tensor parallelism every rank runs this with the same ``step``; the collectives inside the
+        model keep them in lockstep and rank 0 alone samples."""
+        n = len(step.query_lens)
+        use_graph = self.graphs is not None and max(step.query_lens) == 1 and self.graphs.bucket_for(n) is not None
+        inputs = self.to_inputs(step)
         if use_graph:
             assert self.graphs is not None
             logits, bucket = self.graphs.run(
                 inputs.input_ids, inputs.positions, inputs.meta.slot_mapping, inputs.meta.seq_lens,
                 inputs.meta.block_tables,
             )
-            return logits[inputs.logits_indices], bucket, bucket - len(seqs)
+            return logits[inputs.logits_indices], bucket, bucket - n
         hidden = self._forward(inputs.input_ids, inputs.positions, inputs.meta, self.kv_caches)
         return self.model.compute_logits(hidden[inputs.logits_indices]).float(), None, 0
 

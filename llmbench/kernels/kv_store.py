@@ -1,8 +1,15 @@
-"""Write a step's new K/V rows into their cache slots; slot -1 (padding) is skipped."""
+"""Write a step's new K/V rows into their cache slots; slot -1 (padding) is skipped.
+
+``store_kv_ref`` is plain torch; ``store_kv`` the Triton version with the same signature. Both write
+the caches in place and touch nothing but the slots named in ``slot_mapping``. Cache layout:
+``(num_blocks, block_size, Hk, D)``, slot = block_id * block_size + offset (``layers/attention/metadata.py``).
+"""
 
 from __future__ import annotations
 
 import torch
+
+from llmbench.kernels._triton import jit, next_power_of_2, require_triton, tl
 
 
 def store_kv_ref(
@@ -13,3 +20,52 @@ def store_kv_ref(
     slots = slot_mapping[keep]
     k_cache.view(-1, *k_cache.shape[2:])[slots] = k[keep]
     v_cache.view(-1, *v_cache.shape[2:])[slots] = v[keep]
+
+
+@jit
+def _store_kv_kernel(
+    k_ptr, v_ptr, kc_ptr, vc_ptr, slot_ptr,
+    stride_kt, stride_kh, stride_vt, stride_vh,
+    stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch,
+    H, D, BLOCK_SIZE,
+    BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    # One program per token: all of its heads, K and V.
+    t = tl.program_id(0).to(tl.int64)
+    slot = tl.load(slot_ptr + t).to(tl.int64)
+    block = slot // BLOCK_SIZE
+    offset = slot % BLOCK_SIZE
+    h = tl.arange(0, BLOCK_H)[:, None]
+    d = tl.arange(0, BLOCK_D)[None, :]
+    mask = (h < H) & (d < D)  # (BLOCK_H, BLOCK_D)
+    if slot >= 0:  # slot -1 (a padded token) writes nothing
+        k = tl.load(k_ptr + t * stride_kt + h * stride_kh + d, mask=mask)
+        v = tl.load(v_ptr + t * stride_vt + h * stride_vh + d, mask=mask)
+        tl.store(kc_ptr + block * stride_kcb + offset * stride_kcs + h * stride_kch + d, k, mask=mask)
+        tl.store(vc_ptr + block * stride_vcb + offset * stride_vcs + h * stride_vch + d, v, mask=mask)
+
+
+def store_kv(
+    k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor
+) -> None:
+    require_triton("store_kv")
+    # k, v: (T, Hk, D); caches: (num_blocks, block_size, Hk, D); slot_mapping: (T,) int32 or int64
+    T, H, D = k.shape
+    if v.shape != k.shape or k_cache.shape[2:] != (H, D) or v_cache.shape != k_cache.shape:
+        raise ValueError(
+            f"expected k, v (T, Hk, D) and caches (num_blocks, block_size, Hk, D); got "
+            f"{tuple(k.shape)}, {tuple(v.shape)}, {tuple(k_cache.shape)}, {tuple(v_cache.shape)}"
+        )
+    if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
+        raise ValueError("caches must be contiguous in head_dim")
+    k = k if k.stride(-1) == 1 else k.contiguous()
+    v = v if v.stride(-1) == 1 else v.contiguous()
+    if T > 0:
+        _store_kv_kernel[(T,)](
+            k, v, k_cache, v_cache, slot_mapping,
+            k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+            k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+            v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+            H, D, k_cache.shape[1],
+            BLOCK_H=next_power_of_2(H), BLOCK_D=next_power_of_2(D), num_warps=4,
+        )  # fmt: skip

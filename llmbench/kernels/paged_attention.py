@@ -3,11 +3,24 @@
 Layouts are those of ``layers/attention/metadata.py``: caches ``(num_blocks, block_size, Hk, D)``,
 block tables ``(B, max_blocks) int32``, ``seq_lens (B,) int32`` counting this step's tokens, whose K/V
 are already in the cache. Query heads are grouped over KV heads (``Hq % Hk == 0``).
+
+The Triton versions, same signatures, live in ``triton_decode.py`` and ``triton_prefill.py`` and are
+re-exported here: ``paged_attention_decode`` and ``paged_attention_prefill``.
 """
 
 from __future__ import annotations
 
 import torch
+
+from llmbench.kernels.triton_decode import paged_attention_decode
+from llmbench.kernels.triton_prefill import paged_attention_prefill
+
+__all__ = [
+    "paged_attention_decode",
+    "paged_attention_decode_ref",
+    "paged_attention_prefill",
+    "paged_attention_prefill_ref",
+]
 
 
 def _gather_context(

@@ -1,0 +1,179 @@
+"""Tensor-parallel ranks on one host: rank 0 is the engine's own process, ranks 1..tp-1 are spawned.
+
+Every step rank 0 sends the step's host arrays (``StepArrays``) to each worker over a pipe; all ranks then
+run the same forward, kept in lockstep by the collectives inside the model (NCCL on CUDA, gloo on the
+CPU); rank 0 alone samples. The rendezvous uses a free loopback port chosen per engine, so two runs on
+one host never collide.
+
+Failure handling: a watchdog thread in rank 0 notices a worker that died or reported an exception,
+terminates every other worker and makes the engine raise ``TPError`` (a pending gloo collective fails
+at once when its peer goes; a pending NCCL one is abandoned by exiting the process after a grace period,
+so nothing hangs). Workers ignore SIGINT: Ctrl-C reaches rank 0, whose shutdown stops them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import threading
+import time
+from multiprocessing.connection import Listener
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from llmbench.engine.config import EngineConfig
+from llmbench.layers.parallel import TPGroup
+from llmbench.models.config import ModelConfig
+
+_INIT_TIMEOUT = datetime.timedelta(seconds=60)
+_NCCL_GRACE_S = 10.0  # after a worker died, how long rank 0 may stay stuck before the process exits
+
+
+class TPError(RuntimeError):
+    """A tensor-parallel rank failed; every rank has been stopped."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def check_divisible(model_config: ModelConfig, tp: int) -> str | None:
+    """Why ``tp`` cannot split this model, or None."""
+    heads, kv, inter = (
+        model_config.num_attention_heads,
+        model_config.num_key_value_heads,
+        model_config.intermediate_size,
+    )
+    if heads % tp:
+        return f"tp={tp} does not divide the {heads} attention heads"
+    if kv % tp and tp % kv:
+        return f"tp={tp} neither divides nor is a multiple of the {kv} key/value heads"
+    if inter % tp:
+        return f"tp={tp} does not divide the MLP width {inter}"
+    return None
+
+
+def rank_config(config: EngineConfig, rank: int) -> EngineConfig:
+    if config.is_cuda:
+        return dataclasses.replace(config, device=f"cuda:{rank}")
+    return config
+
+
+def init_group(config: EngineConfig, rank: int, port: int) -> TPGroup:
+    backend = "nccl" if config.is_cuda else "gloo"
+    if config.is_cuda:
+        torch.cuda.set_device(rank)
+    dist.init_process_group(
+        backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=config.tp, timeout=_INIT_TIMEOUT
+    )
+    return TPGroup(rank, config.tp, dist.group.WORLD)
+
+
+class TPWorkers:
+    """Ranks 1..tp-1, their connections and the watchdog that ends them all if one fails.
+
+    Workers are fresh interpreters (``python -m llmbench.engine.tp_worker``), not multiprocessing children, so
+    the caller's ``__main__`` is never re-imported and needs no ``if __name__ == "__main__"`` guard."""
+
+    def __init__(self, config: EngineConfig, model_config: ModelConfig, folder: Path | None, max_model_len: int):
+        if config.is_cuda and torch.cuda.device_count() < config.tp:
+            raise TPError(f"tp={config.tp} needs {config.tp} GPUs; this machine has {torch.cuda.device_count()}")
+        self.config = config
+        self.port = free_port()
+        authkey = secrets.token_bytes(16)
+        listener = Listener(("127.0.0.1", 0), authkey=authkey)
+        host, port = listener.address
+        env = {**os.environ, "LLMBENCH_TP_ADDR": f"{host}:{port}", "LLMBENCH_TP_AUTH": authkey.hex()}
+        self.procs: list[subprocess.Popen] = []
+        self.conns = []
+        try:
+            for rank in range(1, config.tp):
+                self.procs.append(subprocess.Popen([sys.executable, "-m", "llmbench.engine.tp_worker"], env=env))
+                listener._listener._socket.settimeout(_INIT_TIMEOUT.total_seconds())
+                conn = listener.accept()
+                conn.send((rank, config, model_config, folder, max_model_len, self.port))
+                self.conns.append(conn)
+        except BaseException:
+            for proc in self.procs:
+                proc.kill()
+            raise
+        finally:
+            listener.close()
+        self.error: str | None = None
+        self._closed = False
+        self._watchdog = threading.Thread(target=self._watch, daemon=True, name="llmbench-tp-watchdog")
+        self._watchdog.start()
+
+    def _watch(self) -> None:
+        while not self._closed:
+            for rank, (proc, conn) in enumerate(zip(self.procs, self.conns, strict=True), start=1):
+                msg = None
+                try:
+                    if conn.poll():
+                        msg = conn.recv()
+                except (EOFError, OSError):
+                    msg = None
+                if msg is not None and msg[0] == "error":
+                    self._fail(msg[1])
+                    return
+                if proc.poll() is not None and not self._closed:
+                    self._fail(f"rank {rank} exited unexpectedly (exit code {proc.returncode})")
+                    return
+            time.sleep(0.1)
+
+    def _fail(self, message: str) -> None:
+        self.error = message
+        self.terminate()
+        if self.config.is_cuda:
+            # A pending NCCL collective does not notice a dead peer; give rank 0 a moment, then leave.
+            time.sleep(_NCCL_GRACE_S)
+            print(f"llmbench: tensor-parallel rank failed: {message}", file=sys.stderr, flush=True)
+            os._exit(1)
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise TPError(f"a tensor-parallel rank failed, every rank was stopped: {self.error}")
+
+    def step(self, payload) -> None:
+        self.check()
+        for conn in self.conns:
+            conn.send(("step", payload))
+
+    def terminate(self) -> None:
+        self._closed = True
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+
+    def shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for conn in self.conns:
+            try:
+                conn.send(("stop", None))
+            except OSError:
+                pass
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        self.terminate()
+        if dist.is_initialized():
+            dist.destroy_process_group()

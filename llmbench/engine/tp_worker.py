@@ -1,0 +1,62 @@
+"""Entry point of tensor-parallel ranks 1..tp-1: ``python -m llmbench.engine.tp_worker``.
+
+Started by ``TPWorkers`` (engine/tp.py) with the rendezvous address and key in the environment; kept
+out of the package's imports so that running it as ``__main__`` imports it once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import traceback
+from multiprocessing.connection import Client
+
+import torch.distributed as dist
+
+from llmbench.engine.tp import init_group, rank_config
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this worker if rank 0's process dies, whatever state it is in."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def worker_main() -> None:  # pragma: no cover  (a child process; exercised by the tensor-parallel tests)
+    """Ranks 1..tp-1: receive the engine's settings from rank 0, build the shard, run every step sent."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    host, port = os.environ["LLMBENCH_TP_ADDR"].rsplit(":", 1)
+    conn = Client((host, int(port)), authkey=bytes.fromhex(os.environ["LLMBENCH_TP_AUTH"]))
+    rank, config, model_config, folder, max_model_len, dist_port = conn.recv()
+    from llmbench.engine.model_runner import ModelRunner
+
+    try:
+        config = rank_config(config, rank)
+        tp = init_group(config, rank, dist_port)
+        runner = ModelRunner(config, model_config, folder, max_model_len, tp)
+        conn.send(("ready", runner.num_blocks))
+        while True:
+            kind, payload = conn.recv()
+            if kind == "stop":
+                break
+            runner.execute(payload)
+    except EOFError:  # rank 0 went away
+        pass
+    except BaseException:
+        try:
+            conn.send(("error", f"rank {rank}: {traceback.format_exc()}"))
+        except OSError:
+            pass
+        os._exit(1)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    worker_main()

@@ -1,0 +1,394 @@
+"""Check, then time, every Triton kernel of llmbench.kernels at real sizes on a CUDA GPU.
+
+For each case: run the Triton kernel and its torch reference on the same random bf16 inputs, print the
+largest relative difference and stop (exit 1) if it is off; then time the kernel with
+``triton.testing.do_bench`` (median, L2 flushed between runs) and report achieved bandwidth, counting
+each input byte read once and each output byte written once, against the H200's measured 4.25 TB/s
+(device-to-device copy, shared/GPU.md). Attention rows also show TFLOP/s.
+
+    python scripts/bench_kernels.py                  # check + time, print a table
+    python scripts/bench_kernels.py --json out.json  # also write the rows
+    python scripts/bench_kernels.py --tune           # sweep decode / prefill tile configs first
+    python scripts/bench_kernels.py --smoke          # tiny shapes on CPU (TRITON_INTERPRET=1): tests the script
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+if "--smoke" in sys.argv:  # must be decided before triton is imported
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from llmbench.kernels.activation import silu_and_mul, silu_and_mul_ref  # noqa: E402
+from llmbench.kernels.kv_store import store_kv, store_kv_ref  # noqa: E402
+from llmbench.kernels.paged_attention import paged_attention_decode_ref, paged_attention_prefill_ref  # noqa: E402
+from llmbench.kernels.rmsnorm import rms_norm, rms_norm_ref  # noqa: E402
+from llmbench.kernels.rotary import apply_rotary, apply_rotary_ref  # noqa: E402
+from llmbench.kernels.triton_decode import (  # noqa: E402
+    DecodeConfig,
+    choose_num_splits,
+    decode_attention,
+    default_decode_config,
+)
+from llmbench.kernels.triton_prefill import PrefillConfig, prefill_attention  # noqa: E402
+
+PEAK_BYTES_PER_S = 4.25e12  # H200 device-to-device copy, read + write, measured (shared/GPU.md)
+
+
+@dataclass
+class Row:
+    kernel: str
+    shape: str
+    time_us: float
+    gb_per_s: float
+    frac_peak: float
+    tflops: float | None = None
+    max_rel_diff: float | None = None
+    timing: str = "graph"  # graph: replayed from a CUDA graph; eager: plain launches
+
+
+@dataclass
+class Env:
+    device: str
+    dtype: torch.dtype
+    smoke: bool
+    warmup_ms: int
+    rep_ms: int
+
+    def t(self, *shape: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+        return torch.randn(*shape, device=self.device, dtype=dtype or self.dtype)
+
+
+ROTATE_BYTES = 256 << 20  # > the H200's 60 MB L2: small cases rotate over this much distinct data
+
+
+def time_us(
+    env: Env, fn: Callable[[], object], graph: bool = True, more: list[Callable[[], object]] | None = None
+) -> float:
+    """Median µs per call. With ``graph``, the calls (``fn`` and ``more``, each over its own inputs, so a
+    small case still reads from memory, not L2) are replayed from one CUDA graph: no launch overhead,
+    as in the engine's graph-captured decode. Without it, plain eager launches (host syncs allowed)."""
+    fns = [fn, *(more or [])]
+    if env.smoke:  # the interpreter: one timed round is enough to exercise the script
+        for f in fns:
+            f()
+        start = time.perf_counter()
+        for f in fns:
+            f()
+        return (time.perf_counter() - start) * 1e6 / len(fns)
+    import triton.testing
+
+    if not graph:
+        return triton.testing.do_bench(fn, warmup=env.warmup_ms, rep=env.rep_ms, return_mode="median") * 1e3
+    for f in fns:  # compile outside the capture
+        f()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for f in fns:
+            f()
+    return (
+        triton.testing.do_bench(g.replay, warmup=env.warmup_ms, rep=env.rep_ms, return_mode="median")
+        * 1e3
+        / len(fns)
+    )
+
+
+def rotations(set_bytes: int) -> int:
+    return min(16, max(1, -(-ROTATE_BYTES // set_bytes)))
+
+
+def check(name: str, out: torch.Tensor, ref: torch.Tensor, tol: float) -> float:
+    diff = (out.float() - ref.float()).abs().max().item()
+    rel = diff / max(ref.float().abs().max().item(), 1e-6)
+    ok = bool(torch.isfinite(out).all()) and rel <= tol
+    print(f"check {name:<34} max rel diff {rel:.2e} (tol {tol:.0e}) {'ok' if ok else 'FAILED'}", flush=True)
+    if not ok:
+        raise SystemExit(f"{name}: Triton output differs from the torch reference (max rel diff {rel:.3e})")
+    return rel
+
+
+def nbytes(*tensors: torch.Tensor) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def row(
+    kernel: str,
+    shape: str,
+    us: float,
+    moved: int,
+    rel: float | None,
+    flops: float | None = None,
+    timing: str = "graph",
+) -> Row:
+    gbps = moved / (us * 1e-6) / 1e9
+    tflops = flops / (us * 1e-6) / 1e12 if flops else None
+    return Row(kernel, shape, us, gbps, gbps * 1e9 / PEAK_BYTES_PER_S, tflops, rel, timing)
+
+
+# --- cases -------------------------------------------------------------------------------------------
+
+
+def small_kernels(env: Env, T: int, H: int, inter: int, Hq: int, Hk: int, D: int) -> list[Row]:
+    rows = []
+    x, res, w = env.t(T, H), env.t(T, H), env.t(H)
+    rel = check("rms_norm+residual", rms_norm(x, w, 1e-6, res)[0], rms_norm_ref(x, w, 1e-6, res)[0], 2e-2)
+    us = time_us(env, lambda: rms_norm(x, w, 1e-6, res))
+    rows.append(row("rms_norm+residual", f"T={T} H={H}", us, nbytes(x, res, w) + 2 * nbytes(x), rel))
+    rel = check("rms_norm", rms_norm(x, w, 1e-6)[0], rms_norm_ref(x, w, 1e-6)[0], 2e-2)
+    rows.append(
+        row("rms_norm", f"T={T} H={H}", time_us(env, lambda: rms_norm(x, w, 1e-6)), nbytes(x, w, x), rel)
+    )
+
+    gu = env.t(T, 2 * inter)
+    rel = check("silu_and_mul", silu_and_mul(gu), silu_and_mul_ref(gu), 2e-2)
+    rows.append(
+        row(
+            "silu_and_mul",
+            f"T={T} I={inter}",
+            time_us(env, lambda: silu_and_mul(gu)),
+            nbytes(gu) * 3 // 2,
+            rel,
+        )
+    )
+
+    q, k = env.t(T, Hq, D), env.t(T, Hk, D)
+    cos_sin = env.t(max(T, 4096), D, dtype=torch.float32)
+    pos = torch.randint(0, cos_sin.shape[0], (T,), device=env.device)
+    out, ref = apply_rotary(q, k, pos, cos_sin), apply_rotary_ref(q, k, pos, cos_sin)
+    rel = max(check("rotary q", out[0], ref[0], 2e-2), check("rotary k", out[1], ref[1], 2e-2))
+    moved = 2 * nbytes(q, k) + nbytes(pos) + T * D * 4
+    rows.append(
+        row(
+            "apply_rotary",
+            f"T={T} {Hq}/{Hk}x{D}",
+            time_us(env, lambda: apply_rotary(q, k, pos, cos_sin)),
+            moved,
+            rel,
+        )
+    )
+
+    block_size = 16
+    num_blocks = 2 * T // block_size
+    k_cache, v_cache = env.t(num_blocks, block_size, Hk, D), env.t(num_blocks, block_size, Hk, D)
+    kn, vn = env.t(T, Hk, D), env.t(T, Hk, D)
+    slots = torch.randperm(num_blocks * block_size, device=env.device)[:T]
+    k_ref, v_ref = k_cache.clone(), v_cache.clone()
+    store_kv(kn, vn, k_cache, v_cache, slots)
+    store_kv_ref(kn, vn, k_ref, v_ref, slots)
+    if not (torch.equal(k_cache, k_ref) and torch.equal(v_cache, v_ref)):
+        raise SystemExit("store_kv: caches differ from the torch reference")
+    print(f"check {'store_kv':<34} caches identical", flush=True)
+    us = time_us(env, lambda: store_kv(kn, vn, k_cache, v_cache, slots))
+    rows.append(
+        row("store_kv", f"T={T} {Hk}x{D} page {block_size}", us, 2 * nbytes(kn, vn) + nbytes(slots), 0.0)
+    )
+    return rows
+
+
+def paged_cache(env: Env, B: int, context: int, block_size: int, Hk: int, D: int):
+    per_seq = -(-context // block_size)
+    k_cache, v_cache = env.t(B * per_seq, block_size, Hk, D), env.t(B * per_seq, block_size, Hk, D)
+    block_tables = torch.randperm(B * per_seq, device=env.device).view(B, per_seq).to(torch.int32)  # shuffled
+    return k_cache, v_cache, block_tables
+
+
+def decode_case(
+    env: Env, B: int, context: int, block_size: int, Hq: int, Hk: int, D: int,
+    config: DecodeConfig | None = None, num_splits: int | None = None, with_ref_time: bool = False, check_it: bool = True,
+) -> list[Row]:  # fmt: skip
+    config = config or default_decode_config(D, env.dtype)
+    max_context = -(-context // block_size) * block_size
+    splits = num_splits or choose_num_splits(B, Hk, max_context, config.block_n, torch.device(env.device))
+
+    def make() -> tuple[tuple, Callable[[], torch.Tensor]]:
+        k_cache, v_cache, block_tables = paged_cache(env, B, context, block_size, Hk, D)
+        q = env.t(B, Hq, D)
+        seq_lens = torch.full((B,), context, device=env.device, dtype=torch.int32)
+        args = (q, k_cache, v_cache, block_tables, seq_lens, D**-0.5)
+        return args, lambda: decode_attention(*args, num_splits=splits, config=config)
+
+    args, run = make()
+    q, block_tables, seq_lens = args[0], args[3], args[4]
+    rel = (
+        check(f"decode B={B} ctx={context} page={block_size}", run(), paged_attention_decode_ref(*args), 2e-2)
+        if check_it
+        else None
+    )
+    kv_bytes = 2 * B * context * Hk * D * q.element_size()
+    moved = nbytes(q, q, block_tables, seq_lens) + kv_bytes
+    more = [make()[1] for _ in range(rotations(kv_bytes) - 1)]
+    flops = 4 * B * Hq * context * D
+    shape = f"B={B} ctx={context} {Hq}/{Hk}x{D} page {block_size} splits {splits}"
+    cfg = f" n{config.block_n}w{config.num_warps}s{config.num_stages}"
+    rows = [
+        row(
+            "paged_decode" + (cfg if not check_it else ""),
+            shape,
+            time_us(env, run, more=more),
+            moved,
+            rel,
+            flops,
+        )
+    ]
+    del more
+    if with_ref_time:  # the reference syncs with the host (.tolist()): eager only
+        us = time_us(env, lambda: paged_attention_decode_ref(*args), graph=False)
+        rows.append(
+            row("paged_decode_ref (torch)", shape.rsplit(" splits", 1)[0], us, moved, None, flops, "eager")
+        )
+        us = time_us(env, run, graph=False)
+        rows.append(row("paged_decode", shape, us, moved, None, flops, "eager"))
+    return rows
+
+
+def prefill_case(
+    env: Env, T: int, context: int, block_size: int, Hq: int, Hk: int, D: int,
+    config: PrefillConfig | None = None, check_it: bool = True,
+) -> list[Row]:  # fmt: skip
+    k_cache, v_cache, block_tables = paged_cache(env, 1, context + T, block_size, Hk, D)
+    q = env.t(T, Hq, D)
+    qsl = torch.tensor([0, T], device=env.device, dtype=torch.int32)
+    seq_lens = torch.tensor([context + T], device=env.device, dtype=torch.int32)
+    args = (q, k_cache, v_cache, block_tables, qsl, seq_lens, T, D**-0.5)
+    run = lambda: prefill_attention(*args, config=config)
+    rel = (
+        check(f"prefill T={T} ctx={context}", run(), paged_attention_prefill_ref(*args), 2e-2)
+        if check_it
+        else None
+    )
+    moved = 2 * nbytes(q) + 2 * (context + T) * Hk * D * q.element_size()
+    flops = 4 * Hq * D * (T * context + T * (T + 1) / 2)  # QK^T and PV over the causal pairs
+    name = "paged_prefill" + (
+        f" m{config.block_m}n{config.block_n}w{config.num_warps}s{config.num_stages}"
+        if config and not check_it
+        else ""
+    )
+    shape = f"T={T} ctx={context} {Hq}/{Hk}x{D} page {block_size}"
+    return [row(name, shape, time_us(env, run), moved, rel, flops)]
+
+
+def tune(env: Env, kinds: list[str]) -> list[Row]:
+    """Sweep tile configs at the headline shapes; a config that does not compile is reported and skipped."""
+    B, ctx, T = (2, 64, 40) if env.smoke else (64, 4096, 2048)
+    rows: list[Row] = []
+
+    def attempt(label: str, case: Callable[..., list[Row]], *args: object, **kwargs: object) -> None:
+        try:
+            rows.extend(case(env, *args, check_it=False, **kwargs))
+        except Exception as e:  # out of shared memory or registers, mostly
+            print(f"tune {label}: {type(e).__name__}: {str(e).splitlines()[0][:120]}", flush=True)
+
+    if "decode" in kinds:
+        for block_size in (16, 128):
+            for block_n in (32, 64, 128):
+                for num_warps in (2, 4, 8):
+                    for num_stages in (2, 3, 4):
+                        cfg = DecodeConfig(block_n, num_warps, num_stages)
+                        attempt(f"decode {cfg}", decode_case, B, ctx, block_size, 16, 8, 128, config=cfg)
+    if "splits" in kinds:
+        for batch, choices in (
+            (B, (1, 2)),
+            (1, (1, 4, 8, 16, 32, 64)),
+            (4, (1, 2, 4, 8, 16)),
+            (16, (1, 2, 4)),
+        ):
+            for splits in choices:
+                attempt(f"decode splits {splits}", decode_case, batch, ctx, 16, 16, 8, 128, num_splits=splits)
+    if "prefill" in kinds:
+        for block_m in (64, 128):
+            for block_n in (32, 64, 128):
+                for num_warps in (4, 8):
+                    for num_stages in (2, 3, 4):
+                        pcfg = PrefillConfig(block_m, block_n, num_warps, num_stages)
+                        attempt(f"prefill {pcfg}", prefill_case, T, 0, 16, 32, 8, 128, config=pcfg)
+    return rows
+
+
+def print_table(rows: list[Row]) -> None:
+    head = ("kernel", "shape", "timing", "time (µs)", "GB/s", "of 4.25 TB/s", "TFLOP/s", "max rel diff")
+    cells = [
+        (r.kernel, r.shape, r.timing, f"{r.time_us:,.1f}", f"{r.gb_per_s:,.0f}", f"{r.frac_peak:.1%}",
+         "" if r.tflops is None else f"{r.tflops:.1f}", "" if r.max_rel_diff is None else f"{r.max_rel_diff:.1e}")
+        for r in rows
+    ]  # fmt: skip
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
+    fmt = lambda c: "  ".join(
+        v.ljust(w) if i < 3 else v.rjust(w) for i, (v, w) in enumerate(zip(c, widths, strict=True))
+    )
+    print(fmt(head))
+    print("  ".join("-" * w for w in widths))
+    for c in cells:
+        print(fmt(c))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--json", type=Path, help="write the result rows to this JSON file")
+    parser.add_argument(
+        "--tune", action="append", default=[], choices=["decode", "splits", "prefill"],
+        help="first sweep tile configs (decode, prefill) or split-KV counts (splits); repeatable, a few minutes each",
+    )  # fmt: skip
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny shapes on the CPU under TRITON_INTERPRET=1, to test this script",
+    )
+    parser.add_argument("--warmup-ms", type=int, default=50, help="do_bench warm-up, in milliseconds")
+    parser.add_argument("--rep-ms", type=int, default=200, help="do_bench measuring time, in milliseconds")
+    args = parser.parse_args()
+    if not args.smoke and not torch.cuda.is_available():
+        print("error: needs a CUDA GPU (or --smoke to exercise the script on the CPU)", file=sys.stderr)
+        raise SystemExit(2)
+    env = Env(
+        "cpu" if args.smoke else "cuda",
+        torch.float32 if args.smoke else torch.bfloat16,
+        args.smoke,
+        args.warmup_ms,
+        args.rep_ms,
+    )
+    torch.manual_seed(0)
+    if not args.smoke:
+        print(f"{torch.cuda.get_device_name()}  torch {torch.__version__}", flush=True)
+
+    rows: list[Row] = []
+    if args.tune:
+        tuned = tune(env, args.tune)
+        print_table(tuned)
+        rows += tuned
+    if args.smoke:  # same code paths, shapes the interpreter finishes in seconds
+        main_rows = small_kernels(env, 8, 64, 32, 4, 2, 64)
+        main_rows += decode_case(env, 4, 100, 16, 4, 2, 64, with_ref_time=True)
+        main_rows += decode_case(env, 1, 100, 8, 4, 2, 64)
+        main_rows += prefill_case(env, 40, 0, 16, 4, 2, 64) + prefill_case(env, 20, 30, 16, 4, 2, 64)
+    else:
+        main_rows = small_kernels(env, T=8192, H=4096, inter=12288, Hq=32, Hk=8, D=128)
+        main_rows += decode_case(env, 64, 4096, 16, 16, 8, 128, with_ref_time=True)
+        main_rows += decode_case(env, 64, 4096, 128, 16, 8, 128)
+        main_rows += decode_case(env, 1, 4096, 16, 16, 8, 128)
+        main_rows += decode_case(env, 1, 4096, 16, 16, 8, 128, num_splits=1)  # what split-KV saves
+        main_rows += prefill_case(env, 2048, 0, 16, 32, 8, 128)  # Qwen3-8B heads
+        main_rows += prefill_case(env, 2048, 2048, 16, 32, 8, 128)  # a second chunk after a prefix
+    rows += main_rows
+    print()
+    print_table(main_rows)
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1))
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
