@@ -1,0 +1,65 @@
+"""flash-attn backend: flash-attn 4 (``flash_attn.cute``) or flash-attn 2 (``flash_attn``), whichever imports.
+
+Both read the paged cache directly (flash-attn 4: ``page_table``; flash-attn 2: ``block_table``), prefill
+and decode alike, causal with the mask aligned to the end of each sequence's context. K/V are stored by
+our own store kernel first. Not used unless asked for: ``attention_backend='flash_attn'``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from llmbench.kernels import kv_store
+from llmbench.layers.attention.backends import AttentionBackend
+from llmbench.layers.attention.metadata import AttentionMetadata
+
+
+def _import_flash():
+    try:
+        from flash_attn.cute import flash_attn_varlen_func
+
+        return "fa4", flash_attn_varlen_func
+    except ImportError:
+        pass
+    from flash_attn import flash_attn_varlen_func
+
+    return "fa2", flash_attn_varlen_func
+
+
+class FlashAttnBackend(AttentionBackend):
+    name = "flash_attn"
+    graph_safe = True
+
+    def __init__(self) -> None:
+        self.version, self._fn = _import_flash()
+
+    def forward(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale):  # type: ignore[override]
+        kv_store.store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+        if self.version == "fa4":
+            out = self._fn(
+                q,
+                k_cache,
+                v_cache,
+                cu_seqlens_q=meta.query_start_loc,
+                seqused_k=meta.seq_lens,
+                max_seqlen_q=meta.max_query_len,
+                page_table=meta.block_tables,
+                softmax_scale=scale,
+                causal=True,
+            )
+        else:
+            cu_k = torch.zeros_like(meta.query_start_loc)
+            torch.cumsum(meta.seq_lens, 0, out=cu_k[1:])
+            out = self._fn(
+                q,
+                k_cache,
+                v_cache,
+                cu_seqlens_q=meta.query_start_loc,
+                cu_seqlens_k=cu_k,
+                max_seqlen_q=meta.max_query_len,
+                max_seqlen_k=meta.max_seq_len,
+                softmax_scale=scale,
+                causal=True,
+                block_table=meta.block_tables,
+            )
+        return out[0] if isinstance(out, tuple) else out
