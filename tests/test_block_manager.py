@@ -103,3 +103,16 @@ def test_slab_allocator_reserves_max_model_len_per_sequence():
     assert slab.grow(seqs[0], 16) and not slab.grow(seqs[0], 17)
     slab.free(seqs[0])
     assert slab.admit(seqs[2], 1)
+
+
+def test_reset_prefix_cache_forgets_every_prefix():
+    bm = BlockManager(8, 4, True)
+    a = Sequence("a", list(range(9)), PARAMS, 0.0)
+    assert bm.admit(a, 9)
+    a.num_computed_tokens = 9
+    bm.commit(a)
+    assert bm.num_prefix_hit_tokens(Sequence("b", list(range(9)), PARAMS, 0.0)) == 8
+    bm.reset_prefix_cache()
+    assert bm.num_prefix_hit_tokens(Sequence("c", list(range(9)), PARAMS, 0.0)) == 0
+    bm.free(a)
+    check_invariants(bm, [])

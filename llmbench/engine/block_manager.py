@@ -122,6 +122,12 @@ class BlockManager:
         seq.block_table = []
         seq.num_committed_blocks = 0
 
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached prefix (blocks in use keep their contents; nothing new will match them)."""
+        self.cached.clear()
+        self.block_hash = [None] * self.num_blocks
+        self.block_tokens = [None] * self.num_blocks
+
     def commit(self, seq: Sequence) -> None:
         """Register the sequence's newly filled blocks in the prefix cache."""
         if not self.enable_prefix_cache:
@@ -185,4 +191,7 @@ class SlabAllocator:
         seq.block_table = []
 
     def commit(self, seq: Sequence) -> None:
+        return None
+
+    def reset_prefix_cache(self) -> None:
         return None

@@ -169,6 +169,10 @@ class LLMEngine:
             return None
         return self._finish(seq, "abort", time.perf_counter())
 
+    def reset_prefix_cache(self) -> None:
+        """Make later requests miss every prefix cached so far (between repeats of a benchmark)."""
+        self.kv.reset_prefix_cache()
+
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
 

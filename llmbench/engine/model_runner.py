@@ -119,6 +119,10 @@ class ModelRunner:
         if config.torch_compile:
             self._warm_up_compile()
             self.startup.compile_time = time.perf_counter() - start
+        if self.device.type == "cuda":
+            start = time.perf_counter()
+            self._warm_up_kernels()
+            self.startup.kernel_warmup_time = time.perf_counter() - start
         self.graphs: CUDAGraphRunner | None = None
         if config.cuda_graph:
             buckets = list(config.cuda_graph_buckets or default_buckets(config.max_num_seqs))
@@ -169,6 +173,20 @@ class ModelRunner:
         del inputs, caches, hidden
         torch.cuda.empty_cache()
         return peak
+
+    @torch.inference_mode()
+    def _warm_up_kernels(self) -> None:
+        """JIT-compile every kernel variant a step can need now, not inside a measured step.
+
+        Attention picks its tile shape from the longest query of the step (powers of two up to 128) and
+        decode-only steps use the decode kernel: one dummy step per case covers them."""
+        for query_len in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+            n = min(query_len, self.max_model_len)
+            tokens = 2 if n == 1 else n  # two one-token sequences: a decode-shaped step
+            inputs, caches = self._dummy_inputs(tokens, n, None)
+            hidden = self._forward(inputs.input_ids, inputs.positions, inputs.meta, caches)
+            self.model.compute_logits(hidden[inputs.logits_indices]).float()
+        torch.cuda.synchronize(self.device)
 
     @torch.inference_mode()
     def _warm_up_compile(self) -> None:

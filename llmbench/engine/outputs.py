@@ -70,6 +70,7 @@ class StartupStats:
     kv_block_bytes: int = 0
     kv_cache_bytes: int = 0
     compile_time: float = 0.0
+    kernel_warmup_time: float = 0.0  # JIT of every Triton kernel variant a step can need
     graph_capture_time: float = 0.0
     graph_memory_bytes: int = 0
     graph_buckets: list[int] = field(default_factory=list)

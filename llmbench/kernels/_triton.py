@@ -25,8 +25,19 @@ except ImportError:  # the references still work; the Triton versions raise in r
     HAS_TRITON = False
 
 
-def jit(fn: Callable[..., Any]) -> Any:
-    return triton.jit(fn) if HAS_TRITON else fn
+def jit(fn: Callable[..., Any] | None = None, *, do_not_specialize: tuple[str, ...] = ()) -> Any:
+    """``triton.jit`` when Triton is installed, else the plain function.
+
+    ``do_not_specialize`` names integer arguments that change from step to step (batch size, block-table
+    width): Triton would otherwise compile a new variant the first time one of them is 1 or a multiple of
+    16, and that compile (about a second) would land inside a measured step."""
+
+    def wrap(f: Callable[..., Any]) -> Any:
+        if not HAS_TRITON:
+            return f
+        return triton.jit(f, do_not_specialize=list(do_not_specialize)) if do_not_specialize else triton.jit(f)
+
+    return wrap(fn) if fn is not None else wrap
 
 
 def require_triton(name: str) -> None:

@@ -57,7 +57,7 @@ def choose_num_splits(
     return 1 << (n.bit_length() - 1)  # a power of two at most n: few reduce-kernel variants
 
 
-@jit
+@jit(do_not_specialize=("num_splits", "stride_bt"))
 def _decode_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr,
     out_ptr, part_out_ptr, part_lse_ptr,
@@ -131,7 +131,7 @@ def _decode_kernel(
         tl.store(o_ptrs, o.to(out_ptr.dtype.element_ty), mask=o_mask)
 
 
-@jit
+@jit(do_not_specialize=("num_splits",))
 def _decode_reduce_kernel(
     part_out_ptr, part_lse_ptr, out_ptr, num_splits, stride_ob, stride_oh,
     HEAD_DIM: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,

@@ -100,7 +100,7 @@ def _attend_tiles(
     return m, l_sum, acc
 
 
-@jit
+@jit(do_not_specialize=("num_seqs", "stride_bt"))
 def _prefill_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, query_start_loc_ptr, seq_lens_ptr, out_ptr,
     qk_scale, num_seqs,

@@ -1,0 +1,141 @@
+"""Which engine configurations an ablation runs.
+
+A toggle is one of the engine's ``toggle_names()``, optionally with the values to compare
+(``attention_backend=sdpa,torch``). Its baseline value is what the scenario's engine options resolve to
+on this machine; its alternatives are: booleans flipped; ``attention_backend`` every other backend;
+``tp`` 1 vs 2. For the designs that speak of on/off, "on" is True / the best backend / tp=2 and "off" is
+False / the ``torch`` reference / tp=1.
+
+Designs:
+- flip (default): the baseline, and every toggle switched to an alternative at once (one variant per
+  combination of alternatives; with one boolean toggle, plain A/B).
+- one-at-a-time: the baseline, and each alternative of each toggle alone.
+- leave-one-out: baseline = every toggle on; each variant turns one toggle off.
+- factorial: every on/off combination; the one equal to the scenario's configuration is the baseline.
+
+A variant is only engine options on top of the scenario's; whether it can run is checked separately
+(``EngineConfig`` raises ConfigError, e.g. CUDA Graphs on a CPU).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, NamedTuple
+
+from llmbench.bench.errors import BenchError
+
+DESIGNS = ("flip", "one-at-a-time", "leave-one-out", "factorial")
+BASELINE = "baseline"
+
+
+class Toggle(NamedTuple):
+    name: str
+    values: tuple[Any, ...] | None  # explicit values to compare, or None for the defaults
+
+
+class Variant(NamedTuple):
+    name: str
+    options: dict[str, Any]  # engine options set on top of the scenario's
+
+
+def parse_toggle(text: str) -> Toggle:
+    """``cuda_graph`` or ``attention_backend=sdpa,torch`` (values parsed as YAML scalars)."""
+    import yaml
+
+    from llmbench.engine.config import toggle_names
+
+    name, sep, raw = text.partition("=")
+    name = name.strip()
+    if name not in toggle_names():
+        raise BenchError(f"Unknown toggle: {name!r}. Toggles: {', '.join(toggle_names())}")
+    if not sep:
+        return Toggle(name, None)
+    values = tuple(yaml.safe_load(v.strip()) for v in raw.split(",") if v.strip())
+    if not values:
+        raise BenchError(f"--toggle {text!r}: no values after '='")
+    return Toggle(name, values)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+def levels(toggle: Toggle, resolved: Any) -> tuple[Any, list[Any]]:
+    """(baseline value, alternatives) for one toggle against the resolved engine config."""
+    from llmbench.engine.config import ATTENTION_BACKENDS
+
+    base = getattr(resolved, toggle.name)
+    if toggle.values is not None:
+        return base, [v for v in toggle.values if v != base]
+    if isinstance(base, bool):
+        return base, [not base]
+    if toggle.name == "attention_backend":
+        return base, [b for b in ATTENTION_BACKENDS if b != base]
+    if toggle.name == "tp":
+        return base, [2 if base == 1 else 1]
+    raise BenchError(
+        f"toggle {toggle.name!r} has no default alternatives; give them: --toggle {toggle.name}=A,B"
+    )
+
+
+def on_off(toggle: Toggle, resolved: Any) -> tuple[Any, Any]:
+    """The (on, off) values of a toggle for leave-one-out and factorial designs."""
+    if toggle.values is not None and len(toggle.values) == 2:
+        return toggle.values[0], toggle.values[1]
+    if toggle.name == "attention_backend":
+        best = resolved.attention_backend
+        return (best if best != "torch" else "sdpa"), "torch"
+    if toggle.name == "tp":
+        return 2, 1
+    return True, False
+
+
+def _name(options: dict[str, Any]) -> str:
+    return "+".join(f"{k}={_text(v)}" for k, v in options.items())
+
+
+def plan(design: str, toggles: list[Toggle], resolved: Any) -> list[Variant]:
+    """The variants to run, the baseline first."""
+    if design not in DESIGNS:
+        raise BenchError(f"Unsupported design: {design!r}. Supported: {', '.join(DESIGNS)}")
+    if not toggles:
+        raise BenchError("an ablation needs at least one --toggle")
+    names = [t.name for t in toggles]
+    if len(set(names)) != len(names):
+        raise BenchError(f"a toggle is named twice: {', '.join(names)}")
+    variants = [Variant(BASELINE, {})]
+    if design == "flip":
+        alts = [levels(t, resolved)[1] for t in toggles]
+        for combo in itertools.product(*alts):
+            options = dict(zip(names, combo, strict=True))
+            variants.append(Variant(_name(options), options))
+    elif design == "one-at-a-time":
+        for t in toggles:
+            for alt in levels(t, resolved)[1]:
+                variants.append(Variant(_name({t.name: alt}), {t.name: alt}))
+    elif design == "leave-one-out":
+        all_on = {t.name: on_off(t, resolved)[0] for t in toggles}
+        variants = [Variant(BASELINE, all_on)]
+        for t in toggles:
+            options = {**all_on, t.name: on_off(t, resolved)[1]}
+            variants.append(Variant(f"{t.name}={_text(options[t.name])}", options))
+    else:  # factorial
+        grid = [on_off(t, resolved) for t in toggles]
+        current = {t.name: getattr(resolved, t.name) for t in toggles}
+        variants = []
+        for combo in itertools.product(*grid):
+            options = dict(zip(names, combo, strict=True))
+            name = BASELINE if options == current else _name(options)
+            variants.append(Variant(name, options))
+        variants.sort(key=lambda v: v.name != BASELINE)
+        if variants[0].name != BASELINE:  # the scenario's own configuration is not in the grid
+            variants.insert(0, Variant(BASELINE, {}))
+    seen: set[str] = set()
+    unique = []
+    for v in variants:
+        if v.name not in seen:
+            seen.add(v.name)
+            unique.append(v)
+    return unique

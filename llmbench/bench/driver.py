@@ -1,0 +1,190 @@
+"""The driver: feeds one run point's requests to an in-process engine and records what happens.
+
+Open loop (offline, poisson, gamma, trace): a request enters when its due time has passed, between engine
+steps; the engine is given its *scheduled* arrival, so a late hand-over shows up in its latencies, and the
+lag (handed over - scheduled) is recorded per request. When the engine has nothing to do the driver
+sleeps until the next arrival. Closed loop (concurrency N): N requests are kept in flight; each enters
+when a slot frees, with arrival = hand-over time.
+
+A KeyboardInterrupt or an engine exception stops the loop, aborts what is in flight and returns what was
+measured with status "interrupted" / "failed"; ``max_duration`` stops it with status "timeout". Nothing
+here knows about files, terminals or kernels.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from llmbench.bench.records import RequestRecord, StepRecord
+from llmbench.bench.workload.spec import RequestSpec
+
+PROGRESS_PERIOD_S = 0.1  # how often the live display is fed; cheap enough not to disturb steps
+
+
+class Progress(NamedTuple):
+    done: int
+    total: int
+    output_tokens: int
+    elapsed: float
+    kv_usage: float  # fraction of KV blocks in use after the last step, NaN before any
+    running: int
+
+
+class DriveResult(NamedTuple):
+    requests: list[RequestRecord]
+    steps: list[StepRecord]
+    start: float
+    end: float
+    status: str  # "complete" | "interrupted" | "failed" | "timeout"
+    error: str | None
+    not_submitted: int
+
+
+class _InFlight:
+    __slots__ = ("spec", "arrival", "submitted", "token_ids", "token_times")
+
+    def __init__(self, spec: RequestSpec, arrival: float, submitted: float) -> None:
+        self.spec = spec
+        self.arrival = arrival
+        self.submitted = submitted
+        self.token_ids: list[int] = []
+        self.token_times: list[float] = []
+
+
+def _record(flight: _InFlight, out: Any | None, reason: str | None) -> RequestRecord:
+    """From the engine's RequestOutput when there is one, else from the token events seen."""
+    if out is None:
+        return RequestRecord(
+            flight.spec.request_id, flight.spec.input_len, flight.spec.max_tokens, flight.arrival,
+            flight.submitted, None, list(flight.token_times), list(flight.token_ids), reason,
+        )  # fmt: skip
+    return RequestRecord(
+        request_id=flight.spec.request_id,
+        input_len=len(out.prompt_token_ids),
+        max_tokens=flight.spec.max_tokens,
+        arrival=out.arrival_time,
+        submitted=flight.submitted,
+        first_scheduled=out.first_scheduled_time,
+        token_times=list(out.token_times),
+        token_ids=list(out.token_ids),
+        finish_reason=reason or out.finish_reason,
+        num_cached_tokens=out.num_cached_tokens,
+        num_preemptions=out.num_preemptions,
+    )
+
+
+def _step_record(s: Any, decode_context: int) -> StepRecord:
+    return StepRecord(
+        s.step, s.kind, s.num_seqs, s.num_prefill_tokens, s.num_decode_tokens, s.graph_bucket, s.graph_padding,
+        s.kv_blocks_used, s.kv_blocks_free, s.prefix_cache_hit_tokens, s.num_preemptions, s.start_time,
+        s.end_time, decode_context,
+    )  # fmt: skip
+
+
+def drive(
+    engine: Any,
+    requests: list[RequestSpec],
+    offsets: list[float] | None,
+    params_for: Callable[[RequestSpec], Any],
+    *,
+    concurrency: int | None = None,
+    tag: str = "",
+    max_duration: float | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+    sleep: Callable[[float], None] = time.sleep,
+) -> DriveResult:
+    if (offsets is None) == (concurrency is None):
+        raise ValueError("drive() takes either arrival offsets (open loop) or a concurrency (closed loop)")
+    order = (
+        range(len(requests)) if offsets is None else sorted(range(len(requests)), key=lambda i: offsets[i])
+    )
+    pending = deque(order)
+    inflight: dict[str, _InFlight] = {}
+    records: list[RequestRecord] = []
+    steps: list[StepRecord] = []
+    status, error = "complete", None
+    out_tokens, kv_usage, last_report = 0, float("nan"), -1.0
+    start = clock()
+
+    def submit(i: int, arrival: float | None) -> None:
+        """Hand request i over now; ``arrival`` None means "now" (closed loop)."""
+        spec = requests[i]
+        eid = f"{tag}{spec.request_id}"
+        now = clock()
+        arrival = now if arrival is None else arrival
+        engine.add_request(eid, spec.prompt, params_for(spec), arrival_time=arrival)
+        inflight[eid] = _InFlight(spec, arrival, now)
+
+    try:
+        while True:
+            now = clock()
+            if max_duration is not None and now - start > max_duration:
+                status = "timeout"
+                break
+            if offsets is None:
+                while pending and len(inflight) < concurrency:
+                    submit(pending.popleft(), None)
+            else:
+                while pending and start + offsets[pending[0]] <= now:
+                    i = pending.popleft()
+                    submit(i, start + offsets[i])
+            if engine.has_unfinished():
+                out = engine.step()
+                decode_context = 0
+                for ev in out.tokens:
+                    flight = inflight.get(ev.request_id)
+                    if flight is None:
+                        continue
+                    if flight.token_ids:  # a decode token: it attended over prompt + earlier tokens
+                        decode_context += flight.spec.input_len + len(flight.token_ids)
+                    flight.token_ids.append(ev.token_id)
+                    flight.token_times.append(ev.time)
+                    out_tokens += 1
+                s = out.stats
+                if s.kind == "idle":  # nothing was schedulable: no engine work to record
+                    continue
+                steps.append(_step_record(s, decode_context))
+                total_blocks = s.kv_blocks_used + s.kv_blocks_free
+                kv_usage = s.kv_blocks_used / total_blocks if total_blocks else kv_usage
+                for fin in out.finished:
+                    flight = inflight.pop(fin.request_id, None)
+                    if flight is not None:
+                        records.append(_record(flight, fin, None))
+            elif pending:
+                if offsets is not None:
+                    due = start + offsets[pending[0]]
+                    if max_duration is not None:
+                        due = min(due, start + max_duration + 1e-3)
+                    wait = due - clock()
+                    if wait > 0:
+                        sleep(wait)
+            else:
+                break
+            if on_progress is not None and clock() - last_report >= PROGRESS_PERIOD_S:
+                last_report = clock()
+                on_progress(
+                    Progress(
+                        len(records), len(requests), out_tokens, last_report - start, kv_usage, len(inflight)
+                    )
+                )
+    except KeyboardInterrupt:
+        status = "interrupted"
+    except Exception:
+        status, error = "failed", traceback.format_exc()
+    finally:
+        for eid, flight in list(inflight.items()):
+            try:
+                out = engine.abort(eid)
+            except Exception:
+                out = None
+            records.append(_record(flight, out, "abort"))
+        inflight.clear()
+    end = clock()
+    if on_progress is not None and status == "complete":
+        on_progress(Progress(len(records), len(requests), out_tokens, end - start, kv_usage, 0))
+    return DriveResult(records, steps, start, end, status, error, len(pending))

@@ -1,0 +1,75 @@
+"""Reports over any set of run folders: groups, tidy frame, tables, Markdown, CSV, HTML.
+
+``build_report`` reads the folders (nested too), skips broken or incomplete ones (listing why), groups the
+rest by scenario and configuration, and picks each scenario's baseline: the one named by ``baseline`` (a
+run folder or a variant name), else a variant called "baseline" (what ``ablate`` writes), else none.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+import pandas as pd
+
+from llmbench.bench.errors import StoreError
+from llmbench.bench.report.format import SUMMARY_METRICS
+from llmbench.bench.report.frame import Group, load_groups, tidy
+from llmbench.bench.report.views import View, by_scenario, deltas, overview, startup
+from llmbench.bench.store import Problem
+
+
+class Section(NamedTuple):
+    scenario: str
+    groups: list[Group]
+    baseline: Group | None
+    views: list[View]
+
+
+class Report(NamedTuple):
+    sections: list[Section]
+    problems: list[Problem]
+
+    def frame(self, metrics: list[str] | None = None) -> pd.DataFrame:
+        """The tidy DataFrame (default: the summary metrics)."""
+        groups = [g for s in self.sections for g in s.groups]
+        return tidy(groups, metrics or list(SUMMARY_METRICS))
+
+
+def _in(path: Path, group: Group) -> bool:
+    target = path.resolve()
+    return any(r.path.resolve() == target or target in r.path.resolve().parents for r in group.runs)
+
+
+def pick_baseline(groups: list[Group], baseline: str | None) -> Group | None:
+    if baseline:
+        path = Path(baseline)
+        matches = [g for g in groups if _in(path, g)] if path.exists() else []
+        matches = matches or [g for g in groups if baseline in (g.label, g.variant)]
+        return matches[0] if matches else None
+    named = [g for g in groups if g.variant == "baseline"]
+    return named[0] if named else None
+
+
+def build_report(paths: list[Path], baseline: str | None = None, threshold: float = 0.0) -> Report:
+    groups, problems = load_groups(paths)
+    if not groups:
+        listed = "; ".join(f"{p.path}: {p.reason}" for p in problems) or "nothing found"
+        raise StoreError(f"no complete run to report under {', '.join(map(str, paths))} ({listed})")
+    sections = []
+    found_baseline = False
+    for scenario, members in by_scenario(groups).items():
+        base = pick_baseline(members, baseline)
+        found_baseline = found_baseline or base is not None
+        views = [overview(scenario, members, base)]
+        others = [g for g in members if g is not base]
+        if base is not None and others:
+            views += deltas(scenario, base, others, threshold)
+        views.append(startup(scenario, members))
+        sections.append(Section(scenario, members, base, views))
+    if baseline and not found_baseline:
+        raise StoreError(f"--baseline {baseline}: no run folder or variant of that name among the runs read")
+    return Report(sections, problems)
+
+
+__all__ = ["Report", "Section", "build_report", "pick_baseline"]

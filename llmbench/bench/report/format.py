@@ -1,0 +1,94 @@
+"""How a metric's value is written for people: latencies in ms, fractions in %, bytes in GiB/MiB.
+
+Missing values are written "unavailable" when the run says why (no NVML, no GPU peak), "–" otherwise;
+never 0. ``display_value`` gives the number in display units, for CSV and plots.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from llmbench.bench.metrics import METRICS
+
+DASH = "–"
+UNAVAILABLE = "unavailable"
+
+# Rows of the summary table, in order (a subset of METRICS: the ones a performance engineer reads first).
+SUMMARY_METRICS = (
+    "ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p99", "itl_p50", "itl_p99", "e2e_p50", "e2e_p99",
+    "queue_p50", "output_throughput", "total_throughput", "request_throughput", "goodput", "slo_attainment",
+    "num_completed", "duration", "arrival_lag_p99", "decode_step_mean", "decode_bw_util_mean",
+    "prefill_flop_util_mean", "kv_usage_max", "prefix_cache_hit_rate", "preemptions", "gpu_util_mean",
+    "power_mean", "energy_per_token", "peak_memory", "cpu_util_mean",
+)  # fmt: skip
+
+
+def display_unit(metric: str) -> str:
+    unit = METRICS[metric].unit if metric in METRICS else ""
+    return {"s": "ms", "fraction": "%", "bytes": "GiB", "count": ""}.get(unit, unit)
+
+
+def display_value(metric: str, value: Any) -> float:
+    """The value in display units (NaN when missing)."""
+    if value is None:
+        return math.nan
+    v = float(value)
+    unit = METRICS[metric].unit if metric in METRICS else ""
+    if unit == "s":
+        return v * 1e3
+    if unit == "fraction":
+        return v * 100
+    if unit == "bytes":
+        return v / 2**30
+    return v
+
+
+def _number(v: float) -> str:
+    a = abs(v)
+    if a >= 1000:
+        return f"{v:,.0f}"
+    if a >= 100:
+        return f"{v:.1f}"
+    if a >= 10:
+        return f"{v:.2f}"
+    if a >= 0.01 or a == 0:
+        return f"{v:.3f}"
+    return f"{v:.2e}"
+
+
+def format_value(metric: str, value: Any, unavailable: bool = False) -> str:
+    v = display_value(metric, value)
+    if math.isnan(v):
+        return UNAVAILABLE if unavailable else DASH
+    unit = METRICS[metric].unit if metric in METRICS else ""
+    if unit == "count":
+        return f"{v:,.0f}"
+    return _number(v)
+
+
+def format_ci(metric: str, low: Any, high: Any) -> str:
+    lo, hi = display_value(metric, low), display_value(metric, high)
+    if math.isnan(lo) or math.isnan(hi) or (metric in METRICS and METRICS[metric].unit == "count"):
+        return DASH
+    return f"{_number(lo)} – {_number(hi)}"
+
+
+def format_pct(value: Any, signed: bool = True) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return DASH
+    return f"{value * 100:+.1f}%" if signed else f"{value * 100:.1f}%"
+
+
+def metric_label(metric: str) -> str:
+    label = METRICS[metric].label if metric in METRICS else metric
+    unit = display_unit(metric)
+    return f"{label} ({unit})" if unit else label
+
+
+def is_unavailable(metric: str, unavailable: dict[str, str]) -> bool:
+    """Whether a missing value of ``metric`` is missing for a recorded reason."""
+    if metric in unavailable:
+        return True
+    gpu = ("gpu_util_mean", "power_mean", "energy", "energy_per_token", "sm_clock_mean", "gpu_memory_max")
+    return metric in gpu and "gpu_telemetry" in unavailable

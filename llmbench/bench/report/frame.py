@@ -1,0 +1,141 @@
+"""Runs on disk -> groups of comparable measurements -> one tidy DataFrame.
+
+A *group* is one engine configuration of one scenario measured together: the runs sharing
+(scenario, session, variant). An ablation's variant is one group whose repeats live in several folders
+(one process per repeat); a standalone run is a group of its own. Per sweep point a group pools the
+repeats of all its runs; estimates and 95% intervals come from ``summary.interval``.
+
+The tidy frame has one row per (group, point, metric): scenario, session, variant, label, point, metric,
+value, ci_low, ci_high, ci, n, unit, better. Tables, CSV, Markdown and HTML are all views of it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from llmbench.bench.metrics import METRICS, REQUEST_LEVEL
+from llmbench.bench.store import Problem, Run, find_runs
+from llmbench.bench.summary import interval
+
+TIDY_COLUMNS = (
+    "scenario", "session", "variant", "label", "point", "metric", "value", "ci_low", "ci_high", "ci", "n",
+    "unit", "better",
+)  # fmt: skip
+_REQUEST_COLUMN = {"ttft": "ttft", "tpot": "tpot", "e2e": "e2e", "queue": "queue_time"}
+
+
+@dataclass
+class Group:
+    scenario: str
+    session: str
+    variant: str
+    runs: list[Run]
+    label: str = ""
+    points: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # point -> repeat entries
+    _requests: pd.DataFrame | None = None
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return self.runs[0].meta
+
+    @property
+    def unavailable(self) -> dict[str, str]:
+        return self.runs[0].summary.get("unavailable") or {}
+
+    def repeat_values(self, point: str, metric: str) -> list[float]:
+        vals = [(e.get("metrics") or {}).get(metric) for e in self.points.get(point, [])]
+        return [math.nan if v is None else float(v) for v in vals]
+
+    def requests(self) -> pd.DataFrame:
+        """All runs' requests (loaded once)."""
+        if self._requests is None:
+            frames = [r.table("requests") for r in self.runs]
+            frames = [f for f in frames if len(f)]
+            self._requests = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        return self._requests
+
+    def request_samples(self, point: str, metric: str) -> np.ndarray:
+        """Per-request values behind a latency statistic (ITL: pooled gaps), finished requests only."""
+        base = REQUEST_LEVEL[metric][0] if metric in REQUEST_LEVEL else metric
+        df = self.requests()
+        if df.empty or "point" not in df:
+            return np.empty(0)
+        df = df[(df["point"] == point) & df["finish_reason"].isin(["length", "stop"])]
+        if base == "itl":
+            gaps = [np.diff(np.asarray(t, dtype=float)) for t in df["token_times"]]
+            return np.concatenate(gaps) if gaps else np.empty(0)
+        return df[_REQUEST_COLUMN[base]].to_numpy(dtype=float)
+
+    def value(self, point: str, metric: str) -> float:
+        """The estimate alone (mean over repeats), without an interval."""
+        x = np.asarray(self.repeat_values(point, metric), dtype=float)
+        x = x[np.isfinite(x)]
+        return float(x.mean()) if x.size else math.nan
+
+    def estimate(self, point: str, metric: str) -> dict[str, Any]:
+        loader = (lambda: self.request_samples(point, metric)) if metric in REQUEST_LEVEL else None
+        return interval(metric, self.repeat_values(point, metric), loader)
+
+    def startup(self) -> dict[str, float]:
+        """Mean one-off costs over the group's runs (seconds)."""
+        keys = ("engine_init_time", "load_time", "compile_time", "graph_capture_time")
+        out = {}
+        for k in keys:
+            vals = [float(r.meta.get("startup", {}).get(k) or 0.0) for r in self.runs]
+            out[k] = float(np.mean(vals)) if vals else math.nan
+        return out
+
+
+def load_groups(paths: list[Any]) -> tuple[list[Group], list[Problem]]:
+    """Complete runs grouped; incomplete ones become problems (reported, skipped)."""
+    runs, problems = find_runs(paths)
+    groups: dict[tuple[str, str, str], Group] = {}
+    for run in runs:
+        if not run.complete:
+            why = run.meta.get("stop_reason") or run.meta.get("status")
+            problems.append(Problem(run.path, f"incomplete run ({why}): skipped"))
+            continue
+        m = run.meta
+        key = (m["scenario_name"], m.get("session") or str(run.path), m["variant"])
+        g = groups.setdefault(key, Group(*key, runs=[]))
+        g.runs.append(run)
+        for p in run.summary["points"]:
+            g.points.setdefault(p.get("label", "?"), []).extend(p.get("repeats", []))
+    out = list(groups.values())
+    for g in out:
+        same = [h for h in out if h.scenario == g.scenario and h.variant == g.variant]
+        stamp = "-".join(g.runs[0].path.name.split("-")[:2])  # the folder's <date>-<time>
+        g.label = g.variant if len(same) == 1 else f"{g.variant} @ {stamp}"
+    return out, problems
+
+
+def tidy(groups: list[Group], metrics: list[str] | None = None) -> pd.DataFrame:
+    rows = []
+    for g in groups:
+        for point in g.points:
+            for metric in metrics or list(METRICS):
+                est = g.estimate(point, metric)
+                info = METRICS[metric]
+                rows.append(
+                    {
+                        "scenario": g.scenario,
+                        "session": g.session,
+                        "variant": g.variant,
+                        "label": g.label,
+                        "point": point,
+                        "metric": metric,
+                        "value": est["value"],
+                        "ci_low": est["ci_low"],
+                        "ci_high": est["ci_high"],
+                        "ci": est["ci"],
+                        "n": est["n"],
+                        "unit": info.unit,
+                        "better": info.better,
+                    }
+                )
+    return pd.DataFrame(rows, columns=list(TIDY_COLUMNS))

@@ -1,0 +1,156 @@
+"""A self-contained HTML report: the report's tables plus matplotlib plots embedded as base64 PNG.
+
+Plots per scenario: latency CDFs (TTFT, TPOT, E2E) per variant, output throughput per variant with 95%
+intervals, and telemetry over time (GPU utilisation and power with NVML; process CPU % and RSS without).
+The page loads nothing from anywhere.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import time
+
+import numpy as np
+
+from llmbench.bench.report.frame import Group
+from llmbench.bench.report.views import View
+
+_CSS = """
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
+table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
+th, td { border-bottom: 1px solid #ddd; padding: 0.3em 0.7em; }
+th { text-align: left; background: #f4f4f4; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+img { max-width: 100%; }
+.problems { color: #a40; }
+"""
+
+
+def view_html(view: View) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in view.headers)
+    body = ""
+    for row in view.rows:
+        cells = "".join(
+            f'<td class="num">{html.escape(c)}</td>' if num else f"<td>{html.escape(c)}</td>"
+            for c, num in zip(row, view.numeric, strict=True)
+        )
+        body += f"<tr>{cells}</tr>\n"
+    return f"<h3>{html.escape(view.title)}</h3>\n<table><tr>{head}</tr>\n{body}</table>\n"
+
+
+def _png(fig) -> str:
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return f'<img alt="plot" src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display: render to memory only
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def latency_cdfs(groups: list[Group]) -> str:
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    plotted = False
+    for ax, (metric, title) in zip(
+        axes, (("ttft_p50", "TTFT"), ("tpot_p50", "TPOT"), ("e2e_p50", "E2E latency")), strict=True
+    ):
+        for g in groups:
+            for point in g.points:
+                x = np.sort(g.request_samples(point, metric))
+                x = x[np.isfinite(x)] * 1e3
+                if x.size:
+                    ax.step(x, np.arange(1, x.size + 1) / x.size, where="post", label=f"{g.label} {point}")
+                    plotted = True
+        ax.set_title(f"{title} CDF")
+        ax.set_xlabel("ms")
+        ax.set_ylabel("fraction of requests")
+        ax.grid(alpha=0.3)
+    if plotted:
+        axes[0].legend(fontsize="small")
+    return _png(fig) if plotted else ""
+
+
+def throughput_bars(groups: list[Group]) -> str:
+    plt = _pyplot()
+    labels, values, lows, highs = [], [], [], []
+    for g in groups:
+        for point in g.points:
+            est = g.estimate(point, "output_throughput")
+            if est["value"] is None:
+                continue
+            labels.append(f"{g.label}\n{point}")
+            values.append(est["value"])
+            lows.append(est["value"] - est["ci_low"] if est["ci_low"] is not None else 0.0)
+            highs.append(est["ci_high"] - est["value"] if est["ci_high"] is not None else 0.0)
+    if not values:
+        return ""
+    fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(values)), 4))
+    ax.bar(range(len(values)), values, yerr=[lows, highs], capsize=4, color="#4878a8")
+    ax.set_xticks(range(len(values)), labels, fontsize="small")
+    ax.set_ylabel("output tok/s (95% CI)")
+    ax.set_title("output throughput per variant")
+    ax.grid(axis="y", alpha=0.3)
+    return _png(fig)
+
+
+def telemetry_plot(groups: list[Group]) -> str:
+    plt = _pyplot()
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(12, 6), sharex=True)
+    plotted = False
+    gpu = False
+    for g in groups:
+        df = g.runs[0].table("telemetry")
+        if df.empty:
+            continue
+        gpu_rows = df[df["gpu"] >= 0]
+        if not gpu_rows.empty and np.isfinite(gpu_rows["gpu_util"]).any():
+            gpu = True
+            for idx, rows in gpu_rows.groupby("gpu"):
+                top.plot(rows["time"], rows["gpu_util"], label=f"{g.label} gpu{idx}")
+                bottom.plot(rows["time"], rows["power"], label=f"{g.label} gpu{idx}")
+        else:
+            host = df.drop_duplicates("time")
+            top.plot(host["time"], host["cpu_percent"], label=g.label)
+            bottom.plot(host["time"], host["rss"] / 2**30, label=g.label)
+        plotted = True
+    if not plotted:
+        plt.close(fig)
+        return ""
+    top.set_ylabel("GPU util (%)" if gpu else "process CPU (%)")
+    bottom.set_ylabel("power (W)" if gpu else "RSS (GiB)")
+    bottom.set_xlabel("seconds since the run started (first run of each variant)")
+    top.legend(fontsize="small")
+    top.grid(alpha=0.3)
+    bottom.grid(alpha=0.3)
+    return _png(fig)
+
+
+def render_html(sections: list[tuple[str, list[View], list[Group]]], problems: list[str]) -> str:
+    parts = [
+        f"<!doctype html><html><head><meta charset='utf-8'><title>llmbench report</title><style>{_CSS}</style></head><body>"
+    ]
+    parts.append(
+        f"<h1>llmbench report</h1><p>generated {html.escape(time.strftime('%Y-%m-%d %H:%M:%S'))}</p>"
+    )
+    if problems:
+        items = "".join(f"<li>{html.escape(p)}</li>" for p in problems)
+        parts.append(f"<div class='problems'><p>Skipped:</p><ul>{items}</ul></div>")
+    for scenario, views, groups in sections:
+        parts.append(f"<h2>{html.escape(scenario)}</h2>")
+        parts += [view_html(v) for v in views]
+        for plot in (latency_cdfs(groups), throughput_bars(groups), telemetry_plot(groups)):
+            if plot:
+                parts.append(f"<p>{plot}</p>")
+    parts.append("</body></html>\n")
+    return "\n".join(parts)

@@ -1,0 +1,105 @@
+"""Report tables as plain data (title, headers, rows of text, alignment), built from groups.
+
+Renderers turn a :class:`View` into Rich (cli), Markdown, or HTML; numbers are right-aligned in all.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from llmbench.bench.report.compare import DELTA_METRICS, change, outputs_identical, verdict
+from llmbench.bench.report.format import format_pct, format_value, is_unavailable, metric_label
+from llmbench.bench.report.frame import Group
+
+OVERVIEW_METRICS = (
+    "ttft_p50", "ttft_p99", "tpot_p50", "e2e_p99", "output_throughput", "request_throughput", "peak_memory",
+    "energy_per_token",
+)  # fmt: skip
+
+
+class View(NamedTuple):
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+    numeric: list[bool]  # per column: right-align
+
+
+def by_scenario(groups: list[Group]) -> dict[str, list[Group]]:
+    """Groups per scenario, a variant named "baseline" first."""
+    out: dict[str, list[Group]] = {}
+    for g in sorted(groups, key=lambda g: g.variant != "baseline"):
+        out.setdefault(g.scenario, []).append(g)
+    return out
+
+
+def overview(scenario: str, groups: list[Group], baseline: Group | None) -> View:
+    """Headline metrics down, one column per (configuration, point); changes against the baseline."""
+    columns = [(g, point) for g in groups for point in g.points]
+    headers = ["metric", *(f"{g.label} · {point}" for g, point in columns)]
+    rows = [["repeats", *(str(len(g.points[point])) for g, point in columns)]]
+    for m in OVERVIEW_METRICS:
+        cells = []
+        for g, point in columns:
+            value = g.value(point, m)
+            text = format_value(m, value, is_unavailable(m, g.unavailable))
+            if (
+                baseline is not None
+                and g is not baseline
+                and point in baseline.points
+                and math.isfinite(value)
+            ):
+                base = baseline.value(point, m)
+                text += f" ({format_pct((value - base) / base if base else math.nan)})"
+            cells.append(text)
+        if any(c not in ("–", "unavailable") for c in cells):
+            rows.append([metric_label(m), *cells])
+    title = scenario + (f" (changes against {baseline.label})" if baseline is not None else "")
+    return View(title, headers, rows, [False, *([True] * len(columns))])
+
+
+def deltas(scenario: str, baseline: Group, others: list[Group], threshold: float = 0.0) -> list[View]:
+    """Per variant and point: baseline, variant, change with its 95% interval, verdict; outputs identical."""
+    headers = ["metric", "baseline", "variant", "change", "95% CI", "verdict"]
+    views = []
+    for g in others:
+        for point in baseline.points:
+            if point not in g.points:
+                continue
+            rows = []
+            for m in DELTA_METRICS:
+                c = change(baseline, g, point, m)
+                una = is_unavailable(m, g.unavailable)
+                ci = f"{format_pct(c.rel_low)} … {format_pct(c.rel_high)}" if c.ci else "–"
+                rows.append([
+                    metric_label(m), format_value(m, c.base, una), format_value(m, c.new, una), format_pct(c.rel), ci,
+                    verdict(c, threshold),
+                ])  # fmt: skip
+            rows.append(["outputs identical (greedy)", "", outputs_identical(baseline, g, point), "", "", ""])
+            title = f"{scenario} · {point}: {g.label} against {baseline.label}"
+            views.append(View(title, headers, rows, [False, True, True, True, True, False]))
+    return views
+
+
+def startup(scenario: str, groups: list[Group]) -> View:
+    """One-off costs, kept apart from steady state."""
+    headers = ["variant", "runs", "init", "weights", "compile", "graphs"]
+    rows = []
+    for g in groups:
+        s = g.startup()
+        rows.append([
+            g.label, str(len(g.runs)), f"{s['engine_init_time']:.2f}", f"{s['load_time']:.2f}",
+            f"{s['compile_time']:.2f}", f"{s['graph_capture_time']:.2f}",
+        ])  # fmt: skip
+    title = f"{scenario}: startup seconds (engine init = weights + compile + graph capture + KV pool; not measured)"
+    return View(title, headers, rows, [False, True, True, True, True, True])
+
+
+def to_markdown(view: View) -> str:
+    def esc(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    lines = [f"### {esc(view.title)}", "", "| " + " | ".join(esc(h) for h in view.headers) + " |"]
+    lines.append("|" + "|".join("---:" if num else "---" for num in view.numeric) + "|")
+    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in view.rows]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,371 @@
+"""One run: a resolved scenario against one engine configuration, measured and stored.
+
+Order: check the engine options -> open the result folder -> start telemetry -> build the engine (its
+startup costs recorded apart) -> warm-up requests (discarded) -> for each sweep point, each repeat: build
+the requests, drive them -> write the store. Ctrl-C or an engine error stops the measuring; what was
+measured is written with status "incomplete" and the reason, then the error goes up to the caller.
+Nothing here prints: progress and messages go through a :class:`RunEvents` the caller supplies.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import os
+import time
+import traceback
+import zlib
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol
+
+import numpy as np
+
+from llmbench.bench.arrivals import arrival_offsets, point_label
+from llmbench.bench.derived import step_utilisation
+from llmbench.bench.driver import DriveResult, Progress, drive
+from llmbench.bench.errors import RunFailed, WorkloadError
+from llmbench.bench.hardware import (
+    busy_warning,
+    command_line,
+    cuda_device_name,
+    git_commit,
+    machine,
+    peak_for,
+    set_torch_threads,
+    versions,
+)
+from llmbench.bench.scenario.loader import ResolvedScenario, scenario_dict
+from llmbench.bench.scenario.schema import Scenario
+from llmbench.bench.store import RunWriter
+from llmbench.bench.summary import Measured, build_summary, repeat_metrics, unavailable_reasons
+from llmbench.bench.tables import (
+    REQUEST_COLUMNS,
+    STEP_COLUMNS,
+    frame,
+    request_rows,
+    step_rows,
+    telemetry_frame,
+)
+from llmbench.bench.telemetry import TelemetrySampler
+from llmbench.bench.workload import RequestSpec, build_requests
+
+LAG_WARNING_S = 0.010  # a p99 hand-over lag above this means the schedule was not kept
+SALT_PER_POINT = 10_000  # prompt salt = point index * this + repeat index
+
+
+class RunEvents(Protocol):
+    def message(self, level: str, text: str) -> None: ...  # level: "info" | "warning"
+
+    def phase(self, text: str) -> None: ...
+
+    def progress(self, label: str, repeat: int, progress: Progress) -> None: ...
+
+
+class QuietEvents:
+    def message(self, level: str, text: str) -> None:
+        pass
+
+    def phase(self, text: str) -> None:
+        pass
+
+    def progress(self, label: str, repeat: int, progress: Progress) -> None:
+        pass
+
+
+class RunRequest(NamedTuple):
+    resolved: ResolvedScenario
+    out_root: Path = Path("results")
+    variant: str = "default"
+    run_dir: Path | None = (
+        None  # exact destination (ablation children); default: <out_root>/<scenario>/<ts>-<variant>
+    )
+    session: str | None = None  # groups runs that belong together (an ablation)
+    repeat_index: int | None = None  # run only this repeat (ablation children interleave repeats)
+
+
+class RunOutcome(NamedTuple):
+    run_dir: Path
+    status: str  # "complete" | "incomplete"
+    stop_reason: str | None  # "interrupted" | "failed" | "timeout" | None
+    meta: dict[str, Any]
+    summary: dict[str, Any]
+
+
+def engine_config(scenario: Scenario) -> Any:
+    """The resolved EngineConfig; raises the engine's ConfigError for options that cannot apply."""
+    from llmbench.engine.config import EngineConfig
+
+    return EngineConfig.from_options(scenario.model, **scenario.engine)
+
+
+def sampling_params(scenario: Scenario, spec: RequestSpec) -> Any:
+    from llmbench.engine.sampling_params import SamplingParams
+
+    s = scenario.sampling
+    seed = (
+        None
+        if s.temperature == 0
+        else (scenario.seed * 1_000_003 + zlib.crc32(spec.request_id.encode())) % 2**31
+    )
+    return SamplingParams(
+        temperature=s.temperature,
+        top_k=s.top_k,
+        top_p=s.top_p,
+        max_tokens=spec.max_tokens,
+        ignore_eos=s.ignore_eos,
+        seed=seed,
+    )
+
+
+def _check_fits(specs: list[RequestSpec], max_model_len: int) -> None:
+    for spec in specs:
+        if spec.input_len + spec.max_tokens > max_model_len:
+            raise WorkloadError(
+                f"request {spec.request_id}: {spec.input_len} prompt + {spec.max_tokens} output tokens exceed the "
+                f"engine's max_model_len ({max_model_len}); shorten the workload or raise engine.max_model_len"
+            )
+
+
+def _warmup_specs(specs: list[RequestSpec], n: int, vocab: int, seed: int) -> list[RequestSpec]:
+    """``n`` requests shaped like the workload's, with fresh token ids (no prefix-cache help later)."""
+    rng = np.random.default_rng([seed, 0x5EED])
+    shapes = itertools.islice(itertools.cycle(specs), n)
+    return [
+        RequestSpec(f"warmup-{i}", rng.integers(0, vocab, size=s.input_len).tolist(), s.max_tokens)
+        for i, s in enumerate(shapes)
+    ]
+
+
+def _cuda_indices(config: Any) -> list[int] | None:
+    if not config.is_cuda:
+        return None
+    base = int(config.device.split(":")[1]) if ":" in config.device else 0
+    return list(range(base, base + config.tp))
+
+
+class _Measuring:
+    """State of one run while it is measured; kept so an interruption can still write it out."""
+
+    def __init__(self) -> None:
+        self.measured: list[Measured] = []
+        self.warnings: list[str] = []
+        self.stop_reason: str | None = None
+        self.error: str | None = None
+
+
+def _measure(req: RunRequest, engine: Any, events: RunEvents, state: _Measuring) -> None:
+    scenario = req.resolved.scenario
+    info = engine.model_info
+    specs_by_salt: dict[int, list[RequestSpec]] = {}
+
+    def specs_for(salt: int) -> list[RequestSpec]:
+        if salt not in specs_by_salt:
+            specs = build_requests(scenario.workload, engine.tokenizer, info.vocab_size, scenario.seed, salt)
+            _check_fits(specs, info.max_model_len)
+            specs_by_salt[salt] = specs
+        return specs_by_salt[salt]
+
+    repeats = [req.repeat_index] if req.repeat_index is not None else list(range(scenario.repeats))
+    first = specs_for(repeats[0])  # also checks that the workload fits before anything runs
+    points = scenario.arrival.points
+    if scenario.warmup:
+        # Warm up under the first point's arrival process, so the kinds of step it runs (prefill, decode,
+        # mixed) and their shapes have all been through the engine once before the clock counts.
+        events.phase(f"warm-up: {scenario.warmup} requests")
+        warm = _warmup_specs(first, scenario.warmup, info.vocab_size, scenario.seed)
+        offsets = arrival_offsets(points[0], warm, np.random.default_rng([scenario.seed, 0x5EED]))
+        result = drive(
+            engine,
+            warm,
+            offsets,
+            lambda s: sampling_params(scenario, s),
+            concurrency=points[0].get("concurrency"),
+            tag="w-",
+        )
+        if result.status != "complete":
+            state.stop_reason, state.error = result.status, result.error
+            return
+    for pi, point in enumerate(points):
+        label = point_label(point)
+        for r in repeats:
+            # Fresh random prompt tokens per (point, repeat), the same in every variant of an ablation.
+            specs = specs_for(pi * SALT_PER_POINT + r)
+            offsets = arrival_offsets(point, specs, np.random.default_rng([scenario.seed, pi]))
+            if state.measured:  # a repeat must not hit prefixes an earlier one cached
+                engine.reset_prefix_cache()
+            events.phase(f"{label}, repeat {r + 1}/{max(repeats) + 1}" if len(repeats) > 1 else label)
+            result: DriveResult = drive(
+                engine,
+                specs,
+                offsets,
+                lambda s: sampling_params(scenario, s),
+                concurrency=point.get("concurrency"),
+                tag=f"p{pi}r{r}-",
+                max_duration=scenario.max_duration_s,
+                on_progress=lambda p, label=label, r=r: events.progress(label, r, p),
+            )
+            state.measured.append(Measured(pi, label, point, r, result))
+            lags = [x.arrival_lag for x in result.requests]
+            if (
+                point["kind"] != "offline"
+                and offsets is not None
+                and lags
+                and np.percentile(lags, 99) > LAG_WARNING_S
+            ):
+                longest = max((s.duration for s in result.steps), default=math.nan)
+                state.warnings.append(
+                    f"{label} repeat {r}: the driver fell behind the arrival schedule: hand-over lag p99 "
+                    f"{np.percentile(lags, 99) * 1e3:.1f} ms, max {max(lags) * 1e3:.1f} ms (requests enter between "
+                    f"engine steps; the longest step took {longest * 1e3:.1f} ms). Latencies count from the "
+                    "scheduled arrival, so they include this lag."
+                )
+            if result.status == "timeout":
+                state.warnings.append(
+                    f"{label} repeat {r}: stopped after max_duration_s={scenario.max_duration_s}"
+                )
+            elif result.status != "complete":
+                state.stop_reason, state.error = result.status, result.error
+                return
+
+
+def execute_run(req: RunRequest, events: RunEvents | None = None) -> RunOutcome:
+    """Measure and store one run (see the module docstring); torch's thread count is restored after."""
+    import torch
+
+    config = engine_config(req.resolved.scenario)  # ConfigError goes up before anything is written
+    threads_before = torch.get_num_threads()
+    try:
+        return _execute(req, config, events or QuietEvents())
+    finally:
+        torch.set_num_threads(threads_before)
+
+
+def _execute(req: RunRequest, config: Any, events: RunEvents) -> RunOutcome:
+    scenario = req.resolved.scenario
+    writer = RunWriter(req.out_root, scenario.name, req.variant, req.run_dir)
+    state = _Measuring()
+    threads = set_torch_threads(scenario.cpu_threads)
+    busy = busy_warning(threads)
+    if busy:
+        state.warnings.append(busy)
+    started = time.time()
+    origin = time.perf_counter()
+    telemetry = None
+    engine = None
+    if scenario.telemetry.enabled:
+        telemetry = TelemetrySampler(scenario.telemetry.period_ms / 1e3, _cuda_indices(config), config.device)
+        telemetry.start()
+    try:
+        events.phase(f"building the engine ({scenario.model} on {config.device})")
+        from llmbench.engine.llm_engine import LLMEngine
+
+        t0 = time.perf_counter()
+        engine = LLMEngine(config)
+        init_time = time.perf_counter() - t0
+        try:
+            _measure(req, engine, events, state)
+        except KeyboardInterrupt:
+            state.stop_reason = "interrupted"
+        except Exception:
+            if not state.measured:
+                raise
+            state.stop_reason, state.error = "failed", traceback.format_exc()
+    except BaseException:
+        _stop(telemetry, engine)
+        writer.discard()  # nothing was measured
+        raise
+    _stop(telemetry, engine)
+    if not state.measured and state.stop_reason is not None:
+        writer.discard()
+        if state.stop_reason == "interrupted":
+            raise KeyboardInterrupt
+        raise RunFailed(f"the run failed before anything was measured:\n{_last_line(state.error)}")
+
+    rows = telemetry.rows() if telemetry is not None else []
+    peak = peak_for(cuda_device_name(engine.config.device))
+    per_repeat, req_rows, step_rows_ = [], [], []
+    for m in state.measured:
+        util = step_utilisation(m.drive.steps, engine.model_info, peak, engine.config.tp)
+        per_repeat.append(repeat_metrics(m, scenario.slo, rows, util))
+        req_rows += request_rows(m.point_label, m.repeat, m.drive.requests, scenario.slo, origin)
+        step_rows_ += step_rows(m.point_label, m.repeat, m.drive.steps, util, origin)
+
+    status = "complete" if state.stop_reason is None else "incomplete"
+    unavailable = unavailable_reasons(telemetry, scenario, peak, engine.config.device)
+    meta = {
+        **_meta(req, engine, state, status),
+        "startup": {**dataclasses.asdict(engine.startup), "engine_init_time": init_time},
+        "peak": peak._asdict() if peak else None,
+        "cpu_threads": threads,
+        "telemetry": {
+            "enabled": scenario.telemetry.enabled,
+            "period_ms": scenario.telemetry.period_ms,
+            "nvml": bool(telemetry and telemetry.nvml_available),
+        },
+        "unavailable": unavailable,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    summary = {
+        "status": status,
+        "stop_reason": state.stop_reason,
+        "scenario": scenario.name,
+        "variant": req.variant,
+        "model": scenario.model,
+        "points": build_summary(state.measured, per_repeat, origin),
+        "warnings": state.warnings,
+        "unavailable": unavailable,
+    }
+    tables = {
+        "requests": frame(req_rows, REQUEST_COLUMNS),
+        "steps": frame(step_rows_, STEP_COLUMNS),
+        "telemetry": telemetry_frame(rows, origin),
+    }
+    run_dir = writer.finish(meta, summary, tables)
+    if state.stop_reason == "failed":
+        raise RunFailed(
+            f"the run failed; what was measured is kept in {run_dir}:\n{_last_line(state.error)}",
+            str(run_dir),
+        )
+    return RunOutcome(run_dir, status, state.stop_reason, meta, summary)
+
+
+def _meta(req: RunRequest, engine: Any, state: _Measuring, status: str) -> dict[str, Any]:
+    """What the run was: scenario as resolved, engine as resolved, versions, machine, commit, command."""
+    scenario = req.resolved.scenario
+    return {
+        "llmbench_version": versions().get("llmbench"),
+        "status": status,
+        "stop_reason": state.stop_reason,
+        "error": state.error,
+        "scenario_name": scenario.name,
+        "scenario_path": str(req.resolved.path),
+        "scenario": scenario_dict(scenario),
+        "overrides": list(req.resolved.overrides),
+        "profile": {"name": req.resolved.profile.name, "reason": req.resolved.profile.reason},
+        "variant": req.variant,
+        "session": req.session,
+        "repeat_index": req.repeat_index,
+        "seed": scenario.seed,
+        "engine_options": scenario.engine,
+        "engine_config": engine.config.to_dict(),
+        "model_info": dataclasses.asdict(engine.model_info),
+        "versions": versions(),
+        "machine": machine(),
+        "git": git_commit(),
+        "command_line": command_line(),
+        "pid": os.getpid(),
+    }
+
+
+def _stop(telemetry: TelemetrySampler | None, engine: Any) -> None:
+    if telemetry is not None:
+        telemetry.stop()
+    if engine is not None:
+        engine.shutdown()
+
+
+def _last_line(text: str | None) -> str:
+    lines = [ln for ln in (text or "").strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else "(no message)"

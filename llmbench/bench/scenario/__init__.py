@@ -1,0 +1,28 @@
+"""Scenario files: schema (``schema.py``), readable errors (``errors.py``), loading (``loader.py``)."""
+
+from __future__ import annotations
+
+from llmbench.bench.scenario.loader import (
+    AUTO,
+    NONE,
+    ProfileChoice,
+    ResolvedScenario,
+    load_scenario,
+    scenario_dict,
+)
+from llmbench.bench.scenario.schema import SLO, Arrival, LengthDist, Sampling, Scenario, Workload
+
+__all__ = [
+    "AUTO",
+    "NONE",
+    "SLO",
+    "Arrival",
+    "LengthDist",
+    "ProfileChoice",
+    "ResolvedScenario",
+    "Sampling",
+    "Scenario",
+    "Workload",
+    "load_scenario",
+    "scenario_dict",
+]

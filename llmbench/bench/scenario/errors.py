@@ -1,0 +1,96 @@
+"""Pydantic validation errors rewritten for people: one line per problem, full field path first.
+
+``workload.input_len.max: must be >= min (100), got 50``; an unknown key lists the keys allowed there;
+a wrong value shows what was given. Tests protect these messages.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from llmbench.bench.scenario.schema import FieldIssue, Scenario
+
+
+def format_loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def _unwrap(annotation: Any) -> list[Any]:
+    """The candidate types behind an annotation (Optional/Union members)."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return [a for a in typing.get_args(annotation) if a is not type(None)]
+    return [annotation]
+
+
+def model_at(loc: tuple[Any, ...], root: type[BaseModel] = Scenario) -> type[BaseModel] | None:
+    """The schema model that a location points into, or None when it is not a model."""
+    current: Any = root
+    i = 0
+    while i < len(loc):
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return None
+        field = current.model_fields.get(str(loc[i]))
+        if field is None:
+            return None
+        current = None
+        for cand in _unwrap(field.annotation):
+            origin = typing.get_origin(cand)
+            if origin in (dict, list) and i + 1 < len(loc):
+                current = typing.get_args(cand)[-1]
+                i += 1  # the key or index
+                break
+            if isinstance(cand, type) and issubclass(cand, BaseModel):
+                current = cand
+                break
+        i += 1
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def describe(error: dict[str, Any]) -> tuple[str, str]:
+    """(path, message) for one pydantic error."""
+    loc = tuple(error.get("loc", ()))
+    kind = error.get("type", "")
+    ctx = error.get("ctx") or {}
+    cause = ctx.get("error")
+    if isinstance(cause, FieldIssue):
+        return format_loc((*loc, cause.field)), str(cause)
+    if isinstance(cause, Exception):
+        return format_loc(loc), str(cause)
+    if kind == "extra_forbidden":
+        model = model_at(loc[:-1])
+        allowed = ", ".join(model.model_fields) if model is not None else "see the scenario reference"
+        return format_loc(loc), f"unknown key; allowed here: {allowed}"
+    if kind == "missing":
+        return format_loc(loc), "required"
+    message = str(error.get("msg", "invalid value"))
+    if "input" in error and kind not in ("missing",):
+        message += f" (got {_show(error['input'])})"
+    return format_loc(loc), message
+
+
+def format_validation_error(exc: ValidationError, origin: str) -> str:
+    lines = [f"Invalid scenario {origin}:"]
+    seen: set[str] = set()
+    for err in exc.errors(include_url=False):
+        path, message = describe(err)
+        line = f"  {path}: {message}"
+        if line not in seen:
+            seen.add(line)
+            lines.append(line)
+    return "\n".join(lines)

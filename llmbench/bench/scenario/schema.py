@@ -1,0 +1,300 @@
+"""The scenario schema: one YAML file = model + engine options + workload + arrivals + run settings.
+
+Every model forbids unknown keys. A cross-field problem is raised as :class:`FieldIssue`, which names the
+offending field, so the error printed to the user carries the full path (``workload.input_len.max``),
+not just the enclosing mapping. Loading, ``extends:``, ``--set`` and profiles live in ``loader.py``;
+this module only says what a valid scenario is.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class FieldIssue(ValueError):
+    """A validator's complaint about one field of the model being validated."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Dist = Literal["fixed", "uniform", "normal", "lognormal"]
+_DIST_FIELDS: dict[str, tuple[set[str], set[str]]] = {  # dist -> (required, optional)
+    "fixed": ({"value"}, set()),
+    "uniform": ({"min", "max"}, set()),
+    "normal": ({"mean", "std"}, {"min", "max"}),
+    "lognormal": ({"mean", "std"}, {"min", "max"}),
+}
+
+
+class LengthDist(StrictModel):
+    """A token-length distribution. A bare integer means ``{dist: fixed, value: N}``: exactly N tokens.
+
+    normal and lognormal take the mean and standard deviation of the lengths themselves (lognormal's
+    underlying mu/sigma are derived), are rounded to integers and clipped to [min, max] (min defaults
+    to 1).
+    """
+
+    dist: Dist = "fixed"
+    value: int | None = Field(default=None, ge=1)
+    min: int | None = Field(default=None, ge=1)
+    max: int | None = Field(default=None, ge=1)
+    mean: float | None = Field(default=None, gt=0)
+    std: float | None = Field(default=None, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        if isinstance(data, bool):
+            return data  # let the type error say what a length is
+        if isinstance(data, int):
+            return {"dist": "fixed", "value": data}
+        return data
+
+    @model_validator(mode="after")
+    def _fields_fit_dist(self) -> LengthDist:
+        required, optional = _DIST_FIELDS[self.dist]
+        given = {name for name in ("value", "min", "max", "mean", "std") if getattr(self, name) is not None}
+        for name in sorted(required - given):
+            raise FieldIssue(name, f"required for dist '{self.dist}' (it takes: {_takes(self.dist)})")
+        for name in sorted(given - required - optional):
+            raise FieldIssue(name, f"does not apply to dist '{self.dist}' (it takes: {_takes(self.dist)})")
+        if self.min is not None and self.max is not None and self.max < self.min:
+            raise FieldIssue("max", f"must be >= min ({self.min}), got {self.max}")
+        return self
+
+    @property
+    def upper_bound(self) -> int | None:
+        """The largest length this distribution can produce, when it is bounded."""
+        if self.dist == "fixed":
+            return self.value
+        return self.max
+
+
+def _takes(dist: str) -> str:
+    required, optional = _DIST_FIELDS[dist]
+    return ", ".join(sorted(required) + [f"{o} (optional)" for o in sorted(optional)])
+
+
+Source = Literal["synthetic", "shared_prefix", "file", "sharegpt", "trace"]
+_SOURCE_FIELDS: dict[str, tuple[set[str], set[str]]] = {  # source -> (required, optional)
+    "synthetic": ({"num_requests", "input_len", "output_len"}, set()),
+    "shared_prefix": ({"num_requests", "input_len", "output_len", "prefix_len", "num_prefixes"}, set()),
+    "file": ({"path"}, {"num_requests", "output_len"}),
+    "sharegpt": ({"path"}, {"num_requests", "output_len"}),
+    "trace": ({"path"}, {"num_requests", "time_scale"}),
+}
+
+
+class Workload(StrictModel):
+    """Which requests are sent.
+
+    - synthetic: random token ids, ``input_len`` / ``output_len`` distributions (exact token counts).
+    - shared_prefix: ``num_prefixes`` random prefixes of ``prefix_len`` tokens; each request is one of
+      them (round-robin) followed by a unique suffix of ``input_len`` tokens.
+    - file: JSONL (one object a line: ``prompt`` text or token-id list, or ``prompt_token_ids``;
+      optional ``output_len``) or plain text (one prompt a line). ``output_len`` fills in what a record
+      does not say.
+    - sharegpt: ShareGPT-style JSON (``conversations`` of ``from``/``value`` turns, or ``messages`` of
+      ``role``/``content``); prompt = first user turn, output length = the first reply's token count
+      unless ``output_len`` is given.
+    - trace: CSV or JSONL with ``timestamp`` (seconds), ``input_len``, ``output_len``; replayed with
+      its own arrival times (``arrival.kind: trace``), stretched by ``time_scale``.
+    ``num_requests`` on a file-based source samples that many records (cycling when it asks for more).
+    """
+
+    source: Source = "synthetic"
+    num_requests: int | None = Field(default=None, ge=1)
+    input_len: LengthDist | None = None
+    output_len: LengthDist | None = None
+    prefix_len: LengthDist | None = None
+    num_prefixes: int | None = Field(default=None, ge=1)
+    path: str | None = None
+    time_scale: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _fields_fit_source(self) -> Workload:
+        required, optional = _SOURCE_FIELDS[self.source]
+        names = (
+            "num_requests",
+            "input_len",
+            "output_len",
+            "prefix_len",
+            "num_prefixes",
+            "path",
+            "time_scale",
+        )
+        given = {name for name in names if getattr(self, name) is not None}
+        takes = ", ".join(sorted(required) + [f"{o} (optional)" for o in sorted(optional)])
+        for name in sorted(required - given):
+            raise FieldIssue(name, f"required for source '{self.source}' (it takes: {takes})")
+        for name in sorted(given - required - optional):
+            raise FieldIssue(name, f"does not apply to source '{self.source}' (it takes: {takes})")
+        if self.path is not None and not Path(self.path).is_file():
+            raise FieldIssue("path", f"file not found: {self.path}")
+        return self
+
+
+ArrivalKind = Literal["offline", "poisson", "gamma", "concurrency", "trace"]
+
+
+class Arrival(StrictModel):
+    """When requests enter.
+
+    offline: all at t=0. poisson: exponential gaps at ``rate`` requests/s. gamma: gamma-distributed gaps
+    at ``rate`` with coefficient of variation ``cv`` (cv=1 is Poisson, >1 burstier, <1 smoother).
+    concurrency: keep ``concurrency`` requests in flight. trace: the workload trace's own times.
+    A list of rates or concurrencies is a sweep: one run per point.
+    """
+
+    kind: ArrivalKind = "offline"
+    rate: list[float] | None = None
+    cv: float | None = Field(default=None, gt=0)
+    concurrency: list[int] | None = None
+
+    @field_validator("rate", "concurrency", mode="before")
+    @classmethod
+    def _scalar_to_list(cls, value: Any) -> Any:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return [value]
+        return value
+
+    @field_validator("rate")
+    @classmethod
+    def _positive_rates(cls, value: list[float] | None) -> list[float] | None:
+        if value is not None:
+            if not value:
+                raise ValueError("needs at least one rate")
+            bad = [r for r in value if not r > 0]
+            if bad:
+                raise ValueError(f"rates are requests per second and must be > 0, got {bad[0]}")
+        return value
+
+    @field_validator("concurrency")
+    @classmethod
+    def _positive_concurrency(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None:
+            if not value:
+                raise ValueError("needs at least one concurrency")
+            bad = [c for c in value if c < 1]
+            if bad:
+                raise ValueError(f"concurrency is requests in flight and must be >= 1, got {bad[0]}")
+        return value
+
+    @model_validator(mode="after")
+    def _fields_fit_kind(self) -> Arrival:
+        needs = {
+            "offline": set(),
+            "poisson": {"rate"},
+            "gamma": {"rate", "cv"},
+            "concurrency": {"concurrency"},
+            "trace": set(),
+        }[self.kind]
+        given = {name for name in ("rate", "cv", "concurrency") if getattr(self, name) is not None}
+        takes = ", ".join(sorted(needs)) or "nothing else"
+        for name in sorted(needs - given):
+            raise FieldIssue(name, f"required for kind '{self.kind}' (it takes: {takes})")
+        for name in sorted(given - needs):
+            raise FieldIssue(name, f"does not apply to kind '{self.kind}' (it takes: {takes})")
+        return self
+
+    @property
+    def points(self) -> list[dict[str, Any]]:
+        """The sweep: one arrival setting per run point."""
+        if self.kind in ("poisson", "gamma"):
+            return [
+                {"kind": self.kind, "rate": r, **({"cv": self.cv} if self.cv else {})}
+                for r in self.rate or []
+            ]
+        if self.kind == "concurrency":
+            return [{"kind": "concurrency", "concurrency": c} for c in self.concurrency or []]
+        return [{"kind": self.kind}]
+
+
+class Sampling(StrictModel):
+    temperature: float = Field(default=0.0, ge=0)  # 0 = greedy, so variants' outputs can be compared
+    top_k: int = 0
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    ignore_eos: bool = True  # lengths follow output_len exactly (random weights would stop anywhere)
+
+
+class SLO(StrictModel):
+    """Service-level objectives; a request counts towards goodput when it meets every one given."""
+
+    ttft_ms: float | None = Field(default=None, gt=0)
+    tpot_ms: float | None = Field(default=None, gt=0)
+    e2e_ms: float | None = Field(default=None, gt=0)
+
+    @property
+    def defined(self) -> bool:
+        return any(v is not None for v in (self.ttft_ms, self.tpot_ms, self.e2e_ms))
+
+
+class Telemetry(StrictModel):
+    enabled: bool = True
+    period_ms: float = Field(default=50.0, gt=0)
+
+
+class Profile(StrictModel):
+    """Overrides applied on top of the file: automatically ``when`` the run lands on a cpu/gpu, or by name."""
+
+    when: Literal["cpu", "gpu", "manual"] = "manual"
+    description: str = ""
+    overrides: dict[str, Any] = Field(default_factory=dict)
+
+
+class Scenario(StrictModel):
+    name: str
+    description: str = ""
+    model: str = "qwen3-0.6b"
+    engine: dict[str, Any] = Field(default_factory=dict)  # EngineConfig.from_options keywords
+    workload: Workload
+    arrival: Arrival = Field(default_factory=Arrival)
+    sampling: Sampling = Field(default_factory=Sampling)
+    warmup: int = Field(default=0, ge=0)  # warm-up requests, run first (first point's arrivals), discarded
+    repeats: int = Field(default=1, ge=1)
+    seed: int = 0
+    slo: SLO = Field(default_factory=SLO)
+    telemetry: Telemetry = Field(default_factory=Telemetry)
+    max_duration_s: float | None = Field(default=None, gt=0)  # per repeat; the rest is aborted
+    cpu_threads: int | None = Field(default=None, ge=1)  # torch intra-op threads; None: torch's default
+    profiles: dict[str, Profile] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_a_folder_name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError(
+                f"must be letters, digits, '.', '_' or '-' (it names a results folder), got {value!r}"
+            )
+        return value
+
+    @field_validator("engine")
+    @classmethod
+    def _known_engine_options(cls, value: dict[str, Any]) -> dict[str, Any]:
+        from llmbench.engine.config import EngineConfig
+
+        known = {f for f in EngineConfig.__dataclass_fields__} - {"model"}
+        for key in value:
+            if key not in known:
+                raise FieldIssue(key, f"unknown engine option; valid: {', '.join(sorted(known))}")
+        return value
+
+    @model_validator(mode="after")
+    def _workload_fits_arrival(self) -> Scenario:
+        if self.arrival.kind == "trace" and self.workload.source != "trace":
+            raise FieldIssue(
+                "arrival", "kind 'trace' replays a trace's times: it needs workload.source 'trace'"
+            )
+        return self

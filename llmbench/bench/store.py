@@ -1,0 +1,206 @@
+"""The result store: one folder per run, written atomically, never overwritten.
+
+Layout: ``<root>/<scenario>/<YYYYmmdd-HHMMSS>-<variant>/`` holding ``meta.json``, ``summary.json``,
+``requests.parquet``, ``steps.parquet`` and ``telemetry.parquet``. A run is built in a hidden sibling
+``.tmp-<name>-<pid>`` (with a ``meta.json`` saying "running" from the start) and renamed into place
+when written; a name already taken gets a ``-2``, ``-3``... suffix. A leftover ``.tmp-*`` folder is a
+process that died without writing; readers report it and move on.
+
+Reading: :func:`find_runs` walks any set of paths (nested too) and returns the run folders plus a list of
+problems (broken, unreadable, leftover); :func:`load_run` raises :class:`StoreError` with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from llmbench.bench.errors import StoreError
+
+TABLES = ("requests", "steps", "telemetry")
+REQUIRED = ("meta.json", "summary.json")
+_SLUG = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def slug(text: str) -> str:
+    """A folder-safe version of a variant name (``cuda_graph=off`` -> ``cuda_graph-off``)."""
+    return _SLUG.sub("-", text).strip("-") or "run"
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    if isinstance(value, Path):
+        return str(value)
+    return str(value)
+
+
+def _clean(value: Any) -> Any:
+    """NaN/inf become null: JSON has no NaN, and a missing figure must not read as a number."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(path.name + ".part")
+    tmp.write_text(json.dumps(_clean(data), indent=2, default=_json_default, allow_nan=False) + "\n")
+    os.replace(tmp, path)
+
+
+class RunWriter:
+    """Creates the hidden working folder now; :meth:`finish` writes the tables and renames it."""
+
+    def __init__(self, root: Path, scenario: str, variant: str, exact: Path | None = None) -> None:
+        if exact is not None:
+            exact = Path(exact)
+            if exact.exists():
+                raise StoreError(f"{exact} already exists; results are never overwritten")
+            self.parent, self.name = exact.parent, exact.name
+        else:
+            self.parent = Path(root) / scenario
+            self.name = f"{time.strftime('%Y%m%d-%H%M%S')}-{slug(variant)}"
+        self.exact = exact is not None
+        try:
+            self.parent.mkdir(parents=True, exist_ok=True)
+            self.tmp = self.parent / f".tmp-{self.name}-{os.getpid()}"
+            self.tmp.mkdir()
+        except OSError as exc:
+            raise StoreError(f"cannot create a results folder under {self.parent}: {exc}") from None
+        write_json(self.tmp / "meta.json", {"status": "running", "pid": os.getpid()})
+
+    def finish(self, meta: dict[str, Any], summary: dict[str, Any], tables: dict[str, Any]) -> Path:
+        """Write everything, then move the folder into place; returns its final path."""
+        for name in TABLES:
+            df = tables.get(name)
+            if df is not None:
+                df.to_parquet(self.tmp / f"{name}.parquet", index=False)
+        write_json(self.tmp / "summary.json", summary)
+        write_json(self.tmp / "meta.json", meta)
+        return self._rename()
+
+    def _rename(self) -> Path:
+        for k in range(1, 1000):
+            final = self.parent / (self.name if k == 1 else f"{self.name}-{k}")
+            if final.exists():
+                if self.exact:
+                    raise StoreError(f"{final} appeared while the run was written; kept at {self.tmp}")
+                continue
+            try:
+                os.rename(self.tmp, final)  # atomic; fails rather than replace a non-empty folder
+                return final
+            except OSError:
+                if self.exact:
+                    raise
+        raise StoreError(f"no free run folder name under {self.parent} for {self.name}")
+
+    def discard(self) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+class Problem(NamedTuple):
+    path: Path
+    reason: str
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise StoreError(f"{path.parent}: missing {path.name}") from None
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"{path.parent}: {path.name} is unreadable ({exc})") from None
+    if not isinstance(data, dict):
+        raise StoreError(f"{path.parent}: {path.name} does not hold a JSON object")
+    return data
+
+
+class Run(NamedTuple):
+    path: Path
+    meta: dict[str, Any]
+    summary: dict[str, Any]
+
+    @property
+    def complete(self) -> bool:
+        return self.meta.get("status") == "complete"
+
+    def table(self, name: str) -> Any:
+        """One of the run's tables as a DataFrame (empty with no columns when it is missing)."""
+        import pandas as pd
+
+        path = self.path / f"{name}.parquet"
+        if not path.exists():
+            return pd.DataFrame()
+        try:
+            return pd.read_parquet(path)
+        except Exception as exc:
+            raise StoreError(f"{self.path}: {name}.parquet is unreadable ({exc})") from None
+
+
+def load_run(path: Path) -> Run:
+    path = Path(path)
+    if not path.is_dir():
+        raise StoreError(f"{path}: not a run folder (no such directory)")
+    meta = _read_json(path / "meta.json")
+    summary = _read_json(path / "summary.json")
+    if meta.get("status") == "running":
+        raise StoreError(f"{path}: the run never finished writing (status 'running')")
+    for key in ("scenario_name", "variant"):
+        if key not in meta:
+            raise StoreError(f"{path}: meta.json lacks '{key}'")
+    if not isinstance(summary.get("points"), list):
+        raise StoreError(f"{path}: summary.json lacks its 'points' list")
+    return Run(path, meta, summary)
+
+
+def find_runs(paths: list[Path]) -> tuple[list[Run], list[Problem]]:
+    """Every run folder at or below ``paths`` (sorted), and what could not be read there."""
+    runs: list[Run] = []
+    problems: list[Problem] = []
+    seen: set[Path] = set()
+
+    def visit(p: Path) -> None:
+        rp = p.resolve()
+        if rp in seen:
+            return
+        seen.add(rp)
+        if p.name.startswith(".tmp-"):
+            problems.append(Problem(p, "left over by a run that died before writing its results"))
+            return
+        if (p / "meta.json").exists() or (p / "summary.json").exists():
+            try:
+                runs.append(load_run(p))
+            except StoreError as exc:
+                problems.append(Problem(p, str(exc)))
+            return
+        children = sorted(c for c in p.iterdir() if c.is_dir())
+        for c in children:
+            visit(c)
+
+    for path in paths:
+        path = Path(path)
+        if not path.exists():
+            problems.append(Problem(path, "no such file or directory"))
+        elif not path.is_dir():
+            problems.append(Problem(path, "not a directory"))
+        else:
+            before = len(runs) + len(problems)
+            visit(path)
+            if len(runs) + len(problems) == before:
+                problems.append(Problem(path, "holds no run folder (none with meta.json)"))
+    runs.sort(key=lambda r: str(r.path))
+    return runs, problems

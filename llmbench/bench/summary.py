@@ -1,0 +1,140 @@
+"""From what was measured to ``summary.json``: per-repeat metrics and per-point estimates with intervals.
+
+A point's estimate of a metric is the mean over its repeats. Its 95% interval is a percentile bootstrap
+of that mean over repeats when there are at least two; with a single repeat, latency statistics get a
+bootstrap over requests instead (``ci: "requests"``) and other metrics get none (``ci: null``). The same
+function serves the report, which may pool repeats recorded in different folders (an ablation).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from llmbench.bench.derived import StepUtilisation, step_summary
+from llmbench.bench.driver import DriveResult
+from llmbench.bench.hardware import Peak
+from llmbench.bench.metrics import METRICS, REQUEST_LEVEL, latency_samples, request_summary, window
+from llmbench.bench.scenario.schema import SLO, Scenario
+from llmbench.bench.stats import bootstrap_ci, stat_for
+from llmbench.bench.telemetry import TelemetrySampler, window_summary
+
+
+class Measured(NamedTuple):
+    point_index: int
+    point_label: str
+    point: dict[str, Any]
+    repeat: int
+    drive: DriveResult
+
+
+def repeat_metrics(
+    m: Measured, slo: SLO, telemetry_rows: list[dict[str, Any]], util: StepUtilisation
+) -> dict[str, float]:
+    """Every metric of METRICS for one repeat of one point."""
+    out = request_summary(m.drive.requests, slo)
+    out.update(step_summary(m.drive.steps, util))
+    start, end = window(m.drive.requests)
+    if math.isnan(start):
+        start, end = m.drive.start, m.drive.end
+    out.update(window_summary(telemetry_rows, start, end))
+    tokens = out["output_tokens"]
+    out["energy_per_token"] = out["energy"] / tokens if tokens and not math.isnan(out["energy"]) else math.nan
+    # Peak memory: the device's when known (NVML's view includes the KV pool), else the host process's.
+    gpu = [v for v in (out["gpu_memory_max"], out["torch_reserved_max"]) if not math.isnan(v)]
+    out["peak_memory"] = max(gpu) if gpu else out["rss_max"]
+    return out
+
+
+def interval(
+    name: str, repeat_values: list[float], request_samples: Callable[[], np.ndarray] | None = None
+) -> dict[str, Any]:
+    """Estimate and 95% interval of one metric for one point (see the module docstring)."""
+    values = np.array([v for v in repeat_values if v is not None], dtype=float)
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return {"value": None, "ci_low": None, "ci_high": None, "ci": None, "n": 0}
+    if finite.size >= 2:
+        ci = bootstrap_ci(finite)
+        return {
+            "value": ci.value,
+            "ci_low": ci.low,
+            "ci_high": ci.high,
+            "ci": "repeats",
+            "n": int(finite.size),
+        }
+    value = float(finite[0])
+    if name in REQUEST_LEVEL and request_samples is not None:
+        samples = request_samples()
+        if np.isfinite(samples).sum() >= 2:
+            ci = bootstrap_ci(samples, stat_for(REQUEST_LEVEL[name][1]))
+            return {"value": value, "ci_low": ci.low, "ci_high": ci.high, "ci": "requests", "n": 1}
+    return {"value": value, "ci_low": None, "ci_high": None, "ci": None, "n": 1}
+
+
+def point_summary(measured: list[Measured], per_repeat: list[dict[str, float]]) -> dict[str, Any]:
+    """Aggregate of one point's repeats (``measured`` and ``per_repeat`` in the same order)."""
+    only = measured[0] if len(measured) == 1 else None
+    samples = latency_samples(only.drive.requests) if only is not None else {}
+    metrics = {}
+    for name in METRICS:
+        key = REQUEST_LEVEL.get(name, (None,))[0]
+        loader = (lambda k=key: samples[k]) if key in samples else None
+        metrics[name] = interval(name, [r.get(name, math.nan) for r in per_repeat], loader)
+    return metrics
+
+
+def build_summary(
+    measured: list[Measured],
+    per_repeat: list[dict[str, float]],
+    origin: float,
+) -> list[dict[str, Any]]:
+    """The ``points`` list of summary.json, in sweep order."""
+    points: dict[int, dict[str, Any]] = {}
+    groups: dict[int, list[int]] = {}
+    for i, m in enumerate(measured):
+        groups.setdefault(m.point_index, []).append(i)
+        entry = points.setdefault(
+            m.point_index, {"label": m.point_label, "arrival": m.point, "repeats": [], "metrics": {}}
+        )
+        start, end = window(m.drive.requests)
+        entry["repeats"].append(
+            {
+                "repeat": m.repeat,
+                "status": m.drive.status,
+                "window": [start - origin, end - origin],
+                "not_submitted": m.drive.not_submitted,
+                "metrics": per_repeat[i],
+            }
+        )
+    for idx, members in groups.items():
+        points[idx]["metrics"] = point_summary(
+            [measured[i] for i in members], [per_repeat[i] for i in members]
+        )
+    return [points[k] for k in sorted(points)]
+
+
+def unavailable_reasons(
+    telemetry: TelemetrySampler | None, scenario: Scenario, peak: Peak | None, device: str
+) -> dict[str, str]:
+    """Figures that are NaN by necessity, with the reason (a report says "unavailable", not 0)."""
+    out: dict[str, str] = {}
+    if telemetry is None:
+        reason = "telemetry is turned off in the scenario"
+        out.update({k: reason for k in ("gpu_telemetry", "cpu_util_mean", "rss_max")})
+    elif not telemetry.nvml_available:
+        out["gpu_telemetry"] = f"GPU utilisation, memory, power, energy and clocks: {telemetry.nvml_reason}"
+    if peak is None:
+        why = (
+            "the CPU has no datasheet peak here"
+            if not device.startswith("cuda")
+            else "no peak known for this GPU"
+        )
+        out["decode_bw_util_mean"] = why
+        out["prefill_flop_util_mean"] = why
+    if not scenario.slo.defined:
+        out["goodput"] = "the scenario sets no SLO"
+    return out

@@ -1,0 +1,93 @@
+"""The run's tidy tables: one row per request, per engine step, per telemetry sample.
+
+Times are seconds since the run's origin (just before the engine was built), so requests, steps and
+telemetry share one time axis. Generated token ids are kept per request, so greedy outputs of two runs
+can be compared request by request.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from llmbench.bench.derived import StepUtilisation
+from llmbench.bench.metrics import meets_slo, request_metrics
+from llmbench.bench.records import RequestRecord, StepRecord
+from llmbench.bench.scenario.schema import SLO
+from llmbench.bench.telemetry import COLUMNS as TELEMETRY_COLUMNS
+
+REQUEST_COLUMNS = (
+    "point", "repeat", "request_id", "input_len", "max_tokens", "output_len", "arrival", "submitted",
+    "arrival_lag", "first_scheduled", "first_token", "last_token", "queue_time", "ttft", "tpot", "e2e",
+    "finish_reason", "num_cached_tokens", "num_preemptions", "slo_met", "token_ids", "token_times",
+)  # fmt: skip
+STEP_COLUMNS = (
+    "point", "repeat", "step", "kind", "num_seqs", "num_prefill_tokens", "num_decode_tokens", "graph_bucket",
+    "graph_padding", "kv_blocks_used", "kv_blocks_free", "prefix_cache_hit_tokens", "num_preemptions",
+    "start", "end", "duration", "decode_context_tokens", "decode_bw_util", "prefill_flop_util",
+)  # fmt: skip
+
+
+def request_rows(
+    point: str, repeat: int, records: list[RequestRecord], slo: SLO, origin: float
+) -> list[dict[str, Any]]:
+    rows = []
+    for r in records:
+        m = request_metrics(r)
+        rows.append(
+            {
+                "point": point,
+                "repeat": repeat,
+                "request_id": r.request_id,
+                "input_len": r.input_len,
+                "max_tokens": r.max_tokens,
+                "output_len": len(r.token_ids),
+                "arrival": r.arrival - origin,
+                "submitted": r.submitted - origin,
+                "arrival_lag": r.arrival_lag,
+                "first_scheduled": r.first_scheduled - origin if r.first_scheduled is not None else math.nan,
+                "first_token": r.token_times[0] - origin if r.token_times else math.nan,
+                "last_token": r.token_times[-1] - origin if r.token_times else math.nan,
+                "queue_time": m.queue,
+                "ttft": m.ttft,
+                "tpot": m.tpot,
+                "e2e": m.e2e,
+                "finish_reason": r.finish_reason or "unfinished",
+                "num_cached_tokens": r.num_cached_tokens,
+                "num_preemptions": r.num_preemptions,
+                "slo_met": bool(r.finished and meets_slo(m, slo)) if slo.defined else None,
+                "token_ids": [int(t) for t in r.token_ids],
+                "token_times": [t - origin for t in r.token_times],
+            }
+        )
+    return rows
+
+
+def step_rows(
+    point: str, repeat: int, steps: list[StepRecord], util: StepUtilisation, origin: float
+) -> list[dict[str, Any]]:
+    rows = []
+    for i, s in enumerate(steps):
+        row = {"point": point, "repeat": repeat, **s._asdict()}
+        row.update(
+            start=s.start - origin,
+            end=s.end - origin,
+            duration=s.duration,
+            decode_bw_util=float(util.decode_bw[i]),
+            prefill_flop_util=float(util.prefill_flops[i]),
+        )
+        rows.append(row)
+    return rows
+
+
+def frame(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=list(columns))
+
+
+def telemetry_frame(rows: list[dict[str, Any]], origin: float) -> pd.DataFrame:
+    df = pd.DataFrame(rows, columns=list(TELEMETRY_COLUMNS), dtype=float)
+    df["time"] = df["time"] - origin
+    df["gpu"] = df["gpu"].astype("int64")
+    return df

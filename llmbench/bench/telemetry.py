@@ -1,0 +1,152 @@
+"""Hardware telemetry sampled in a background thread while a run is measured.
+
+Every ``period`` seconds: for each GPU in use (NVML) utilisation %, memory used, power, the energy
+counter and SM clock and throttle reasons; torch's allocated/reserved bytes on the engine's device; this
+process's CPU % and RSS (psutil). One row per sample and GPU (``gpu = -1`` on a machine without NVML,
+where every GPU column is NaN and ``nvml_reason`` says why -- never a fake 0).
+
+Energy over a window is the difference of the driver's counter between the first and last samples inside
+it (so it misses up to one period at each end).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from llmbench.bench.nvml import Nvml
+
+COLUMNS = (
+    "time", "gpu", "gpu_util", "memory_used", "power", "energy", "sm_clock", "throttle_reasons",
+    "torch_allocated", "torch_reserved", "cpu_percent", "rss",
+)  # fmt: skip
+GPU_COLUMNS = ("gpu_util", "memory_used", "power", "energy", "sm_clock", "throttle_reasons")
+
+
+class TelemetrySampler:
+    def __init__(
+        self,
+        period_s: float = 0.05,
+        cuda_indices: list[int] | None = None,
+        torch_device: str | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        import psutil
+
+        self.period_s = period_s
+        self._clock = clock
+        self._nvml = Nvml.open(cuda_indices) if cuda_indices else Nvml(None, [], [], "the run uses no GPU")
+        self._torch_device = torch_device if torch_device and torch_device.startswith("cuda") else None
+        self._proc = psutil.Process()
+        self._rows: list[tuple[float, ...]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def nvml_available(self) -> bool:
+        return self._nvml.available
+
+    @property
+    def nvml_reason(self) -> str:
+        return self._nvml.reason
+
+    def _torch_memory(self) -> tuple[float, float]:
+        if self._torch_device is None:
+            return math.nan, math.nan
+        import torch
+
+        try:
+            return float(torch.cuda.memory_allocated(self._torch_device)), float(
+                torch.cuda.memory_reserved(self._torch_device)
+            )
+        except Exception:
+            return math.nan, math.nan
+
+    def mark(self) -> None:
+        """Take one sample now."""
+        t = self._clock()
+        cpu = float(self._proc.cpu_percent(None))
+        rss = float(self._proc.memory_info().rss)
+        alloc, reserved = self._torch_memory()
+        host = (alloc, reserved, cpu, rss)
+        if self._nvml.available:
+            rows = [
+                (t, float(idx), *self._nvml.sample(h), *host)
+                for idx, h in zip(self._nvml.indices, self._nvml.handles, strict=True)
+            ]
+        else:
+            rows = [(t, -1.0, *([math.nan] * len(GPU_COLUMNS)), *host)]
+        with self._lock:
+            self._rows.extend(rows)
+
+    def _loop(self) -> None:
+        # The first sample comes one period after start: psutil's CPU % needs an interval to mean anything.
+        while not self._stop.wait(self.period_s):
+            try:
+                self.mark()
+            except Exception:  # a failed reading must not end the run
+                pass
+
+    def start(self) -> None:
+        self._proc.cpu_percent(None)
+        self._thread = threading.Thread(target=self._loop, name="llmbench-telemetry", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._nvml.close()
+
+    def rows(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(zip(COLUMNS, r, strict=True)) for r in self._rows]
+
+
+def window_summary(rows: list[dict[str, Any]], start: float, end: float) -> dict[str, float]:
+    """Telemetry figures over [start, end]: means, maxima and the energy counter's difference."""
+    nan = math.nan
+    out = dict.fromkeys(
+        ("gpu_util_mean", "power_mean", "energy", "sm_clock_mean", "gpu_memory_max",
+         "torch_reserved_max", "cpu_util_mean", "rss_max"),
+        nan,
+    )  # fmt: skip
+    inside = [r for r in rows if start <= r["time"] <= end]
+    if not inside:
+        return out
+
+    def col(name: str, rs: list[dict[str, Any]] = inside) -> np.ndarray:
+        return np.array([r[name] for r in rs], dtype=float)
+
+    def agg(x: np.ndarray, fn: Callable[[np.ndarray], Any]) -> float:
+        x = x[np.isfinite(x)]
+        return float(fn(x)) if x.size else nan
+
+    out["gpu_util_mean"] = agg(col("gpu_util"), np.mean)
+    out["sm_clock_mean"] = agg(col("sm_clock"), np.mean)
+    out["torch_reserved_max"] = agg(col("torch_reserved"), np.max)
+    out["cpu_util_mean"] = agg(col("cpu_percent"), np.mean)
+    out["rss_max"] = agg(col("rss"), np.max)
+    gpus = sorted({r["gpu"] for r in inside if r["gpu"] >= 0})
+    if gpus:
+        # Sums over GPUs at each sample time: power and memory of the whole tensor-parallel group.
+        by_time: dict[float, list[dict[str, Any]]] = {}
+        for r in inside:
+            by_time.setdefault(r["time"], []).append(r)
+        power = np.array([sum(r["power"] for r in rs) for rs in by_time.values()], dtype=float)
+        memory = np.array([sum(r["memory_used"] for r in rs) for rs in by_time.values()], dtype=float)
+        out["power_mean"] = agg(power, np.mean)
+        out["gpu_memory_max"] = agg(memory, np.max)
+        energy = 0.0
+        for g in gpus:
+            e = col("energy", [r for r in inside if r["gpu"] == g])
+            e = e[np.isfinite(e)]
+            energy = energy + (e[-1] - e[0]) if e.size >= 2 else nan
+        out["energy"] = energy
+    return out

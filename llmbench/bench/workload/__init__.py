@@ -1,0 +1,36 @@
+"""Workloads: a scenario's ``workload:`` turned into a list of :class:`RequestSpec`.
+
+``build_requests`` is deterministic in ``(seed, salt)``: lengths, file records and their order depend on
+``seed`` alone; random prompt token ids depend on ``salt`` too. The runner salts by (sweep point, repeat),
+the same in every ablation variant, so variants see identical requests (their outputs are comparable
+request by request) while successive repeats and points in one engine do not hit each other's
+prefix-cache blocks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from llmbench.bench.scenario.schema import Workload
+from llmbench.bench.workload.files import prompt_file_requests, sharegpt_requests, trace_requests
+from llmbench.bench.workload.spec import Encoder, RequestSpec
+from llmbench.bench.workload.synthetic import shared_prefix_requests, synthetic_requests
+
+
+def build_requests(
+    workload: Workload, encoder: Encoder, vocab_size: int, seed: int, salt: int = 0
+) -> list[RequestSpec]:
+    rng = np.random.default_rng(seed)
+    token_rng = np.random.default_rng([seed, salt])
+    if workload.source == "synthetic":
+        return synthetic_requests(workload, vocab_size, rng, token_rng)
+    if workload.source == "shared_prefix":
+        return shared_prefix_requests(workload, vocab_size, rng, token_rng)
+    if workload.source == "file":
+        return prompt_file_requests(workload, encoder, rng)
+    if workload.source == "sharegpt":
+        return sharegpt_requests(workload, encoder, rng)
+    return trace_requests(workload, vocab_size, token_rng)
+
+
+__all__ = ["Encoder", "RequestSpec", "build_requests"]

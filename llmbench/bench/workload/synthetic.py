@@ -1,0 +1,44 @@
+"""Synthetic prompts of random token ids: exact lengths, no tokenizer involved.
+
+Random ids keep the prompt length exact (512 means 512 tokens) and defeat any accidental prefix
+sharing; ``shared_prefix`` adds sharing back on purpose, with a known number of distinct prefixes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from llmbench.bench.scenario.schema import Workload
+from llmbench.bench.workload.lengths import sample_lengths
+from llmbench.bench.workload.spec import RequestSpec
+
+
+def _tokens(rng: np.random.Generator, n: int, vocab_size: int) -> list[int]:
+    return rng.integers(0, vocab_size, size=int(n)).tolist()
+
+
+def synthetic_requests(
+    workload: Workload, vocab_size: int, rng: np.random.Generator, token_rng: np.random.Generator
+) -> list[RequestSpec]:
+    """Lengths come from ``rng``, token ids from ``token_rng`` (so repeats can share lengths, not prompts)."""
+    n = workload.num_requests
+    inputs = sample_lengths(workload.input_len, n, rng)
+    outputs = sample_lengths(workload.output_len, n, rng)
+    return [RequestSpec(str(i), _tokens(token_rng, inputs[i], vocab_size), int(outputs[i])) for i in range(n)]
+
+
+def shared_prefix_requests(
+    workload: Workload, vocab_size: int, rng: np.random.Generator, token_rng: np.random.Generator
+) -> list[RequestSpec]:
+    """Request i = prefix[i % num_prefixes] + its own random suffix of ``input_len`` tokens."""
+    n = workload.num_requests
+    prefix_lens = sample_lengths(workload.prefix_len, workload.num_prefixes, rng)
+    suffixes = sample_lengths(workload.input_len, n, rng)
+    outputs = sample_lengths(workload.output_len, n, rng)
+    prefixes = [_tokens(token_rng, length, vocab_size) for length in prefix_lens]
+    return [
+        RequestSpec(
+            str(i), prefixes[i % len(prefixes)] + _tokens(token_rng, suffixes[i], vocab_size), int(outputs[i])
+        )
+        for i in range(n)
+    ]

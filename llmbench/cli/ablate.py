@@ -1,0 +1,87 @@
+"""``llmbench ablate``: the same scenario with optimisations switched, each variant in its own process."""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from llmbench.bench.ablation import BASELINE, parse_toggle, plan, run_ablation
+from llmbench.bench.errors import BenchError
+from llmbench.bench.report import build_report
+from llmbench.bench.runner import engine_config
+from llmbench.cli.console import console, error, note, warning
+from llmbench.cli.errors import EXIT_FAILED, EXIT_INTERRUPTED, handle_errors
+from llmbench.cli.run import OutOption, ProfileOption, SetOption, profile_line, resolve
+from llmbench.cli.tables import rich_table
+
+
+class Design(enum.StrEnum):
+    flip = "flip"
+    one_at_a_time = "one-at-a-time"
+    leave_one_out = "leave-one-out"
+    factorial = "factorial"
+
+
+@handle_errors
+def ablate(
+    scenario: Annotated[str, typer.Argument(help="Scenario YAML file or shipped name.")] = "chat",
+    toggle: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--toggle",
+            "-t",
+            help="Engine toggle to vary (repeatable): cuda_graph, paged_kv, ..., or NAME=A,B to pick the values compared.",
+        ),
+    ] = None,
+    design: Annotated[Design, typer.Option(help="Which combinations of the toggles to run.")] = Design.flip,
+    repeats: Annotated[
+        int | None,
+        typer.Option(min=1, help="Repeats per variant, interleaved A B A B (default: the scenario's)."),
+    ] = None,
+    out: OutOption = Path("results"),
+    set_: SetOption = None,
+    profile: ProfileOption = "auto",
+) -> None:
+    """Run the scenario once per variant (each in its own process) and print the deltas against the baseline."""
+    if not toggle:
+        raise BenchError("give at least one --toggle (e.g. llmbench ablate --toggle cuda_graph)")
+    resolved = resolve(scenario, set_, profile)
+    sc = resolved.scenario
+    config = engine_config(sc)  # the scenario itself must be runnable
+    toggles = [parse_toggle(t) for t in toggle]
+    variants = plan(design.value, toggles, config)
+    n = repeats or sc.repeats
+    note(f"ablation of {sc.name} ({resolved.path}) · design {design.value} · {n} repeat(s) per variant")
+    note(profile_line(resolved))
+    for v in variants:
+        opts = ", ".join(f"{k}={val}" for k, val in v.options.items()) or "the scenario's engine options"
+        note(f"  {v.name}: {opts}")
+
+    def on_event(level: str, text: str) -> None:
+        (warning if level == "warning" else note)(text if level == "warning" else f"· {text}")
+
+    outcome = run_ablation(resolved, list(set_ or []), variants, toggles, design.value, n, out, on_event)
+    ok = [s for s in outcome.variants if s.status == "ok"]
+    failed = [s for s in outcome.variants if s.status == "failed"]
+    if ok:
+        rep = build_report([outcome.folder])
+        for section in rep.sections:
+            for view in section.views:
+                console.print(rich_table(view))
+                console.print()
+    for s in failed:
+        first = (s.error or "").splitlines()[0] if s.error else "unknown error"
+        error(f"variant {s.variant.name} failed: {first}")
+    console.print(f"results: [bold]{escape(str(outcome.folder))}[/]", highlight=False, soft_wrap=True)
+    if outcome.status == "interrupted":
+        warning("the ablation was interrupted; what was measured is kept")
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if not any(s.variant.name == BASELINE for s in ok):
+        error("the baseline did not run, so nothing was compared")
+        raise typer.Exit(EXIT_FAILED)
+    if failed:
+        raise typer.Exit(EXIT_FAILED)

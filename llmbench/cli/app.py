@@ -1,0 +1,46 @@
+"""The ``llmbench`` command line: one Typer app, one module per command.
+
+run      one scenario, one engine configuration
+ablate   the same scenario with optimisations switched on and off, each variant in its own process
+report   comparison tables (terminal, Markdown, CSV, HTML with plots) over any set of run folders
+compare  a regression gate between two runs
+models   the model presets
+env      GPU, driver and library versions
+"""
+
+from __future__ import annotations
+
+import typer
+
+from llmbench.cli import ablate as ablate_cmd
+from llmbench.cli import compare as compare_cmd
+from llmbench.cli import env as env_cmd
+from llmbench.cli import models as models_cmd
+from llmbench.cli import report as report_cmd
+from llmbench.cli import run as run_cmd
+
+app = typer.Typer(
+    name="llmbench",
+    help="Benchmark and profile LLM inference on a built-in engine whose every optimisation is a switch.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+@app.callback()
+def _root() -> None:
+    """Benchmark and profile LLM inference on a built-in engine whose every optimisation is a switch."""
+
+
+app.command("run")(run_cmd.run)
+app.command("ablate")(ablate_cmd.ablate)
+app.command("report")(report_cmd.report)
+app.command("compare")(compare_cmd.compare)
+app.command("models")(models_cmd.models)
+app.command("env")(env_cmd.env)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,95 @@
+"""``llmbench compare``: a regression gate between two runs (non-zero exit on a regression)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from llmbench.bench.errors import StoreError
+from llmbench.bench.report.compare import GATE_METRICS, change, verdict
+from llmbench.bench.report.format import format_pct, format_value, metric_label
+from llmbench.bench.report.frame import Group, load_groups
+from llmbench.cli.console import console, error, note, warning
+from llmbench.cli.errors import EXIT_FAILED, handle_errors
+
+
+def _one_per_scenario(path: Path, role: str) -> dict[str, Group]:
+    groups, problems = load_groups([path])
+    for p in problems:
+        warning(f"skipped {p.path}: {p.reason}")
+    if not groups:
+        raise StoreError(f"{role} {path}: holds no complete run")
+    out: dict[str, Group] = {}
+    for g in groups:
+        if g.scenario in out:
+            raise StoreError(
+                f"{role} {path}: holds several configurations of scenario {g.scenario!r} "
+                f"({out[g.scenario].label}, {g.label}); point at one run folder"
+            )
+        out[g.scenario] = g
+    return out
+
+
+@handle_errors
+def compare(
+    base: Annotated[
+        Path, typer.Argument(help="The reference run folder (or a folder with one run per scenario).")
+    ],
+    new: Annotated[Path, typer.Argument(help="The run folder to check against it.")],
+    fail_above: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            help="Fail when a metric got worse by more than this many percent (and beyond its 95% CI).",
+        ),
+    ] = 5.0,
+) -> None:
+    """Fail (exit 1) when NEW is worse than BASE beyond the threshold and beyond the 95% interval."""
+    a, b = _one_per_scenario(base, "BASE"), _one_per_scenario(new, "NEW")
+    common = sorted(set(a) & set(b))
+    if not common:
+        raise StoreError(f"BASE and NEW share no scenario (BASE: {', '.join(a)}; NEW: {', '.join(b)})")
+    threshold = fail_above / 100
+    regressions = 0
+    for scenario in common:
+        ga, gb = a[scenario], b[scenario]
+        points = [p for p in ga.points if p in gb.points]
+        if not points:
+            warning(f"{scenario}: BASE and NEW share no sweep point")
+        for point in points:
+            table = Table(
+                title=f"{scenario} {point}: {ga.label} → {gb.label}", title_justify="left", show_edge=False
+            )
+            for h, right in (
+                ("metric", False),
+                ("base", True),
+                ("new", True),
+                ("change", True),
+                ("95% CI", True),
+                ("verdict", False),
+            ):
+                table.add_column(h, justify="right" if right else "left", no_wrap=not right)
+            for m in GATE_METRICS:
+                c = change(ga, gb, point, m)
+                v = verdict(c, threshold)
+                if v == "n/a":
+                    continue
+                regressions += v.startswith("worse")
+                style = "red" if v.startswith("worse") else "green" if v == "better" else ""
+                ci = f"{format_pct(c.rel_low)} … {format_pct(c.rel_high)}" if c.ci else "–"
+                table.add_row(
+                    metric_label(m),
+                    format_value(m, c.base),
+                    format_value(m, c.new),
+                    format_pct(c.rel),
+                    ci,
+                    f"[{style}]{v}[/]" if style else v,
+                )
+            console.print(table)
+    if regressions:
+        error(f"{regressions} metric(s) got worse by more than {fail_above:g}% beyond their 95% interval")
+        raise typer.Exit(EXIT_FAILED)
+    note(f"no regression beyond {fail_above:g}% (and its 95% interval)")

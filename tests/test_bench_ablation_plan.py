@@ -1,0 +1,78 @@
+"""The ablation planner: which variants each design runs, against the configuration resolved here."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmbench.bench.ablation import BASELINE, parse_toggle, plan
+from llmbench.bench.errors import BenchError
+from llmbench.engine.config import ATTENTION_BACKENDS, EngineConfig
+
+
+@pytest.fixture
+def cpu_config():
+    return EngineConfig.from_options("qwen3-tiny", device="cpu")
+
+
+def names(variants):
+    return [v.name for v in variants]
+
+
+def test_flip_one_boolean_is_an_a_b_pair(cpu_config):
+    vs = plan("flip", [parse_toggle("cuda_graph")], cpu_config)
+    assert cpu_config.cuda_graph is False
+    assert [(v.name, v.options) for v in vs] == [(BASELINE, {}), ("cuda_graph=on", {"cuda_graph": True})]
+
+
+def test_flip_several_toggles_switches_them_together(cpu_config):
+    vs = plan("flip", [parse_toggle("paged_kv"), parse_toggle("chunked_prefill")], cpu_config)
+    assert names(vs) == [BASELINE, "paged_kv=off+chunked_prefill=off"]
+
+
+def test_attention_backend_compares_every_other_backend_or_the_ones_given(cpu_config):
+    vs = plan("flip", [parse_toggle("attention_backend")], cpu_config)
+    others = [b for b in ATTENTION_BACKENDS if b != cpu_config.attention_backend]
+    assert names(vs) == [BASELINE, *(f"attention_backend={b}" for b in others)]
+    vs = plan("flip", [parse_toggle("attention_backend=torch,sdpa")], cpu_config)
+    assert [v.options for v in vs] == [{}, {"attention_backend": "torch"}]  # sdpa is the baseline here
+
+
+def test_tp_compares_one_and_two(cpu_config):
+    assert [v.options for v in plan("flip", [parse_toggle("tp")], cpu_config)] == [{}, {"tp": 2}]
+
+
+def test_one_at_a_time(cpu_config):
+    vs = plan("one-at-a-time", [parse_toggle("paged_kv"), parse_toggle("torch_compile")], cpu_config)
+    assert [(v.name, v.options) for v in vs] == [
+        (BASELINE, {}),
+        ("paged_kv=off", {"paged_kv": False}),
+        ("torch_compile=on", {"torch_compile": True}),
+    ]
+
+
+def test_leave_one_out_starts_from_all_on(cpu_config):
+    vs = plan("leave-one-out", [parse_toggle("prefix_cache"), parse_toggle("attention_backend")], cpu_config)
+    assert vs[0] == (BASELINE, {"prefix_cache": True, "attention_backend": "sdpa"})
+    assert vs[1] == ("prefix_cache=off", {"prefix_cache": False, "attention_backend": "sdpa"})
+    assert vs[2] == ("attention_backend=torch", {"prefix_cache": True, "attention_backend": "torch"})
+
+
+def test_factorial_runs_every_combination_with_the_current_one_as_baseline(cpu_config):
+    vs = plan("factorial", [parse_toggle("chunked_prefill"), parse_toggle("torch_compile")], cpu_config)
+    assert len(vs) == 4 and vs[0].name == BASELINE
+    assert vs[0].options == {"chunked_prefill": True, "torch_compile": False}
+    assert sorted(tuple(v.options.values()) for v in vs) == [
+        (False, False),
+        (False, True),
+        (True, False),
+        (True, True),
+    ]
+
+
+def test_bad_toggles_and_designs_are_errors(cpu_config):
+    with pytest.raises(BenchError, match="Unknown toggle: 'cuda_graphs'. Toggles: paged_kv"):
+        parse_toggle("cuda_graphs")
+    with pytest.raises(BenchError, match="Supported: flip, one-at-a-time"):
+        plan("random", [parse_toggle("tp")], cpu_config)
+    with pytest.raises(BenchError, match="named twice"):
+        plan("flip", [parse_toggle("tp"), parse_toggle("tp")], cpu_config)

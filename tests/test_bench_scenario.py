@@ -1,0 +1,298 @@
+"""Scenario files: schema, readable errors with full field paths, extends, --set, profiles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmbench.bench.errors import ScenarioError
+from llmbench.bench.scenario import load_scenario
+from llmbench.bench.scenario import loader as loader_mod
+from llmbench.bench.scenario.loader import (
+    apply_overrides,
+    deep_merge,
+    find_scenario,
+    load_chain,
+    parse_overrides,
+    shipped_scenarios,
+)
+
+MINIMAL = {
+    "model": "qwen3-tiny",
+    "workload": {"num_requests": 4, "input_len": 16, "output_len": 4},
+}
+
+
+def write(tmp_path: Path, data: object, name: str = "s.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data))
+    return path
+
+
+def error_of(path: Path, overrides: list[str] | None = None, profile: str = "auto") -> str:
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path, overrides or [], profile)
+    return str(info.value)
+
+
+def test_minimal_scenario_fills_defaults_and_takes_its_name_from_the_file(tmp_path):
+    r = load_scenario(write(tmp_path, MINIMAL, "my_case.yaml"))
+    sc = r.scenario
+    assert sc.name == "my_case"
+    assert sc.workload.input_len.dist == "fixed" and sc.workload.input_len.value == 16
+    assert sc.arrival.kind == "offline" and sc.arrival.points == [{"kind": "offline"}]
+    assert sc.sampling.temperature == 0.0 and sc.sampling.ignore_eos
+    assert sc.repeats == 1 and sc.telemetry.period_ms == 50
+
+
+def test_error_names_the_full_field_path_and_what_is_allowed(tmp_path):
+    data = {
+        **MINIMAL,
+        "workload": {**MINIMAL["workload"], "input_len": {"dist": "uniform", "min": 100, "max": 50}},
+    }
+    msg = error_of(write(tmp_path, data))
+    assert "workload.input_len.max: must be >= min (100), got 50" in msg
+
+
+def test_unknown_key_is_an_error_that_lists_the_allowed_keys(tmp_path):
+    data = {**MINIMAL, "workload": {**MINIMAL["workload"], "num_reqs": 3}}
+    msg = error_of(write(tmp_path, data))
+    assert "workload.num_reqs: unknown key; allowed here: source, num_requests" in msg
+
+
+def test_unknown_top_level_key_and_unknown_engine_option(tmp_path):
+    msg = error_of(write(tmp_path, {**MINIMAL, "engin": {}, "engine": {"cuda_graphs": True}}))
+    assert "engin: unknown key" in msg
+    assert "engine.cuda_graphs: unknown engine option; valid:" in msg and "cuda_graph," in msg
+
+
+@pytest.mark.parametrize(
+    ("patch", "expected"),
+    [
+        (
+            {"arrival": {"kind": "poisson", "rate": -2}},
+            "arrival.rate: rates are requests per second and must be > 0",
+        ),
+        ({"arrival": {"kind": "poisson"}}, "arrival.rate: required for kind 'poisson'"),
+        ({"arrival": {"kind": "offline", "rate": 3}}, "arrival.rate: does not apply to kind 'offline'"),
+        ({"arrival": {"kind": "gamma", "rate": 2}}, "arrival.cv: required for kind 'gamma'"),
+        (
+            {"arrival": {"kind": "concurrency", "concurrency": [4, 0]}},
+            "arrival.concurrency: concurrency is requests",
+        ),
+        ({"arrival": {"kind": "bursty"}}, "arrival.kind: Input should be 'offline', 'poisson', 'gamma'"),
+        ({"sampling": {"temperature": "hot"}}, "sampling.temperature: Input should be a valid number"),
+        ({"repeats": 0}, "repeats: Input should be greater than or equal to 1"),
+        (
+            {"workload": {"num_requests": "many", "input_len": 4, "output_len": 4}},
+            "workload.num_requests: Input should be a valid integer",
+        ),
+        (
+            {"workload": {"num_requests": 2, "input_len": {"dist": "normal", "mean": 5}, "output_len": 4}},
+            "workload.input_len.std: required for dist 'normal'",
+        ),
+        (
+            {
+                "workload": {
+                    "num_requests": 2,
+                    "input_len": {"dist": "fixed", "value": 4, "std": 1},
+                    "output_len": 4,
+                }
+            },
+            "workload.input_len.std: does not apply to dist 'fixed'",
+        ),
+        (
+            {"workload": {"num_requests": 2, "input_len": 4}},
+            "workload.output_len: required for source 'synthetic'",
+        ),
+        ({"workload": {"source": "file"}}, "workload.path: required for source 'file'"),
+        ({"workload": {"source": "file", "path": "nowhere.jsonl"}}, "workload.path: file not found"),
+        ({"arrival": {"kind": "trace"}}, "arrival: kind 'trace' replays a trace's times"),
+        ({"name": "has space"}, "name: must be letters, digits"),
+    ],
+)
+def test_bad_values_name_their_path(tmp_path, patch, expected):
+    assert expected in error_of(write(tmp_path, {**MINIMAL, **patch}))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("model: [unclosed\n", "not valid YAML at line"),
+        ("", "the file is empty"),
+        ("# only a comment\n", "the file is empty"),
+        ("- a\n- b\n", "a scenario must be a mapping of keys (name, model, workload, ...), got a list"),
+        ("just a string\n", "got a str"),
+    ],
+)
+def test_unreadable_files_say_what_is_wrong(tmp_path, text, expected):
+    assert expected in error_of(write(tmp_path, text))
+
+
+def test_missing_scenario_file_lists_the_shipped_ones(tmp_path):
+    with pytest.raises(
+        ScenarioError, match=r"Scenario file not found: .*nope.yaml.*Shipped scenarios: .*chat"
+    ):
+        find_scenario(tmp_path / "nope.yaml")
+
+
+def test_shipped_scenarios_are_found_by_name():
+    assert find_scenario("chat").name == "chat.yaml"
+    assert find_scenario("scenarios/throughput.yaml").name == "throughput.yaml"
+
+
+def test_extends_merges_the_parent_under_the_child_relative_to_the_child(tmp_path):
+    (tmp_path / "base").mkdir()
+    write(tmp_path / "base", {**MINIMAL, "name": "parent", "seed": 7, "slo": {"ttft_ms": 100}}, "parent.yaml")
+    child = write(
+        tmp_path, {"extends": "base/parent.yaml", "workload": {"num_requests": 9}, "slo": {"tpot_ms": 5}}
+    )
+    sc = load_scenario(child).scenario
+    assert sc.name == "s"  # a child is its own scenario
+    assert sc.seed == 7 and sc.workload.num_requests == 9 and sc.workload.input_len.value == 16
+    assert sc.slo.ttft_ms == 100 and sc.slo.tpot_ms == 5
+
+
+def test_extends_cycle_and_missing_parent_are_errors(tmp_path):
+    write(tmp_path, {"extends": "b.yaml", **MINIMAL}, "a.yaml")
+    write(tmp_path, {"extends": "a.yaml"}, "b.yaml")
+    assert "extends: cycle" in error_of(tmp_path / "a.yaml")
+    assert "extends: scenario file not found" in error_of(write(tmp_path, {"extends": "zz.yaml"}, "c.yaml"))
+
+
+def test_relative_workload_paths_resolve_against_the_file_that_names_them(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "p.txt").write_text("hello\n")
+    (tmp_path / "sub").mkdir()
+    parent = {"model": "qwen3-tiny", "workload": {"source": "file", "path": "../data/p.txt", "output_len": 3}}
+    write(tmp_path / "sub", parent, "parent.yaml")
+    child = write(tmp_path, {"extends": "sub/parent.yaml"})
+    assert Path(load_scenario(child).scenario.workload.path) == (tmp_path / "data" / "p.txt").resolve()
+
+
+def test_set_overrides_parse_yaml_values_and_nest():
+    sets = [
+        "workload.num_requests=64",
+        "arrival.rate=[1, 2.5]",
+        "engine.cuda_graph=false",
+        "model=qwen3-tiny",
+        "description=",
+    ]
+    assert apply_overrides({"workload": {"num_requests": 3, "input_len": 4}}, parse_overrides(sets)) == {
+        "workload": {"num_requests": 64, "input_len": 4},
+        "arrival": {"rate": [1, 2.5]},
+        "engine": {"cuda_graph": False},
+        "model": "qwen3-tiny",
+        "description": None,
+    }
+
+
+def test_a_mapping_given_with_set_replaces_rather_than_merges():
+    data = {"arrival": {"kind": "poisson", "rate": [4]}}
+    out = apply_overrides(data, parse_overrides(["arrival={kind: concurrency, concurrency: 2}"]))
+    assert out == {"arrival": {"kind": "concurrency", "concurrency": 2}}
+    assert data == {"arrival": {"kind": "poisson", "rate": [4]}}
+
+
+@pytest.mark.parametrize("bad", ["novalue", "=3", "a..b=1"])
+def test_malformed_set_is_an_error(bad):
+    with pytest.raises(ScenarioError, match="--set"):
+        parse_overrides([bad])
+
+
+def test_set_overrides_win_and_are_validated(tmp_path):
+    path = write(tmp_path, MINIMAL)
+    sc = load_scenario(path, ["arrival.kind=poisson", "arrival.rate=[1, 2]", "repeats=2"]).scenario
+    assert [p["rate"] for p in sc.arrival.points] == [1.0, 2.0] and sc.repeats == 2
+    msg = error_of(path, ["workload.num_requests=-1"])
+    assert (
+        "and --set overrides" in msg
+        and "workload.num_requests: Input should be greater than or equal to 1" in msg
+    )
+
+
+PROFILED = {
+    **MINIMAL,
+    "model": "qwen3-0.6b",
+    "profiles": {
+        "cpu": {"when": "cpu", "overrides": {"model": "qwen3-tiny", "workload": {"num_requests": 2}}},
+        "gpu": {"when": "gpu", "overrides": {"repeats": 3}},
+        "small": {"overrides": {"workload": {"num_requests": 1}}},
+    },
+}
+
+
+def test_cpu_profile_is_chosen_automatically_without_a_gpu_and_says_why(tmp_path, monkeypatch):
+    monkeypatch.setattr(loader_mod, "_cuda_available", lambda: False)
+    r = load_scenario(write(tmp_path, PROFILED))
+    assert r.profile.name == "cpu" and "no CUDA device" in r.profile.reason
+    assert r.scenario.model == "qwen3-tiny" and r.scenario.workload.num_requests == 2
+
+
+def test_gpu_profile_is_chosen_with_a_gpu(tmp_path, monkeypatch):
+    monkeypatch.setattr(loader_mod, "_cuda_available", lambda: True)
+    r = load_scenario(write(tmp_path, PROFILED))
+    assert r.profile.name == "gpu" and r.scenario.repeats == 3 and r.scenario.model == "qwen3-0.6b"
+
+
+def test_engine_device_decides_the_profile_and_set_beats_the_profile(tmp_path, monkeypatch):
+    monkeypatch.setattr(loader_mod, "_cuda_available", lambda: True)
+    r = load_scenario(write(tmp_path, PROFILED), ["engine.device=cpu", "workload.num_requests=5"])
+    assert r.profile.name == "cpu" and "engine.device is 'cpu'" in r.profile.reason
+    assert r.scenario.workload.num_requests == 5
+
+
+def test_profile_by_name_none_and_unknown(tmp_path):
+    path = write(tmp_path, PROFILED)
+    assert load_scenario(path, profile="small").scenario.workload.num_requests == 1
+    r = load_scenario(path, profile="none")
+    assert r.profile.name is None and r.scenario.model == "qwen3-0.6b"
+    assert "no such profile; this scenario has: cpu, gpu, small" in error_of(path, profile="fast")
+
+
+def test_a_broken_profile_is_reported_even_when_another_one_applies(tmp_path, monkeypatch):
+    monkeypatch.setattr(loader_mod, "_cuda_available", lambda: False)
+    data = {
+        **PROFILED,
+        "profiles": {**PROFILED["profiles"], "gpu": {"when": "gpu", "overrides": {"repeats": -1}}},
+    }
+    msg = error_of(write(tmp_path, data))
+    assert "with profile 'gpu'" in msg and "repeats: Input should be greater than or equal to 1" in msg
+
+
+@pytest.mark.parametrize("path", shipped_scenarios(recursive=True), ids=lambda p: p.stem)
+def test_every_shipped_scenario_and_every_profile_of_it_is_valid(path):
+    r = load_scenario(path)
+    profiles = list(load_chain(path).get("profiles", {}))
+    assert "cpu" in profiles, "every shipped scenario has a cpu profile so it runs without a GPU"
+    for name in [*profiles, "none"]:
+        assert load_scenario(path, profile=name).scenario.name == r.scenario.name
+
+
+def test_deep_merge_replaces_non_mappings_and_leaves_inputs_alone():
+    base = {"a": {"b": 1, "c": [1]}, "d": 1}
+    top = {"a": {"c": [2]}, "d": {"e": 1}}
+    assert deep_merge(base, top) == {"a": {"b": 1, "c": [2]}, "d": {"e": 1}}
+    assert base == {"a": {"b": 1, "c": [1]}, "d": 1}
+
+
+scalars = st.one_of(
+    st.integers(-1000, 1000),
+    st.booleans(),
+    st.floats(allow_nan=False, allow_infinity=False, width=32),
+    st.text(alphabet="xyz-_ ", min_size=1, max_size=6).filter(lambda t: t.strip() == t),
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.dictionaries(st.text(alphabet="abcdefgh_", min_size=1, max_size=6), scalars, min_size=1, max_size=4)
+)
+def test_set_override_round_trips_any_yaml_scalar(values):
+    dump = lambda v: yaml.safe_dump(v, default_flow_style=True).strip().removesuffix("...").strip()  # noqa: E731
+    parsed = apply_overrides({}, parse_overrides([f"engine.opts.{k}={dump(v)}" for k, v in values.items()]))
+    assert parsed == {"engine": {"opts": values}}

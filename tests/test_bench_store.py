@@ -1,0 +1,107 @@
+"""The result store: atomic folders, never overwritten, and readers that survive broken folders."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import pandas as pd
+import pytest
+
+from llmbench.bench.errors import StoreError
+from llmbench.bench.store import RunWriter, find_runs, load_run, slug, write_json
+
+META = {"status": "complete", "scenario_name": "s", "variant": "v"}
+SUMMARY = {"status": "complete", "points": []}
+
+
+def finish(writer: RunWriter, meta=META, summary=SUMMARY):
+    tables = {
+        "requests": pd.DataFrame({"a": [1, 2]}),
+        "steps": pd.DataFrame({"b": [0.5]}),
+        "telemetry": pd.DataFrame(),
+    }
+    return writer.finish(meta, summary, tables)
+
+
+def test_run_is_built_hidden_then_renamed_into_place(tmp_path):
+    w = RunWriter(tmp_path, "scen", "cuda_graph=off")
+    assert (
+        w.tmp.name.startswith(".tmp-")
+        and json.loads((w.tmp / "meta.json").read_text())["status"] == "running"
+    )
+    final = finish(w)
+    assert final.parent == tmp_path / "scen" and final.name.endswith("-cuda_graph-off")
+    assert not w.tmp.exists()
+    assert sorted(p.name for p in final.iterdir()) == [
+        "meta.json",
+        "requests.parquet",
+        "steps.parquet",
+        "summary.json",
+        "telemetry.parquet",
+    ]
+    run = load_run(final)
+    assert run.complete and run.table("requests")["a"].tolist() == [1, 2]
+
+
+def test_nothing_is_overwritten(tmp_path):
+    a = finish(RunWriter(tmp_path, "scen", "v"))
+    w = RunWriter(tmp_path, "scen", "v")
+    w.name = a.name  # the same second: the name is taken
+    b = finish(w)
+    assert a != b and b.name == a.name + "-2" and (a / "meta.json").exists()
+    with pytest.raises(StoreError, match="never overwritten"):
+        RunWriter(tmp_path, "scen", "v", exact=a)
+
+
+def test_json_has_null_for_nan_not_a_number(tmp_path):
+    write_json(tmp_path / "x.json", {"a": math.nan, "b": [1.0, math.inf], "c": {"d": 2}})
+    assert json.loads((tmp_path / "x.json").read_text()) == {"a": None, "b": [1.0, None], "c": {"d": 2}}
+
+
+def test_slug():
+    assert slug("attention_backend=sdpa+tp=2") == "attention_backend-sdpa-tp-2"
+    assert slug("///") == "run"
+
+
+def test_find_runs_walks_nested_folders_and_reports_every_broken_one(tmp_path):
+    good = finish(RunWriter(tmp_path / "deep" / "er", "scen", "ok"))
+    (tmp_path / "empty_run").mkdir()
+    (tmp_path / "empty_run" / "meta.json").write_text("")
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    (corrupt / "meta.json").write_text(json.dumps(META))
+    (corrupt / "summary.json").write_text("{not json")
+    no_points = tmp_path / "no_points"
+    no_points.mkdir()
+    (no_points / "meta.json").write_text(json.dumps(META))
+    (no_points / "summary.json").write_text("{}")
+    leftover = RunWriter(tmp_path, "scen", "died")  # never finished
+    runs, problems = find_runs([tmp_path, tmp_path / "missing"])
+    assert [r.path for r in runs] == [good]
+    reasons = {p.path.name: p.reason for p in problems}
+    assert "meta.json is unreadable" in reasons["empty_run"]
+    assert "summary.json is unreadable" in reasons["corrupt"]
+    assert "lacks its 'points' list" in reasons["no_points"]
+    assert "died before writing" in reasons[leftover.tmp.name]
+    assert reasons["missing"] == "no such file or directory"
+
+
+def test_a_folder_without_runs_is_a_problem_not_a_crash(tmp_path):
+    runs, problems = find_runs([tmp_path])
+    assert runs == [] and "holds no run folder" in problems[0].reason
+
+
+def test_corrupt_table_is_a_store_error(tmp_path):
+    final = finish(RunWriter(tmp_path, "scen", "v"))
+    (final / "steps.parquet").write_bytes(b"garbage")
+    with pytest.raises(StoreError, match="steps.parquet is unreadable"):
+        load_run(final).table("steps")
+    assert load_run(final).table("nonexistent").empty
+
+
+def test_discard_removes_the_working_folder(tmp_path):
+    w = RunWriter(tmp_path, "scen", "v")
+    w.discard()
+    assert not w.tmp.exists() and os.listdir(tmp_path / "scen") == []

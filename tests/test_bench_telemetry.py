@@ -1,0 +1,69 @@
+"""Telemetry: host figures sampled on any machine; GPU figures NaN ("unavailable") without NVML, never 0."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+
+from llmbench.bench.telemetry import TelemetrySampler, window_summary
+
+
+def test_sampler_without_gpu_records_host_figures_and_nan_gpu_columns():
+    s = TelemetrySampler(period_s=0.01, cuda_indices=None)
+    s.start()
+    t0 = time.perf_counter()
+    x = 0
+    while time.perf_counter() - t0 < 0.25:
+        x += 1  # keep a core busy so CPU % is above 0
+    s.stop()
+    rows = s.rows()
+    assert len(rows) >= 5
+    assert not s.nvml_available and s.nvml_reason
+    assert all(r["gpu"] == -1 and math.isnan(r["gpu_util"]) and math.isnan(r["energy"]) for r in rows)
+    assert all(r["rss"] > 0 for r in rows)
+    summary = window_summary(rows, rows[0]["time"], rows[-1]["time"])
+    assert summary["cpu_util_mean"] > 10
+    for key in ("gpu_util_mean", "power_mean", "energy", "gpu_memory_max"):
+        assert math.isnan(summary[key]), key
+
+
+def gpu_row(t: float, gpu: int, power: float, energy: float, mem: float) -> dict:
+    return {
+        "time": t, "gpu": gpu, "gpu_util": 50.0 + gpu, "memory_used": mem, "power": power, "energy": energy,
+        "sm_clock": 1980.0, "throttle_reasons": 0.0, "torch_allocated": 1.0, "torch_reserved": 2.0,
+        "cpu_percent": 100.0, "rss": 3.0,
+    }  # fmt: skip
+
+
+def test_window_summary_sums_gpus_and_takes_energy_counter_differences():
+    rows = [
+        gpu_row(t, g, 100.0 + 10 * g, 1000.0 + 100 * t * (g + 1), 5.0)
+        for t in (0.0, 1.0, 2.0, 3.0)
+        for g in (0, 1)
+    ]
+    s = window_summary(rows, 1.0, 3.0)
+    assert s["energy"] == pytest.approx(2 * 100 + 2 * 200)  # counter deltas of both GPUs over [1, 3]
+    assert s["power_mean"] == pytest.approx(100 + 110)  # the group's power
+    assert s["gpu_memory_max"] == pytest.approx(10.0)
+    assert s["gpu_util_mean"] == pytest.approx(50.5)
+    assert s["torch_reserved_max"] == 2.0
+
+
+def test_empty_window_is_all_nan():
+    assert all(math.isnan(v) for v in window_summary([], 0.0, 1.0).values())
+
+
+def test_gpu_telemetry_stays_available_after_sampling_stops():
+    """The summary is written after the sampler stops: closing NVML must not turn its columns 'unavailable'."""
+    from llmbench.bench.nvml import Nvml
+
+    class FakeLib:
+        def nvmlShutdown(self):
+            return None
+
+    nvml = Nvml(FakeLib(), handles=["gpu0"], indices=[0], reason="")
+    assert nvml.available
+    nvml.close()
+    assert nvml.available

@@ -1,0 +1,197 @@
+"""Workload generators: exact lengths, distributions, shared prefixes, prompt files, ShareGPT, traces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmbench.bench.errors import WorkloadError
+from llmbench.bench.scenario.schema import LengthDist, Workload
+from llmbench.bench.workload import build_requests
+from llmbench.bench.workload.lengths import sample_lengths
+from llmbench.models.tokenizer import ByteTokenizer
+
+TOK = ByteTokenizer(4096)
+VOCAB = 4096
+
+
+def wl(**kw) -> Workload:
+    return Workload.model_validate(kw)
+
+
+def test_fixed_length_is_exact():
+    reqs = build_requests(wl(num_requests=5, input_len=512, output_len=7), TOK, VOCAB, seed=0)
+    assert [len(r.prompt) for r in reqs] == [512] * 5
+    assert [r.max_tokens for r in reqs] == [7] * 5
+    assert all(0 <= t < VOCAB for r in reqs for t in r.prompt)
+    assert [r.request_id for r in reqs] == ["0", "1", "2", "3", "4"]
+
+
+def test_uniform_covers_both_ends_and_nothing_outside():
+    x = sample_lengths(LengthDist(dist="uniform", min=100, max=104), 5000, np.random.default_rng(0))
+    assert set(x.tolist()) == {100, 101, 102, 103, 104}
+
+
+@pytest.mark.parametrize("dist", ["normal", "lognormal"])
+def test_normal_and_lognormal_have_the_requested_mean_and_std(dist):
+    x = sample_lengths(LengthDist(dist=dist, mean=400, std=100), 40000, np.random.default_rng(1))
+    assert abs(x.mean() - 400) < 4  # standard error is 0.5; rounding and clipping at 1 are negligible here
+    assert abs(x.std() - 100) < 4
+    if dist == "lognormal":
+        assert np.median(x) < x.mean()  # right-skewed, unlike the normal
+
+
+def test_clipping_to_min_and_max():
+    x = sample_lengths(
+        LengthDist(dist="normal", mean=50, std=100, min=20, max=60), 2000, np.random.default_rng(2)
+    )
+    assert x.min() == 20 and x.max() == 60
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.sampled_from(["uniform", "normal", "lognormal"]),
+    st.integers(1, 500),
+    st.integers(0, 500),
+    st.integers(0, 2**31 - 1),
+)
+def test_any_distribution_stays_within_its_bounds(dist, lo, span, seed):
+    hi = lo + span
+    kw = (
+        {"min": lo, "max": hi}
+        if dist == "uniform"
+        else {"mean": lo + span / 2 + 1, "std": span / 3 + 1, "min": lo, "max": hi}
+    )
+    x = sample_lengths(LengthDist(dist=dist, **kw), 200, np.random.default_rng(seed))
+    assert x.dtype == np.int64 and x.min() >= lo and x.max() <= hi
+
+
+def test_same_seed_same_requests_and_salt_changes_tokens_not_lengths():
+    w = wl(
+        num_requests=20,
+        input_len={"dist": "uniform", "min": 5, "max": 50},
+        output_len={"dist": "uniform", "min": 1, "max": 9},
+    )
+    a = build_requests(w, TOK, VOCAB, seed=3)
+    b = build_requests(w, TOK, VOCAB, seed=3)
+    c = build_requests(w, TOK, VOCAB, seed=3, salt=1)
+    d = build_requests(w, TOK, VOCAB, seed=4)
+    assert a == b
+    assert [(len(r.prompt), r.max_tokens) for r in a] == [(len(r.prompt), r.max_tokens) for r in c]
+    assert [r.prompt for r in a] != [r.prompt for r in c]
+    assert [len(r.prompt) for r in a] != [len(r.prompt) for r in d]
+
+
+def test_shared_prefix_groups_share_exactly_their_prefix():
+    w = wl(source="shared_prefix", num_requests=12, num_prefixes=3, prefix_len=40, input_len=8, output_len=2)
+    reqs = build_requests(w, TOK, VOCAB, seed=0)
+    assert all(len(r.prompt) == 48 for r in reqs)
+    prefixes = [tuple(r.prompt[:40]) for r in reqs]
+    assert len(set(prefixes)) == 3
+    assert all(prefixes[i] == prefixes[i % 3] for i in range(12))
+    assert len({tuple(r.prompt[40:]) for r in reqs}) == 12  # suffixes are unique
+
+
+def test_jsonl_prompts_text_ids_and_output_lengths(tmp_path):
+    path = tmp_path / "p.jsonl"
+    lines = [
+        {"prompt": "héllo", "output_len": 3},
+        {"prompt": [5, 6, 7]},
+        {"prompt_token_ids": [9, 9], "max_tokens": 4},
+    ]
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n\n")
+    reqs = build_requests(wl(source="file", path=str(path), output_len=11), TOK, VOCAB, seed=0)
+    assert [r.prompt for r in reqs] == [list("héllo".encode()), [5, 6, 7], [9, 9]]
+    assert [r.max_tokens for r in reqs] == [3, 11, 4]
+
+
+def test_text_file_one_prompt_per_line_and_sampling_cycles(tmp_path):
+    path = tmp_path / "p.txt"
+    path.write_text("a b\n\nccc\n")
+    reqs = build_requests(wl(source="file", path=str(path), output_len=2, num_requests=5), TOK, VOCAB, seed=0)
+    assert len(reqs) == 5 and {tuple(r.prompt) for r in reqs} == {tuple(b"a b"), tuple(b"ccc")}
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ('{"prompt": "x"}\n{broken\n', "p.jsonl:2: not valid JSON"),
+        ('{"text": "x"}\n', "p.jsonl:1: needs 'prompt'"),
+        ('["x"]\n', "p.jsonl:1: each line must be a JSON object"),
+        ('{"prompt": [1, -2]}\n', "token ids must be a non-empty list of non-negative integers"),
+        ('{"prompt": "x", "output_len": 0}\n', "output_len must be a positive integer"),
+        ('{"prompt": "x"}\n', "some prompts give no output_len; set workload.output_len"),
+    ],
+)
+def test_bad_prompt_files_name_the_line(tmp_path, content, expected):
+    path = tmp_path / "p.jsonl"
+    path.write_text(content)
+    with pytest.raises(WorkloadError, match=expected.replace("(", r"\(").replace(")", r"\)")):
+        build_requests(wl(source="file", path=str(path)), TOK, VOCAB, seed=0)
+
+
+def test_sharegpt_takes_the_first_user_turn_and_the_reply_length(tmp_path):
+    data = [
+        {"conversations": [{"from": "human", "value": "hi there"}, {"from": "gpt", "value": "hello!"}]},
+        {
+            "messages": [
+                {"role": "system", "content": "be kind"},
+                {"role": "user", "content": "q"},
+                {"role": "assistant", "content": "abc"},
+            ]
+        },
+        {"conversations": [{"from": "human", "value": "alone"}]},
+    ]
+    path = tmp_path / "sg.json"
+    path.write_text(json.dumps(data))
+    reqs = build_requests(wl(source="sharegpt", path=str(path)), TOK, VOCAB, seed=0)
+    assert [(bytes(r.prompt).decode(), r.max_tokens) for r in reqs] == [("hi there", 6), ("q", 3)]
+    fixed = build_requests(wl(source="sharegpt", path=str(path), output_len=9), TOK, VOCAB, seed=0)
+    assert [r.max_tokens for r in fixed] == [9, 9]
+
+
+def test_sharegpt_errors(tmp_path):
+    path = tmp_path / "sg.json"
+    path.write_text('{"a": 1}')
+    with pytest.raises(WorkloadError, match="a JSON list of conversations"):
+        build_requests(wl(source="sharegpt", path=str(path)), TOK, VOCAB, seed=0)
+    path.write_text("[]")
+    with pytest.raises(WorkloadError, match="no conversation"):
+        build_requests(wl(source="sharegpt", path=str(path)), TOK, VOCAB, seed=0)
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_trace_replay_lengths_and_offsets(tmp_path, suffix):
+    rows = [(10.5, 30, 4), (10.0, 20, 2), (12.0, 8, 1)]
+    path = tmp_path / f"t{suffix}"
+    if suffix == ".csv":
+        path.write_text("timestamp,input_len,output_len\n" + "".join(f"{t},{i},{o}\n" for t, i, o in rows))
+    else:
+        path.write_text(
+            "".join(json.dumps({"timestamp": t, "input_len": i, "output_len": o}) + "\n" for t, i, o in rows)
+        )
+    reqs = build_requests(wl(source="trace", path=str(path), time_scale=2.0), TOK, VOCAB, seed=0)
+    assert [(len(r.prompt), r.max_tokens) for r in reqs] == [(20, 2), (30, 4), (8, 1)]
+    assert [r.arrival for r in reqs] == [0.0, 1.0, 4.0]
+
+
+def test_trace_errors_name_the_problem(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("time,input_len\n1,2\n")
+    with pytest.raises(WorkloadError, match="missing: timestamp, output_len"):
+        build_requests(wl(source="trace", path=str(path)), TOK, VOCAB, seed=0)
+    path.write_text("timestamp,input_len,output_len\n1,abc,2\n")
+    with pytest.raises(WorkloadError, match=r"t.csv:2: timestamp, input_len and output_len must be numbers"):
+        build_requests(wl(source="trace", path=str(path)), TOK, VOCAB, seed=0)
+
+
+def test_missing_file_is_caught_by_the_schema(tmp_path):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="file not found"):
+        wl(source="file", path=str(Path(tmp_path) / "none.jsonl"))

@@ -1,0 +1,218 @@
+"""``llmbench run`` end to end through Typer's CliRunner on qwen3-tiny: results, dry runs, clean errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from typer.testing import CliRunner
+
+from llmbench.bench import driver as driver_mod
+from llmbench.bench.scenario.loader import shipped_scenarios
+from llmbench.bench.store import find_runs, load_run
+from llmbench.cli.app import app
+from llmbench.cli.progress import RichRunEvents
+
+runner = CliRunner()
+
+TINY = {
+    "name": "tiny",
+    "model": "qwen3-tiny",
+    "engine": {"device": "cpu"},
+    "workload": {"num_requests": 6, "input_len": {"dist": "uniform", "min": 8, "max": 32}, "output_len": 4},
+    "arrival": {"kind": "poisson", "rate": 50},
+    "warmup": 1,
+    "slo": {"ttft_ms": 5000},
+    "telemetry": {"period_ms": 20},
+}
+
+
+def scenario(tmp_path: Path, **patch) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump({**TINY, **patch}))
+    return path
+
+
+def invoke(*args: str):
+    result = runner.invoke(app, [str(a) for a in args])
+    assert "Traceback" not in result.output, result.output
+    return result
+
+
+def only_run(root: Path):
+    runs, problems = find_runs([root])
+    assert len(runs) == 1 and not problems, (runs, problems)
+    return runs[0]
+
+
+def test_run_writes_a_complete_result_folder(tmp_path):
+    res = invoke("run", scenario(tmp_path), "--out", tmp_path / "results")
+    assert res.exit_code == 0, res.output
+    assert "TTFT p50 (ms)" in res.stdout and "results:" in res.stdout
+    assert "profile: none" in res.stderr
+    run = only_run(tmp_path / "results")
+    assert run.path.parent == tmp_path / "results" / "tiny" and run.path.name.endswith("-default")
+    meta = run.meta
+    assert meta["status"] == "complete" and meta["variant"] == "default" and meta["seed"] == 0
+    assert meta["scenario"]["workload"]["num_requests"] == 6 and meta["engine_config"]["device"] == "cpu"
+    assert {"python", "torch", "triton", "transformers", "llmbench"} <= set(meta["versions"])
+    assert "commit" in meta["git"] and meta["command_line"] and meta["model_info"]["name"] == "qwen3-tiny"
+    assert meta["startup"]["kv_num_blocks"] > 0
+    reqs = run.table("requests")
+    assert len(reqs) == 6 and set(reqs["finish_reason"]) == {"length"}
+    assert all(len(t) == 4 for t in reqs["token_ids"]) and reqs["input_len"].between(8, 32).all()
+    point = run.summary["points"][0]
+    assert point["label"] == "rate=50"
+    # The summary's figures are the ones the request table gives.
+    assert point["metrics"]["ttft_p50"]["value"] == pytest.approx(np.percentile(reqs["ttft"], 50))
+    assert point["metrics"]["num_completed"]["value"] == 6
+    assert point["metrics"]["ttft_p50"]["ci"] == "requests"
+    steps = run.table("steps")
+    assert len(steps) > 0 and (steps["duration"] > 0).all()
+    tele = run.table("telemetry")
+    assert len(tele) > 0 and tele["gpu_util"].isna().all() and (tele["rss"] > 0).all()
+    assert "gpu_telemetry" in run.summary["unavailable"]
+
+
+def test_repeats_and_sweeps(tmp_path):
+    path = scenario(tmp_path, arrival={"kind": "poisson", "rate": [40, 80]}, warmup=0)
+    res = invoke("run", path, "--out", tmp_path / "r", "--repeats", "2", "--quiet")
+    assert res.exit_code == 0, res.output
+    run = only_run(tmp_path / "r")
+    assert [p["label"] for p in run.summary["points"]] == ["rate=40", "rate=80"]
+    assert all(len(p["repeats"]) == 2 for p in run.summary["points"])
+    assert run.summary["points"][0]["metrics"]["output_throughput"]["ci"] == "repeats"
+    reqs = run.table("requests")
+    r0 = reqs[(reqs["point"] == "rate=40") & (reqs["repeat"] == 0)].set_index("request_id")
+    r1 = reqs[(reqs["point"] == "rate=40") & (reqs["repeat"] == 1)].set_index("request_id")
+    assert (r0["input_len"] == r1["input_len"]).all()  # same lengths, fresh prompt tokens each repeat
+
+
+def test_fixed_concurrency_and_set_overrides(tmp_path):
+    path = scenario(tmp_path)
+    res = invoke("run", path, "--out", tmp_path / "r", "-q", "--set", "arrival={kind: concurrency, concurrency: 2}",
+                 "--set", "workload.output_len=3", "--variant", "c2")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    run = only_run(tmp_path / "r")
+    assert run.meta["variant"] == "c2" and run.summary["points"][0]["label"] == "concurrency=2"
+    assert all(len(t) == 3 for t in run.table("requests")["token_ids"])
+    assert run.meta["overrides"] == ["arrival={kind: concurrency, concurrency: 2}", "workload.output_len=3"]
+
+
+@pytest.mark.parametrize("path", shipped_scenarios(recursive=True), ids=lambda p: p.stem)
+def test_every_shipped_scenario_passes_dry_run(path):
+    res = invoke("run", path, "--dry-run")
+    assert res.exit_code == 0, res.output
+    docs = list(yaml.safe_load_all(res.stdout))
+    assert docs[0]["name"] and docs[0]["workload"] and docs[1]["device"] in ("cpu", "cuda")
+    if not torch.cuda.is_available():  # every shipped scenario has (or inherits) a cpu profile
+        assert "# profile: cpu — the run lands on the CPU (torch sees no CUDA device)" in res.stdout
+
+
+def test_dry_run_defaults_to_chat_and_shows_the_profile(tmp_path):
+    res = invoke("run", "--dry-run")
+    assert res.exit_code == 0 and "name: chat" in res.stdout and "# profile:" in res.stdout
+    assert not list(tmp_path.iterdir())
+
+
+BAD = [
+    ("broken.yaml", "model: [oops\n", "not valid YAML at line"),
+    ("empty.yaml", "", "the file is empty"),
+    ("list.yaml", "- 1\n- 2\n", "must be a mapping"),
+    ("unknown.yaml", yaml.safe_dump({**TINY, "warmups": 3}), "warmups: unknown key; allowed here:"),
+    ("type.yaml", yaml.safe_dump({**TINY, "repeats": "twice"}), "repeats: Input should be a valid integer"),
+    ("rate.yaml", yaml.safe_dump({**TINY, "arrival": {"kind": "poisson", "rate": -1}}), "arrival.rate: rates are requests per second and must be > 0"),
+    ("path.yaml", yaml.safe_dump({**TINY, "workload": {"source": "file", "path": "gone.jsonl"}}), "workload.path: file not found"),
+    ("range.yaml", yaml.safe_dump({**TINY, "workload": {**TINY["workload"], "input_len": {"dist": "uniform", "min": 9, "max": 3}}}), "workload.input_len.max: must be >= min (9), got 3"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "text", "expected"), BAD, ids=[b[0] for b in BAD])
+def test_bad_scenarios_exit_2_with_a_clear_message(tmp_path, name, text, expected):
+    path = tmp_path / name
+    path.write_text(text)
+    res = invoke("run", path, "--out", tmp_path / "r")
+    assert res.exit_code == 2
+    assert "error:" in res.stderr and expected in res.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_missing_scenario_file(tmp_path):
+    res = invoke("run", tmp_path / "absent.yaml")
+    assert res.exit_code == 2 and "Scenario file not found" in res.stderr and "chat" in res.stderr
+
+
+def test_malformed_set_and_unknown_profile(tmp_path):
+    res = invoke("run", scenario(tmp_path), "--set", "repeats")
+    assert res.exit_code == 2 and "--set expects KEY.PATH=VALUE" in res.stderr
+    res = invoke("run", scenario(tmp_path), "--profile", "turbo")
+    assert res.exit_code == 2 and "no such profile" in res.stderr
+
+
+def test_engine_config_error_is_a_clean_cli_error(tmp_path):
+    res = invoke("run", scenario(tmp_path), "--out", tmp_path / "r", "--set", "engine.cuda_graph=true")
+    assert res.exit_code == 2
+    assert (
+        "engine options: cuda_graph=True needs a CUDA device: CUDA Graphs cannot run on the CPU" in res.stderr
+    )
+    assert not (tmp_path / "r").exists()
+
+
+def test_workload_that_does_not_fit_the_model_is_a_clean_error(tmp_path):
+    res = invoke("run", scenario(tmp_path), "--out", tmp_path / "r", "--set", "workload.input_len=5000")
+    assert res.exit_code == 2 and "exceed the engine's max_model_len" in res.stderr
+    assert find_runs([tmp_path / "r"])[0] == []  # nothing measured, nothing kept
+
+
+def test_interrupted_run_keeps_a_readable_incomplete_result(tmp_path, monkeypatch):
+    monkeypatch.setattr(driver_mod, "PROGRESS_PERIOD_S", 0.0)
+    calls = []
+
+    def interrupt(self, label, repeat, progress):
+        calls.append(progress)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(RichRunEvents, "progress", interrupt)  # Ctrl-C lands while the driver runs
+    path = scenario(tmp_path, workload={**TINY["workload"], "num_requests": 12, "output_len": 30}, warmup=0)
+    res = invoke("run", path, "--out", tmp_path / "r")
+    assert res.exit_code == 130
+    assert "partial results, marked incomplete" in res.stderr
+    folders = [p for p in (tmp_path / "r" / "tiny").iterdir()]
+    assert len(folders) == 1 and not folders[0].name.startswith(".tmp")
+    run = load_run(folders[0])
+    assert run.meta["status"] == "incomplete" and run.meta["stop_reason"] == "interrupted"
+    assert run.summary["status"] == "incomplete"
+    reqs = run.table("requests")
+    assert len(reqs) > 0 and "abort" in set(reqs["finish_reason"])
+    json.dumps(run.summary)  # plain JSON, readable by anything
+
+
+def test_engine_failure_mid_run_keeps_what_was_measured(tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    # The third prompt holds a token id the model does not have: the engine refuses it mid-run.
+    prompts.write_text(
+        '{"prompt_token_ids": [1, 2, 3]}\n{"prompt_token_ids": [4, 5]}\n{"prompt_token_ids": [99999]}\n'
+    )
+    path = scenario(
+        tmp_path,
+        workload={"source": "file", "path": str(prompts), "output_len": 3},
+        arrival={"kind": "concurrency", "concurrency": 1},
+        warmup=0,
+    )
+    res = invoke("run", path, "--out", tmp_path / "r")
+    assert res.exit_code == 1
+    assert "the run failed; what was measured is kept in" in res.stderr and "outside" in res.stderr
+    runs, problems = find_runs([tmp_path / "r"])
+    assert len(runs) == 1
+    run = runs[0]
+    assert (
+        run.meta["status"] == "incomplete"
+        and run.meta["stop_reason"] == "failed"
+        and "outside" in run.meta["error"]
+    )
+    assert sorted(run.table("requests")["request_id"]) == ["0", "1"]

@@ -1,0 +1,57 @@
+"""The command line as a user meets it: ``python -m llmbench`` in a fresh process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def llmbench(*args, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "llmbench", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=300,
+    )
+
+
+def test_help_lists_every_command(tmp_path):
+    res = llmbench("--help", cwd=tmp_path)
+    assert res.returncode == 0
+    for cmd in ("run", "ablate", "report", "compare", "models", "env"):
+        assert cmd in res.stdout
+
+
+def test_run_then_report_in_fresh_processes(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({
+        "model": "qwen3-tiny", "engine": {"device": "cpu"}, "arrival": {"kind": "concurrency", "concurrency": 2},
+        "workload": {"num_requests": 4, "input_len": 16, "output_len": 3},
+    }))  # fmt: skip
+    res = llmbench("run", path, "--out", "results", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "results: " in res.stdout and (tmp_path / "results" / "s").is_dir()
+    rep = llmbench("report", "results", "--format", "markdown", cwd=tmp_path)
+    assert rep.returncode == 0 and "| metric |" in rep.stdout
+
+
+def test_bad_input_exits_2_without_a_traceback(tmp_path):
+    (tmp_path / "bad.yaml").write_text("workload: [1, 2\n")
+    res = llmbench("run", "bad.yaml", cwd=tmp_path)
+    assert res.returncode == 2 and "not valid YAML" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_models_and_env(tmp_path):
+    res = llmbench("models", cwd=tmp_path)
+    assert res.returncode == 0 and "qwen3-tiny" in res.stdout and "qwen3-0.6b" in res.stdout
+    res = llmbench("env", cwd=tmp_path)
+    assert res.returncode == 0 and "torch" in res.stdout and "nvml" in res.stdout
