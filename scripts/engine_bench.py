@@ -62,7 +62,9 @@ def run(engine: LLMEngine, reqs) -> dict:
     elapsed = time.perf_counter() - start
     total_out = sum(len(o.token_ids) for o in outs)
     tpot = [
-        (o.token_times[-1] - o.token_times[0]) / (len(o.token_times) - 1) for o in outs if len(o.token_times) > 1
+        (o.token_times[-1] - o.token_times[0]) / (len(o.token_times) - 1)
+        for o in outs
+        if len(o.token_times) > 1
     ]
     return {
         "output_tokens": total_out,
@@ -82,7 +84,9 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=1, help="warm-up runs of a short request before timing")
     args = ap.parse_args()
     options = dict(kv.split("=", 1) for kv in args.set)
-    engine = LLMEngine(EngineConfig.from_options(args.model, **{k: parse_value(v) for k, v in options.items()}))
+    engine = LLMEngine(
+        EngineConfig.from_options(args.model, **{k: parse_value(v) for k, v in options.items()})
+    )
     for _ in range(args.warmup):
         run(engine, [([1] * 64, 16), ([2] * 200, 8)])
     result = run(engine, workload(args.workload, 0))

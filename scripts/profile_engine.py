@@ -45,8 +45,10 @@ def main() -> None:
         wall = time.perf_counter() - start
     events = prof.key_averages()
     gpu_us = sum(e.self_device_time_total for e in events)
-    print(f"steps {args.steps}, batch {min(seqs)}-{max(seqs)}: wall {1000 * wall / args.steps:.2f} ms/step, "
-          f"GPU kernels {gpu_us / 1000 / args.steps:.2f} ms/step")
+    print(
+        f"steps {args.steps}, batch {min(seqs)}-{max(seqs)}: wall {1000 * wall / args.steps:.2f} ms/step, "
+        f"GPU kernels {gpu_us / 1000 / args.steps:.2f} ms/step"
+    )
     print(events.table(sort_by="self_device_time_total", row_limit=15, max_name_column_width=60))
 
 

@@ -20,7 +20,9 @@ def tiny():
 
 
 def test_unknown_option_names_the_valid_ones():
-    with pytest.raises(ConfigError, match=r"Unknown engine option\(s\): cuda_graphs\. Valid options: .*cuda_graph,"):
+    with pytest.raises(
+        ConfigError, match=r"Unknown engine option\(s\): cuda_graphs\. Valid options: .*cuda_graph,"
+    ):
         LLM("qwen3-tiny", cuda_graphs=True)
 
 
@@ -36,7 +38,10 @@ def test_prefix_cache_without_paged_kv_is_refused():
 
 
 def test_unsupported_backend_lists_supported():
-    with pytest.raises(ConfigError, match=r"Unsupported attention backend: 'xformers'\. Supported: \['torch', 'sdpa', 'triton', 'flash_attn'\]"):
+    with pytest.raises(
+        ConfigError,
+        match=r"Unsupported attention backend: 'xformers'\. Supported: \['torch', 'sdpa', 'triton', 'flash_attn'\]",
+    ):
         EngineConfig.from_options("qwen3-tiny", attention_backend="xformers")
 
 
@@ -84,7 +89,9 @@ def test_eos_stops_unless_ignored():
 
 
 def test_step_statistics_account_for_every_token():
-    engine = LLMEngine(EngineConfig.from_options("qwen3-tiny", max_num_batched_tokens=32, block_size=8, num_kv_blocks=128))
+    engine = LLMEngine(
+        EngineConfig.from_options("qwen3-tiny", max_num_batched_tokens=32, block_size=8, num_kv_blocks=128)
+    )
     prompts = [[7] * 40, [3] * 5]
     for i, p in enumerate(prompts):
         engine.add_request(str(i), p, GREEDY)
@@ -104,7 +111,9 @@ def test_step_statistics_account_for_every_token():
 
 @pytest.mark.parametrize("name", ["qwen3-tiny"])
 def test_preset_greedy_tokens_vary_with_context(name):
-    outs = LLM(name, num_kv_blocks=128).generate([[1, 2, 3], [4, 5, 6, 7]], SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True))
+    outs = LLM(name, num_kv_blocks=128).generate(
+        [[1, 2, 3], [4, 5, 6, 7]], SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
+    )
     for o in outs:
         assert len(set(o.token_ids)) >= 8, o.token_ids
     assert outs[0].token_ids != outs[1].token_ids

@@ -12,6 +12,7 @@ from safetensors.torch import load_file, save_file
 from llmbench import LLM, SamplingParams
 from llmbench.models.config import ModelConfigError
 from llmbench.models.loader import WeightLoadError, read_model_config
+
 from tiny_models import make_tiny
 
 
@@ -91,7 +92,10 @@ def test_unsupported_architecture_lists_the_supported(qwen3_folder, tmp_path):
     cfg = json.loads((folder / "config.json").read_text())
     cfg["architectures"] = ["MistralForCausalLM"]
     (folder / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ModelConfigError, match=r"MistralForCausalLM.*Supported: \['LlamaForCausalLM', 'Qwen2ForCausalLM', 'Qwen3ForCausalLM'\]"):
+    with pytest.raises(
+        ModelConfigError,
+        match=r"MistralForCausalLM.*Supported: \['LlamaForCausalLM', 'Qwen2ForCausalLM', 'Qwen3ForCausalLM'\]",
+    ):
         LLM(str(folder), num_kv_blocks=64)
 
 
@@ -108,14 +112,21 @@ def test_preset_weights_equal_a_transformers_model_drawn_the_same_way():
 
     from llmbench.models.presets import PRESETS
     from llmbench.models.random_weights import init_random_weights
+
     from tiny_models import hf_greedy
 
     cfg = PRESETS["qwen3-tiny"].config
     hf_cfg = transformers.Qwen3Config(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
-        num_hidden_layers=cfg.num_hidden_layers, num_attention_heads=cfg.num_attention_heads,
-        num_key_value_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim, rms_norm_eps=cfg.rms_norm_eps,
-        max_position_embeddings=cfg.max_position_embeddings, tie_word_embeddings=cfg.tie_word_embeddings,
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_hidden_layers,
+        num_attention_heads=cfg.num_attention_heads,
+        num_key_value_heads=cfg.num_key_value_heads,
+        head_dim=cfg.head_dim,
+        rms_norm_eps=cfg.rms_norm_eps,
+        max_position_embeddings=cfg.max_position_embeddings,
+        tie_word_embeddings=cfg.tie_word_embeddings,
         rope_theta=cfg.rope.theta,
     )
     hf = transformers.AutoModelForCausalLM.from_config(hf_cfg, dtype=torch.float32).eval()

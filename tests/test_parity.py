@@ -10,6 +10,7 @@ import torch
 
 from llmbench import LLM, SamplingParams
 from llmbench.engine.config import triton_usable
+
 from tiny_models import hf_greedy, make_tiny
 
 MAX_TOKENS = 12
@@ -56,7 +57,9 @@ TOGGLES = [
 @pytest.mark.parametrize("toggles", TOGGLES, ids=lambda t: "-".join(f"{k}={int(v)}" for k, v in t.items()))
 def test_greedy_matches_transformers_under_scheduling_toggles(arch_model, toggles):
     _, folder, expected = arch_model
-    got, _ = _generate(folder, attention_backend="torch", max_num_batched_tokens=24, max_num_seqs=4, **toggles)
+    got, _ = _generate(
+        folder, attention_backend="torch", max_num_batched_tokens=24, max_num_seqs=4, **toggles
+    )
     assert got == expected
 
 
@@ -65,7 +68,9 @@ def test_greedy_matches_transformers_per_attention_backend(arch_model, backend):
     if backend == "triton" and not triton_usable("cuda" if torch.cuda.is_available() else "cpu"):
         pytest.skip("triton is not installed")
     _, folder, expected = arch_model
-    got, _ = _generate(folder, attention_backend=backend, triton_kernels=backend == "triton", max_num_batched_tokens=24)
+    got, _ = _generate(
+        folder, attention_backend=backend, triton_kernels=backend == "triton", max_num_batched_tokens=24
+    )
     assert got == expected
 
 
@@ -80,7 +85,14 @@ def test_greedy_survives_forced_preemption(arch_model, chunked):
 
 def test_prefix_cache_serves_shared_prefix_and_keeps_tokens(arch_model):
     _, folder, expected = arch_model
-    llm = LLM(str(folder), block_size=BLOCK, max_model_len=128, attention_backend="sdpa", dtype="float32", num_kv_blocks=256)
+    llm = LLM(
+        str(folder),
+        block_size=BLOCK,
+        max_model_len=128,
+        attention_backend="sdpa",
+        dtype="float32",
+        num_kv_blocks=256,
+    )
     params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
     first = llm.generate([PROMPTS[4]], params)[0]
     second = llm.generate([PROMPTS[5]], params)[0]

@@ -51,9 +51,11 @@ def test_top_p_keeps_the_smallest_nucleus(seed, p):
 
 def test_a_seed_repeats_and_different_seeds_differ():
     logits = _logits(1, n=1, v=1000) / 10  # flat enough that draws vary
+
     def draws(seed):
         s = Sampler(torch.device("cpu"))
         return [s(logits, ["r"], [SamplingParams(temperature=1.0, seed=seed)])[0] for _ in range(20)]
+
     assert draws(7) == draws(7)
     assert draws(7) != draws(8)
 

@@ -16,6 +16,7 @@ import torch
 from llmbench import LLM, SamplingParams
 from llmbench.engine.config import ConfigError
 from llmbench.engine.tp import TPError
+
 from tiny_models import hf_greedy, make_tiny
 
 PROMPTS = [[5], [(3 * i + 1) % 384 for i in range(9)], [(7 * i + 3) % 384 for i in range(17)] + [42]]
@@ -32,7 +33,9 @@ def model(tmp_path_factory):
 
 def _workers_of(pid: int) -> list[psutil.Process]:
     try:
-        return [c for c in psutil.Process(pid).children(recursive=True) if "tp_worker" in " ".join(c.cmdline())]
+        return [
+            c for c in psutil.Process(pid).children(recursive=True) if "tp_worker" in " ".join(c.cmdline())
+        ]
     except psutil.NoSuchProcess:
         return []
 
@@ -65,7 +68,9 @@ def test_tp_larger_than_the_gpus_is_a_clear_error(model):
         LLM(str(folder), tp=n, num_kv_blocks=64)
 
 
-@pytest.mark.skipif(DEVICE == "cuda", reason="gloo notices a dead peer at once; NCCL exits after a grace period")
+@pytest.mark.skipif(
+    DEVICE == "cuda", reason="gloo notices a dead peer at once; NCCL exits after a grace period"
+)
 def test_a_rank_that_dies_stops_every_rank_with_a_clear_error(model):
     folder, _ = model
     llm = LLM(str(folder), tp=2, dtype="float32", num_kv_blocks=64, block_size=8)
@@ -104,7 +109,9 @@ def test_two_runs_on_one_host_do_not_collide(model, tmp_path):
     folder, expected = model
     script = tmp_path / "run.py"
     script.write_text(_script(folder))
-    procs = [subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True) for _ in range(2)
+    ]
     outs = [p.communicate(timeout=120)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0]
     assert all(f"TOKENS {expected[0][:4]}" in o for o in outs)
@@ -116,7 +123,9 @@ def test_ctrl_c_ends_every_rank(model, tmp_path):
     folder, _ = model
     script = tmp_path / "run.py"
     script.write_text(_script(folder))
-    proc = subprocess.Popen([sys.executable, str(script), "loop"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), "loop"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     assert "TOKENS" in proc.stdout.readline()
     workers = _workers_of(proc.pid)
     assert workers, "no worker process found"
@@ -124,3 +133,17 @@ def test_ctrl_c_ends_every_rank(model, tmp_path):
     proc.wait(timeout=30)
     gone, alive = psutil.wait_procs(workers, timeout=15)
     assert not alive, "a rank outlived Ctrl-C"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(DEVICE == "cuda", reason="eight CPU ranks")
+def test_greedy_tokens_at_tp8_equal_transformers(tmp_path):
+    # 8 heads split one per rank; 4 KV heads, each replicated on two ranks.
+    hf = make_tiny("llama", tmp_path, num_attention_heads=8, num_key_value_heads=4)
+    expected = [hf_greedy(hf, p, GREEDY.max_tokens) for p in PROMPTS]
+    llm = LLM(str(tmp_path), tp=8, dtype="float32", num_kv_blocks=64, block_size=8, device="cpu")
+    try:
+        got = [o.token_ids for o in llm.generate(PROMPTS, GREEDY)]
+    finally:
+        llm.engine.shutdown()
+    assert got == expected

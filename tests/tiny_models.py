@@ -25,11 +25,12 @@ COMMON = dict(
 )
 
 
-def hf_config(arch: str, tie: bool = False) -> transformers.PretrainedConfig:
+def hf_config(arch: str, tie: bool = False, **overrides) -> transformers.PretrainedConfig:
+    common = {**COMMON, **overrides}
     if arch == "qwen3":
-        return transformers.Qwen3Config(**COMMON, head_dim=32, tie_word_embeddings=tie, rope_theta=10000.0)
+        return transformers.Qwen3Config(**common, head_dim=32, tie_word_embeddings=tie, rope_theta=10000.0)
     if arch == "qwen2":
-        return transformers.Qwen2Config(**COMMON, tie_word_embeddings=tie, rope_theta=10000.0)
+        return transformers.Qwen2Config(**common, tie_word_embeddings=tie, rope_theta=10000.0)
     if arch == "llama":
         scaling = {
             "rope_type": "llama3",
@@ -39,15 +40,15 @@ def hf_config(arch: str, tie: bool = False) -> transformers.PretrainedConfig:
             "original_max_position_embeddings": 64,
         }
         return transformers.LlamaConfig(
-            **COMMON, tie_word_embeddings=tie, rope_theta=500000.0, rope_scaling=scaling
+            **common, tie_word_embeddings=tie, rope_theta=500000.0, rope_scaling=scaling
         )
     raise ValueError(arch)
 
 
-def make_tiny(arch: str, folder: Path, *, tie: bool = False, seed: int = 0, shard: bool = False):
+def make_tiny(arch: str, folder: Path, *, tie: bool = False, seed: int = 0, shard: bool = False, **overrides):
     """Build, re-initialise and save a tiny model; return the transformers model (float32, eval)."""
     torch.manual_seed(seed)
-    cfg = hf_config(arch, tie)
+    cfg = hf_config(arch, tie, **overrides)
     model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
     init_random_weights(model, seed)
     if tie:

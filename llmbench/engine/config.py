@@ -117,7 +117,9 @@ class EngineConfig:
         if backend is None:
             backend = "triton" if cuda and triton_available() else ("sdpa" if not cuda else "torch")
         if backend not in ATTENTION_BACKENDS:
-            raise ConfigError(f"Unsupported attention backend: {backend!r}. Supported: {list(ATTENTION_BACKENDS)}")
+            raise ConfigError(
+                f"Unsupported attention backend: {backend!r}. Supported: {list(ATTENTION_BACKENDS)}"
+            )
         if backend == "triton" and not triton_usable(device):
             raise ConfigError(
                 "attention_backend='triton' needs the triton package and a CUDA device "
@@ -132,7 +134,9 @@ class EngineConfig:
                     "available here: torch, sdpa" + (", triton" if triton_available() else "")
                 )
             if not self.paged_kv:
-                raise ConfigError("attention_backend='flash_attn' reads a paged KV cache: it needs paged_kv=True")
+                raise ConfigError(
+                    "attention_backend='flash_attn' reads a paged KV cache: it needs paged_kv=True"
+                )
 
         triton_kernels = self.triton_kernels
         if triton_kernels is None:
@@ -159,8 +163,12 @@ class EngineConfig:
             raise ConfigError("prefix_cache=True shares KV blocks between requests: it needs paged_kv=True")
 
         if self.compile_mode not in COMPILE_MODES:
-            raise ConfigError(f"Unsupported compile_mode: {self.compile_mode!r}. Supported: {list(COMPILE_MODES)}")
-        if self.block_size < 1 or (backend in ("triton", "flash_attn") and self.block_size & (self.block_size - 1)):
+            raise ConfigError(
+                f"Unsupported compile_mode: {self.compile_mode!r}. Supported: {list(COMPILE_MODES)}"
+            )
+        if self.block_size < 1 or (
+            backend in ("triton", "flash_attn") and self.block_size & (self.block_size - 1)
+        ):
             raise ConfigError(f"block_size must be a positive power of two, got {self.block_size}")
         for name in ("max_num_seqs", "max_num_batched_tokens", "tp"):
             if getattr(self, name) < 1:
@@ -174,7 +182,9 @@ class EngineConfig:
         if self.cuda_graph_buckets is not None and (
             not self.cuda_graph_buckets or min(self.cuda_graph_buckets) < 1
         ):
-            raise ConfigError(f"cuda_graph_buckets must be positive batch sizes, got {self.cuda_graph_buckets}")
+            raise ConfigError(
+                f"cuda_graph_buckets must be positive batch sizes, got {self.cuda_graph_buckets}"
+            )
 
         return dataclasses.replace(
             self,

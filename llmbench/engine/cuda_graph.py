@@ -67,7 +67,9 @@ class CUDAGraphRunner:
         pool = None
         for bs in reversed(self.buckets):
             meta = self._meta(bs)
-            self.forward(self.input_ids[:bs], self.positions[:bs], meta)  # warm-up: kernels compiled, autotuned
+            self.forward(
+                self.input_ids[:bs], self.positions[:bs], meta
+            )  # warm-up: kernels compiled, autotuned
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):

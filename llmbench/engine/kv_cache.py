@@ -47,7 +47,13 @@ def num_blocks_for(config: EngineConfig, max_model_len: int, bytes_per_block: in
 
 
 def allocate(
-    num_layers: int, num_blocks: int, block_size: int, kv_heads: int, head_dim: int, dtype: torch.dtype, device
+    num_layers: int,
+    num_blocks: int,
+    block_size: int,
+    kv_heads: int,
+    head_dim: int,
+    dtype: torch.dtype,
+    device,
 ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
     # One slab for the whole pool: (2, L, num_blocks, block_size, Hk, D); per-layer K and V are views.
     pool = torch.empty(2, num_layers, num_blocks, block_size, kv_heads, head_dim, dtype=dtype, device=device)

@@ -18,7 +18,7 @@ from llmbench.engine.model_runner import ModelRunner
 from llmbench.engine.outputs import RequestOutput, StepOutput, StepStats, TokenEvent
 from llmbench.engine.sampler import Sampler
 from llmbench.engine.sampling_params import SamplingParams
-from llmbench.engine.scheduler import Scheduler
+from llmbench.engine.scheduler import ScheduledBatch, Scheduler, step_kind
 from llmbench.engine.sequence import Sequence, SequenceStatus
 from llmbench.engine.step_inputs import build_step
 from llmbench.engine.tp import TPError, TPWorkers, check_divisible, init_group, rank_config
@@ -85,13 +85,17 @@ class LLMEngine:
             self.workers = TPWorkers(config, model_config, folder, max_len)
             try:
                 rank0 = rank_config(config, 0)
-                self.runner = ModelRunner(rank0, model_config, folder, max_len, init_group(rank0, 0, self.workers.port))
+                self.runner = ModelRunner(
+                    rank0, model_config, folder, max_len, init_group(rank0, 0, self.workers.port)
+                )
             except BaseException as e:
                 self._tp_failed(e)
         self.startup = self.runner.startup
         bs = config.block_size
         if config.paged_kv:
-            self.kv: BlockManager | SlabAllocator = BlockManager(self.runner.num_blocks, bs, config.prefix_cache)
+            self.kv: BlockManager | SlabAllocator = BlockManager(
+                self.runner.num_blocks, bs, config.prefix_cache
+            )
         else:
             self.kv = SlabAllocator(self.runner.num_blocks, bs, max_len)
             if self.kv.num_slabs == 0:
@@ -187,11 +191,11 @@ class LLMEngine:
         batch = self.scheduler.schedule()
         self._step += 1
         if batch is None:
-            return StepOutput(self._stats("idle", start, start))
+            return StepOutput(self._stats(start))
         for seq in batch.newly_scheduled:
             if seq.first_scheduled_time is None:
                 seq.first_scheduled_time = start
-        stats = self._stats(batch.kind, start, start, batch)  # before advance() moves the counters
+        stats = self._stats(start, batch)  # before advance() moves the counters
         arrays = build_step(batch.seqs, batch.num_new_tokens, self.config.block_size)
         if self.workers is None:
             logits, stats.graph_bucket, stats.graph_padding = self.runner.execute(arrays)
@@ -227,13 +231,14 @@ class LLMEngine:
         del self._seqs[seq.request_id]
         return seq.to_output()
 
-    def _stats(self, kind: str, start: float, end: float, batch=None) -> StepStats:
+    def _stats(self, start: float, batch: ScheduledBatch | None = None) -> StepStats:
+        prefill, decode = batch.token_counts() if batch else (0, 0)
         return StepStats(
             step=self._step,
-            kind=kind,
+            kind=step_kind(prefill, decode) if batch else "idle",
             num_seqs=len(batch.seqs) if batch else 0,
-            num_prefill_tokens=batch.num_prefill_tokens if batch else 0,
-            num_decode_tokens=batch.num_decode_tokens if batch else 0,
+            num_prefill_tokens=prefill,
+            num_decode_tokens=decode,
             graph_bucket=None,
             graph_padding=0,
             kv_blocks_used=self.kv.num_used_blocks,
@@ -241,7 +246,7 @@ class LLMEngine:
             prefix_cache_hit_tokens=batch.prefix_hit_tokens if batch else 0,
             num_preemptions=batch.num_preemptions if batch else 0,
             start_time=start,
-            end_time=end,
+            end_time=start,
         )
 
     def _tp_failed(self, error: BaseException):

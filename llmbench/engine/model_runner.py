@@ -78,7 +78,10 @@ class ModelRunner:
         finally:
             torch.set_default_dtype(previous)
         if folder is None:
-            tensors = ((name, "random weights", t) for name, t in random_checkpoint(model_config, config.seed, self.device))
+            tensors = (
+                (name, "random weights", t)
+                for name, t in random_checkpoint(model_config, config.seed, self.device)
+            )
             load_weights(self.model, tensors, f"preset {config.model}")
         else:
             load_weights(self.model, iter_checkpoint(folder), str(folder))
@@ -91,7 +94,9 @@ class ModelRunner:
         attn = self.model.model.layers[0].self_attn
         self.kv_heads, self.head_dim = attn.num_kv_heads, attn.head_dim
         self.num_layers = model_config.num_hidden_layers
-        self.block_bytes = kv_cache.block_bytes(self.num_layers, self.block_size, self.kv_heads, self.head_dim, dtype)
+        self.block_bytes = kv_cache.block_bytes(
+            self.num_layers, self.block_size, self.kv_heads, self.head_dim, dtype
+        )
         self.max_blocks_per_seq = -(-max_model_len // self.block_size)
 
         if config.torch_compile:
@@ -153,7 +158,12 @@ class ModelRunner:
             seqs.append(s)
         if caches is None:
             pool, caches = kv_cache.allocate(
-                self.num_layers, block, self.block_size, self.kv_heads, self.head_dim, self.config.torch_dtype,
+                self.num_layers,
+                block,
+                self.block_size,
+                self.kv_heads,
+                self.head_dim,
+                self.config.torch_dtype,
                 self.device,
             )
         return self.to_inputs(build_step(seqs, lens, self.block_size)), caches
@@ -210,7 +220,10 @@ class ModelRunner:
             seq_lens_cpu=step.seq_lens.tolist(),
         )
         return StepInputs(
-            self._to_device(step.input_ids), self._to_device(step.positions), meta, self._to_device(step.logits_indices)
+            self._to_device(step.input_ids),
+            self._to_device(step.positions),
+            meta,
+            self._to_device(step.logits_indices),
         )
 
     def _to_device(self, array: np.ndarray) -> torch.Tensor:
@@ -226,12 +239,17 @@ class ModelRunner:
         Under tensor parallelism every rank runs this with the same ``step``; the collectives inside the
         model keep them in lockstep and rank 0 alone samples."""
         n = len(step.query_lens)
-        use_graph = self.graphs is not None and max(step.query_lens) == 1 and self.graphs.bucket_for(n) is not None
+        use_graph = (
+            self.graphs is not None and max(step.query_lens) == 1 and self.graphs.bucket_for(n) is not None
+        )
         inputs = self.to_inputs(step)
         if use_graph:
             assert self.graphs is not None
             logits, bucket = self.graphs.run(
-                inputs.input_ids, inputs.positions, inputs.meta.slot_mapping, inputs.meta.seq_lens,
+                inputs.input_ids,
+                inputs.positions,
+                inputs.meta.slot_mapping,
+                inputs.meta.seq_lens,
                 inputs.meta.block_tables,
             )
             return logits[inputs.logits_indices], bucket, bucket - n

@@ -28,7 +28,9 @@ class StepStats:
     graph_padding: int  # padded slots in that bucket
     kv_blocks_used: int
     kv_blocks_free: int
-    prefix_cache_hit_tokens: int  # prompt tokens served from the prefix cache by sequences first scheduled now
+    prefix_cache_hit_tokens: (
+        int  # prompt tokens served from the prefix cache by sequences first scheduled now
+    )
     num_preemptions: int
     start_time: float
     end_time: float

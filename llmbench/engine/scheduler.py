@@ -31,22 +31,20 @@ class ScheduledBatch:
     prefix_hit_tokens: int = 0
     newly_scheduled: list[Sequence] = field(default_factory=list)
 
-    @property
-    def num_prefill_tokens(self) -> int:
-        return sum(n for s, n in zip(self.seqs, self.num_new_tokens, strict=True) if not _is_decode(s, n))
-
-    @property
-    def num_decode_tokens(self) -> int:
-        return sum(n for s, n in zip(self.seqs, self.num_new_tokens, strict=True) if _is_decode(s, n))
-
-    @property
-    def kind(self) -> str:
-        p, d = self.num_prefill_tokens, self.num_decode_tokens
-        return "mixed" if p and d else ("prefill" if p else "decode")
+    def token_counts(self) -> tuple[int, int]:
+        """(prefill tokens, decode tokens); valid until ``Scheduler.advance`` moves the counters."""
+        decode = sum(
+            1
+            for s, n in zip(self.seqs, self.num_new_tokens, strict=True)
+            if n == 1 and s.num_computed_tokens >= s.num_prompt_tokens
+        )
+        return sum(self.num_new_tokens) - decode, decode
 
 
-def _is_decode(seq: Sequence, n: int) -> bool:
-    return n == 1 and seq.num_computed_tokens >= seq.num_prompt_tokens
+def step_kind(prefill_tokens: int, decode_tokens: int) -> str:
+    if prefill_tokens and decode_tokens:
+        return "mixed"
+    return "prefill" if prefill_tokens else "decode"
 
 
 class Scheduler:
@@ -98,7 +96,7 @@ class Scheduler:
                 self._schedule_running(batch, budget)
         if not batch.seqs:
             return None
-        if not self.continuous_batching and batch.num_decode_tokens:
+        if not self.continuous_batching and batch.token_counts()[1]:
             self._batch_open = False
         return batch
 

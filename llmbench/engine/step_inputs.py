@@ -35,11 +35,15 @@ def build_step(seqs: list[Sequence], num_new_tokens: list[int], block_size: int)
         tables[i, : len(s.block_table)] = s.block_table
     if max(num_new_tokens) == 1:  # decode-shaped: one token per sequence, no per-token loops
         pos = np.fromiter((s.num_computed_tokens for s in seqs), dtype=np.int64, count=n)
-        input_ids = np.fromiter((s.token_ids[p] for s, p in zip(seqs, pos.tolist())), dtype=np.int64, count=n)
+        input_ids = np.fromiter(
+            (s.token_ids[p] for s, p in zip(seqs, pos.tolist(), strict=True)), dtype=np.int64, count=n
+        )
         slots = tables[np.arange(n), pos // bs].astype(np.int64) * bs + pos % bs
         seq_lens = pos + 1
         query_start = np.arange(n + 1, dtype=np.int32)
-        sampling = np.fromiter((p + 1 == s.num_tokens for s, p in zip(seqs, pos.tolist())), dtype=bool, count=n)
+        sampling = np.fromiter(
+            (p + 1 == s.num_tokens for s, p in zip(seqs, pos.tolist(), strict=True)), dtype=bool, count=n
+        )
         logits_idx = np.flatnonzero(sampling)
         positions = pos
     else:
@@ -70,7 +74,7 @@ def build_step(seqs: list[Sequence], num_new_tokens: list[int], block_size: int)
         np.cumsum(num_new_tokens, out=query_start[1:])
         logits_idx = np.asarray(logits_list, dtype=np.int64)
         starts = np.fromiter((s.num_computed_tokens for s in seqs), dtype=np.int64, count=n)
-        positions = np.concatenate([np.arange(a, b) for a, b in zip(starts.tolist(), lens)])
+        positions = np.concatenate([np.arange(a, b) for a, b in zip(starts.tolist(), lens, strict=True)])
     return StepArrays(
         input_ids=input_ids,
         positions=positions,

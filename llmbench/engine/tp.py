@@ -84,9 +84,13 @@ class TPWorkers:
     Workers are fresh interpreters (``python -m llmbench.engine.tp_worker``), not multiprocessing children, so
     the caller's ``__main__`` is never re-imported and needs no ``if __name__ == "__main__"`` guard."""
 
-    def __init__(self, config: EngineConfig, model_config: ModelConfig, folder: Path | None, max_model_len: int):
+    def __init__(
+        self, config: EngineConfig, model_config: ModelConfig, folder: Path | None, max_model_len: int
+    ):
         if config.is_cuda and torch.cuda.device_count() < config.tp:
-            raise TPError(f"tp={config.tp} needs {config.tp} GPUs; this machine has {torch.cuda.device_count()}")
+            raise TPError(
+                f"tp={config.tp} needs {config.tp} GPUs; this machine has {torch.cuda.device_count()}"
+            )
         self.config = config
         self.port = free_port()
         authkey = secrets.token_bytes(16)
@@ -97,7 +101,9 @@ class TPWorkers:
         self.conns = []
         try:
             for rank in range(1, config.tp):
-                self.procs.append(subprocess.Popen([sys.executable, "-m", "llmbench.engine.tp_worker"], env=env))
+                self.procs.append(
+                    subprocess.Popen([sys.executable, "-m", "llmbench.engine.tp_worker"], env=env)
+                )
                 listener._listener._socket.settimeout(_INIT_TIMEOUT.total_seconds())
                 conn = listener.accept()
                 conn.send((rank, config, model_config, folder, max_model_len, self.port))

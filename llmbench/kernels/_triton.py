@@ -35,7 +35,9 @@ def jit(fn: Callable[..., Any] | None = None, *, do_not_specialize: tuple[str, .
     def wrap(f: Callable[..., Any]) -> Any:
         if not HAS_TRITON:
             return f
-        return triton.jit(f, do_not_specialize=list(do_not_specialize)) if do_not_specialize else triton.jit(f)
+        return (
+            triton.jit(f, do_not_specialize=list(do_not_specialize)) if do_not_specialize else triton.jit(f)
+        )
 
     return wrap(fn) if fn is not None else wrap
 

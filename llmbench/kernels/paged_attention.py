@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 
-def _gather_context(
+def gather_context(
     k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor, seq_len: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     block_size = k_cache.shape[1]
@@ -34,7 +34,9 @@ def _gather_context(
     return k, v
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, causal_offset: int) -> torch.Tensor:
+def _attend(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, causal_offset: int
+) -> torch.Tensor:
     # q: (L, Hq, D); k, v: (S, Hk, D); query row i sits at key position causal_offset + i.
     group = q.shape[1] // k.shape[1]
     k = k.repeat_interleave(group, dim=1)
@@ -59,7 +61,7 @@ def paged_attention_decode_ref(
     # q: (B, Hq, D), one new token per sequence -> (B, Hq, D)
     out = torch.empty_like(q)
     for i, seq_len in enumerate(seq_lens.tolist()):
-        k, v = _gather_context(k_cache, v_cache, block_tables[i], seq_len)
+        k, v = gather_context(k_cache, v_cache, block_tables[i], seq_len)
         out[i : i + 1] = _attend(q[i : i + 1], k, v, scale, seq_len - 1)
     return out
 
@@ -79,6 +81,6 @@ def paged_attention_prefill_ref(
     starts = query_start_loc.tolist()
     for i, seq_len in enumerate(seq_lens.tolist()):
         a, b = starts[i], starts[i + 1]
-        k, v = _gather_context(k_cache, v_cache, block_tables[i], seq_len)
+        k, v = gather_context(k_cache, v_cache, block_tables[i], seq_len)
         out[a:b] = _attend(q[a:b], k, v, scale, seq_len - (b - a))
     return out

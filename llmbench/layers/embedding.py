@@ -37,7 +37,9 @@ class VocabParallelEmbedding(nn.Module):
             return F.embedding(input_ids, self.weight)
         local = input_ids - self.start
         inside = (local >= 0) & (local < self.per_rank)
-        y = F.embedding(local.clamp(0, self.per_rank - 1), self.weight) * inside.unsqueeze(-1).to(self.weight.dtype)
+        y = F.embedding(local.clamp(0, self.per_rank - 1), self.weight) * inside.unsqueeze(-1).to(
+            self.weight.dtype
+        )
         return self.tp.all_reduce(y)
 
 

@@ -57,7 +57,9 @@ class ColumnParallelLinear(_Linear):
 class MergedColumnParallelLinear(ColumnParallelLinear):
     """Several column-parallel outputs in one matmul (gate and up); ``shard_id`` is the part index."""
 
-    def __init__(self, in_features: int, out_sizes: list[int], bias: bool = False, tp: TPGroup = SINGLE) -> None:
+    def __init__(
+        self, in_features: int, out_sizes: list[int], bias: bool = False, tp: TPGroup = SINGLE
+    ) -> None:
         self.out_sizes = [tp.split(s, "output features") for s in out_sizes]
         super().__init__(in_features, sum(out_sizes), bias, tp)
 

@@ -63,7 +63,9 @@ def draw(name: str, shape: tuple[int, ...], seed: int, device: torch.device | st
     return t.normal_(0.0, 2.0 * shape[1] ** -0.5, generator=gen)
 
 
-def random_checkpoint(cfg: ModelConfig, seed: int, device: torch.device | str) -> Iterator[tuple[str, torch.Tensor]]:
+def random_checkpoint(
+    cfg: ModelConfig, seed: int, device: torch.device | str
+) -> Iterator[tuple[str, torch.Tensor]]:
     for name, shape in checkpoint_shapes(cfg).items():
         yield name, draw(name, shape, seed, device)
 

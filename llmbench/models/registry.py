@@ -17,5 +17,7 @@ ARCHITECTURES: dict[str, dict[str, bool]] = {
 
 def build_model(cfg: ModelConfig, opts: BuildOptions) -> nn.Module:
     if cfg.architecture not in ARCHITECTURES:
-        raise ValueError(f"Unsupported architecture: {cfg.architecture!r}. Supported: {sorted(ARCHITECTURES)}")
+        raise ValueError(
+            f"Unsupported architecture: {cfg.architecture!r}. Supported: {sorted(ARCHITECTURES)}"
+        )
     return LlamaForCausalLM(cfg, opts)

@@ -30,7 +30,14 @@ class AttentionBackend:
     ) -> torch.Tensor:  # (T, Hq, D)
         kv_store.store_kv_ref(k, v, k_cache, v_cache, meta.slot_mapping)
         return paged_attention.paged_attention_prefill_ref(
-            q, k_cache, v_cache, meta.block_tables, meta.query_start_loc, meta.seq_lens, meta.max_query_len, scale
+            q,
+            k_cache,
+            v_cache,
+            meta.block_tables,
+            meta.query_start_loc,
+            meta.seq_lens,
+            meta.max_query_len,
+            scale,
         )
 
 
@@ -50,7 +57,7 @@ class SDPABackend(AttentionBackend):
             if q_len == seq_len:  # nothing cached before: attend over this step's own K/V
                 kk, vv = k[start:end], v[start:end]
             else:
-                kk, vv = _gather(k_cache, v_cache, meta.block_tables[i], seq_len)
+                kk, vv = paged_attention.gather_context(k_cache, v_cache, meta.block_tables[i], seq_len)
             out[start:end] = _sdpa(q[start:end], kk, vv, scale, seq_len - q_len)
             start = end
         return out
@@ -74,12 +81,6 @@ class SDPABackend(AttentionBackend):
         vb = vv.transpose(1, 2).repeat_interleave(group, dim=1)
         out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask[:, None, None, :], scale=scale)
         return out.squeeze(2)
-
-
-def _gather(k_cache, v_cache, block_table, seq_len):
-    block_size = k_cache.shape[1]
-    blocks = block_table[: -(-seq_len // block_size)].long()
-    return k_cache[blocks].flatten(0, 1)[:seq_len], v_cache[blocks].flatten(0, 1)[:seq_len]
 
 
 def _sdpa(q, k, v, scale, offset):
@@ -108,7 +109,14 @@ class TritonBackend(AttentionBackend):
                 q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale
             )
         return paged_attention.paged_attention_prefill(
-            q, k_cache, v_cache, meta.block_tables, meta.query_start_loc, meta.seq_lens, meta.max_query_len, scale
+            q,
+            k_cache,
+            v_cache,
+            meta.block_tables,
+            meta.query_start_loc,
+            meta.seq_lens,
+            meta.max_query_len,
+            scale,
         )
 
 
@@ -123,4 +131,6 @@ def make_backend(name: str) -> AttentionBackend:
         from llmbench.layers.attention.flash import FlashAttnBackend
 
         return FlashAttnBackend()
-    raise ValueError(f"Unsupported attention backend: {name!r}. Supported: ['torch', 'sdpa', 'triton', 'flash_attn']")
+    raise ValueError(
+        f"Unsupported attention backend: {name!r}. Supported: ['torch', 'sdpa', 'triton', 'flash_attn']"
+    )
