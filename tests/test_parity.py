@@ -99,3 +99,23 @@ def test_prefix_cache_serves_shared_prefix_and_keeps_tokens(arch_model):
     assert first.num_cached_tokens == 0
     assert second.num_cached_tokens == 2 * BLOCK  # the two full blocks of the shared 17-token prefix
     assert [first.token_ids, second.token_ids] == [expected[4], expected[5]]
+
+
+@pytest.mark.slow
+def test_torch_compile_keeps_tokens_and_does_not_recompile(arch_model):
+    arch, folder, expected = arch_model
+    if arch != "qwen3":
+        pytest.skip("one architecture is enough: compiling takes ~20 s on 2 cores")
+    got, llm = _generate(folder, torch_compile=True, attention_backend="sdpa", max_num_batched_tokens=24)
+    assert got == expected
+    assert llm.engine.startup.compile_time > 0
+    assert llm.engine.startup.recompiles == 0, "torch.compile recompiled in steady state"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA Graphs need a GPU")
+@pytest.mark.parametrize("compile_", [False, True])
+def test_cuda_graph_replay_keeps_tokens(arch_model, compile_):
+    _, folder, expected = arch_model
+    got, llm = _generate(folder, attention_backend="triton", cuda_graph=True, torch_compile=compile_)
+    assert got == expected
+    assert llm.engine.startup.graph_buckets

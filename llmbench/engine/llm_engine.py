@@ -220,6 +220,8 @@ class LLMEngine:
                 out.finished.append(self._finish(seq, "length", now))
         out.stats.kv_blocks_used = self.kv.num_used_blocks
         out.stats.kv_blocks_free = self.kv.num_free_blocks
+        if self.config.torch_compile:
+            self.startup.recompiles = self.runner.recompiles()
         return out
 
     def _finish(self, seq: Sequence, reason: str, now: float) -> RequestOutput:

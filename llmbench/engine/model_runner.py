@@ -121,9 +121,11 @@ class ModelRunner:
         self.startup.kv_block_bytes = self.block_bytes
         self.startup.kv_cache_bytes = num_blocks * self.block_bytes
 
+        self._graphs_after_warmup = 0
         if config.torch_compile:
             self._warm_up_compile()
             self.startup.compile_time = time.perf_counter() - start
+            self._graphs_after_warmup = _dynamo_graph_count()
         if self.device.type == "cuda":
             start = time.perf_counter()
             self._warm_up_kernels()
@@ -200,11 +202,19 @@ class ModelRunner:
 
     @torch.inference_mode()
     def _warm_up_compile(self) -> None:
-        """Compile outside the measured steps: one prefill shape and one decode shape."""
+        """Compile outside the measured steps, on the real KV pool (its shape is guarded on).
+
+        Sizes 1 and 2 of the token dimension get graphs of their own (Dynamo specialises 0 and 1, and
+        marks a size dynamic once it has seen two), so the warm-up runs a prefill, a one-token step and a
+        two-token step, first and later layers alike."""
         n = min(64, self.max_model_len)
-        for tokens, seq_len in ((n, n), (2, 1)):
-            inputs, caches = self._dummy_inputs(tokens, seq_len, None)
-            self._forward(inputs.input_ids, inputs.positions, inputs.meta, caches)
+        for tokens, seq_len in ((n, n), (2, 1), (1, 1), (n - 1, n - 1), (3, 1)):
+            inputs, _ = self._dummy_inputs(tokens, seq_len, self.kv_caches)
+            self._forward(inputs.input_ids, inputs.positions, inputs.meta, self.kv_caches)
+
+    def recompiles(self) -> int:
+        """Graphs torch.compile built after the warm-up: 0 means no recompilation in steady state."""
+        return _dynamo_graph_count() - self._graphs_after_warmup if self.config.torch_compile else 0
 
     # -- one step ---------------------------------------------------------------------------------
 
@@ -255,6 +265,12 @@ class ModelRunner:
             return logits[inputs.logits_indices], bucket, bucket - n
         hidden = self._forward(inputs.input_ids, inputs.positions, inputs.meta, self.kv_caches)
         return self.model.compute_logits(hidden[inputs.logits_indices]).float(), None, 0
+
+
+def _dynamo_graph_count() -> int:
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
 
 
 _DUMMY_PARAMS = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)

@@ -76,4 +76,4 @@ class StartupStats:
     graph_capture_time: float = 0.0
     graph_memory_bytes: int = 0
     graph_buckets: list[int] = field(default_factory=list)
-    recompiles: int = 0
+    recompiles: int = 0  # torch.compile graphs built after the warm-up (kept current while the engine runs)
