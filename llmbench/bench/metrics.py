@@ -2,9 +2,12 @@
 
 Per request (times are host seconds): queue = first scheduled - arrival; TTFT = first token - arrival;
 E2E = last token - arrival; TPOT = (E2E - TTFT) / (n - 1) for n >= 2 tokens; ITL = gaps between its
-consecutive tokens. Per repeat: latency distributions over the requests that finished (ITL pooled over
-them), throughputs over the measured window (first arrival -> last token), goodput = requests meeting
-every SLO per second of that window.
+consecutive tokens. A peer client that holds requests back (a concurrency limit) sends them later than
+scheduled: its ``arrival`` is the send, and the wait before it is ``client_queue``, its own figure.
+Requests that failed (HTTP errors, dropped streams) are counted apart and left out of the latencies.
+Per repeat: latency distributions over the requests that finished (ITL pooled over them), throughputs
+over the measured window (first arrival -> last token), goodput = requests meeting every SLO per second
+of that window.
 
 ``METRICS`` is the one table of names, units and which direction is better; reports and the regression
 gate read it, so a metric means the same thing everywhere.
@@ -32,15 +35,18 @@ class RequestMetrics(NamedTuple):
 
 
 def request_metrics(rec: RequestRecord) -> RequestMetrics:
+    """TPOT divides by the output token count (the server's own count when it sent one), so a stream that
+    carried several tokens in one chunk still gives the right per-token time; one chunk alone gives none."""
     nan = math.nan
     times = np.asarray(rec.token_times, dtype=float)
     queue = rec.first_scheduled - rec.arrival if rec.first_scheduled is not None else nan
+    n = rec.num_output_tokens
     if times.size == 0:
-        return RequestMetrics(queue, nan, nan, nan, np.empty(0), 0)
+        return RequestMetrics(queue, nan, nan, nan, np.empty(0), n)
     ttft = float(times[0] - rec.arrival)
     e2e = float(times[-1] - rec.arrival)
-    tpot = (e2e - ttft) / (times.size - 1) if times.size >= 2 else nan
-    return RequestMetrics(queue, ttft, tpot, e2e, np.diff(times), int(times.size))
+    tpot = (e2e - ttft) / (n - 1) if times.size >= 2 and n >= 2 else nan
+    return RequestMetrics(queue, ttft, tpot, e2e, np.diff(times), n)
 
 
 def meets_slo(m: RequestMetrics, slo: SLO) -> bool:
@@ -58,7 +64,10 @@ class MetricInfo(NamedTuple):
     better: str  # "lower" | "higher" | "" (informational)
 
 
-LATENCIES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E latency", "queue": "queue time"}
+LATENCIES = {
+    "ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E latency", "queue": "queue time",
+    "client_queue": "client queue",  # peer clients: scheduled -> sent (a concurrency limit); not in TTFT
+}  # fmt: skip
 STATS = ("p50", "p90", "p95", "p99", "mean")
 
 METRICS: dict[str, MetricInfo] = {
@@ -72,6 +81,8 @@ METRICS: dict[str, MetricInfo] = {
     "num_requests": MetricInfo("requests", "count", ""),
     "num_completed": MetricInfo("completed", "count", ""),
     "num_aborted": MetricInfo("aborted", "count", ""),
+    "num_failed": MetricInfo("failed", "count", "lower"),
+    "num_output_mismatch": MetricInfo("output length mismatches", "count", "lower"),
     "input_tokens": MetricInfo("input tokens", "count", ""),
     "output_tokens": MetricInfo("output tokens", "count", ""),
     "arrival_lag_p99": MetricInfo("arrival lag p99", "s", "lower"),
@@ -107,6 +118,10 @@ def latency_samples(records: list[RequestRecord]) -> dict[str, np.ndarray]:
         "tpot": np.array([m.tpot for m in done], dtype=float),
         "e2e": np.array([m.e2e for m in done], dtype=float),
         "queue": np.array([m.queue for m in done], dtype=float),
+        "client_queue": np.array(
+            [math.nan if r.client_queue is None else r.client_queue for r in records if r.finished],
+            dtype=float,
+        ),
         "itl": np.concatenate([m.itl for m in done]) if done else np.empty(0),
     }
 
@@ -129,8 +144,9 @@ def request_summary(records: list[RequestRecord], slo: SLO) -> dict[str, float]:
     start, end = window(records)
     duration = end - start
     finished = [r for r in records if r.finished]
-    out_tokens = sum(len(r.token_ids) for r in records)
-    in_tokens = sum(r.input_len for r in records if r.first_scheduled is not None)
+    out_tokens = sum(r.num_output_tokens for r in records)
+    # Prompt tokens of requests the backend started on (a remote server never says when: a token shows it).
+    in_tokens = sum(r.input_len for r in records if r.first_scheduled is not None or r.token_times)
     good = sum(meets_slo(request_metrics(r), slo) for r in finished)
     per_s = (lambda x: x / duration) if duration > 0 else (lambda x: math.nan)
     lags = np.array([r.arrival_lag for r in records], dtype=float)
@@ -139,6 +155,8 @@ def request_summary(records: list[RequestRecord], slo: SLO) -> dict[str, float]:
         num_requests=float(len(records)),
         num_completed=float(len(finished)),
         num_aborted=float(sum(r.finish_reason == "abort" for r in records)),
+        num_failed=float(sum(r.finish_reason == "failed" for r in records)),
+        num_output_mismatch=float(sum(r.output_check is not None for r in records)),
         input_tokens=float(in_tokens),
         output_tokens=float(out_tokens),
         output_throughput=per_s(out_tokens),
@@ -148,8 +166,8 @@ def request_summary(records: list[RequestRecord], slo: SLO) -> dict[str, float]:
         slo_attainment=good / len(finished) if slo.defined and finished else math.nan,
         arrival_lag_p99=float(np.percentile(lags, 99)) if lags.size else math.nan,
         arrival_lag_max=float(lags.max()) if lags.size else math.nan,
-        preemptions=float(sum(r.num_preemptions for r in records)),
+        preemptions=float(sum(r.num_preemptions or 0 for r in records)),
     )
-    cached = sum(r.num_cached_tokens for r in records if r.first_scheduled is not None)
+    cached = sum(r.num_cached_tokens or 0 for r in records if r.first_scheduled is not None)
     out["prefix_cache_hit_rate"] = cached / in_tokens if in_tokens else math.nan
     return out

@@ -1,7 +1,9 @@
 """What the driver records while a run is measured: one row per request, one per engine step.
 
 All times are host ``time.perf_counter()`` seconds, the engine's clock; the store shifts them to the run's
-start when it writes them out.
+start when it writes them out. Every backend (the engine, transformers, an OpenAI-compatible server)
+fills the same :class:`RequestRecord`; what a backend cannot know stays ``None`` (``first_scheduled`` of
+a remote server, ``num_cached_tokens`` of a peer) and its summary says why, instead of a made-up 0.
 """
 
 from __future__ import annotations
@@ -20,13 +22,24 @@ class RequestRecord(NamedTuple):
     first_scheduled: float | None
     token_times: list[float]
     token_ids: list[int]
-    finish_reason: str | None  # "length" | "stop" | "abort" | None (still running when the run stopped)
-    num_cached_tokens: int = 0
-    num_preemptions: int = 0
+    finish_reason: str | None  # "length" | "stop" | "abort" | "failed" | None (running when the run stopped)
+    num_cached_tokens: int | None = 0  # None: the backend does not say
+    num_preemptions: int | None = 0
+    error: str | None = None  # why a "failed" request failed (HTTP status, dropped connection, ...)
+    client_queue: float | None = None  # seconds it waited in the client before being sent (peer clients)
+    reported_output_len: int | None = None  # the server's own count of output tokens, when it sends one
+    output_check: str | None = None  # what is wrong with the output's length, None when it is as asked
 
     @property
     def finished(self) -> bool:
         return self.finish_reason in ("length", "stop")
+
+    @property
+    def num_output_tokens(self) -> int:
+        """Output tokens: the server's count when it gave one, else the tokens seen (ids, or stream times)."""
+        if self.reported_output_len is not None:
+            return self.reported_output_len
+        return max(len(self.token_ids), len(self.token_times))
 
     @property
     def arrival_lag(self) -> float:

@@ -1,10 +1,11 @@
-"""One run: a resolved scenario against one engine configuration, measured and stored.
+"""One run: a resolved scenario against one backend (the engine, or a peer), measured and stored.
 
-Order: check the engine options -> open the result folder -> start telemetry -> build the engine (its
-startup costs recorded apart) -> warm-up requests (discarded) -> for each sweep point, each repeat: build
-the requests, drive them -> write the store. Ctrl-C or an engine error stops the measuring; what was
-measured is written with status "incomplete" and the reason, then the error goes up to the caller.
-Nothing here prints: progress and messages go through a :class:`RunEvents` the caller supplies.
+Order: check the backend's options -> open the result folder -> start telemetry -> start the backend
+(its startup costs recorded apart) -> warm-up requests (discarded) -> for each sweep point, each repeat:
+build the requests, serve them -> write the store. Ctrl-C or a backend error stops the measuring; what
+was measured is written with status "incomplete" and the reason, then the error goes up to the caller.
+Every backend's records go through the same metrics, tables and store. Nothing here prints: progress
+and messages go through a :class:`RunEvents` the caller supplies.
 """
 
 from __future__ import annotations
@@ -15,15 +16,16 @@ import math
 import os
 import time
 import traceback
-import zlib
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
 from llmbench.bench.arrivals import arrival_offsets, point_label
+from llmbench.bench.backends import Backend, make_backend
+from llmbench.bench.backends.engine import engine_config, sampling_params
 from llmbench.bench.derived import step_utilisation
-from llmbench.bench.driver import DriveResult, Progress, drive
+from llmbench.bench.driver import DriveResult, Progress
 from llmbench.bench.errors import RunFailed, WorkloadError
 from llmbench.bench.hardware import (
     busy_warning,
@@ -36,7 +38,6 @@ from llmbench.bench.hardware import (
     versions,
 )
 from llmbench.bench.scenario.loader import ResolvedScenario, scenario_dict
-from llmbench.bench.scenario.schema import Scenario
 from llmbench.bench.store import RunWriter
 from llmbench.bench.summary import Measured, build_summary, repeat_metrics, unavailable_reasons
 from llmbench.bench.tables import (
@@ -92,38 +93,16 @@ class RunOutcome(NamedTuple):
     summary: dict[str, Any]
 
 
-def engine_config(scenario: Scenario) -> Any:
-    """The resolved EngineConfig; raises the engine's ConfigError for options that cannot apply."""
-    from llmbench.engine.config import EngineConfig
-
-    return EngineConfig.from_options(scenario.model, **scenario.engine)
-
-
-def sampling_params(scenario: Scenario, spec: RequestSpec) -> Any:
-    from llmbench.engine.sampling_params import SamplingParams
-
-    s = scenario.sampling
-    seed = (
-        None
-        if s.temperature == 0
-        else (scenario.seed * 1_000_003 + zlib.crc32(spec.request_id.encode())) % 2**31
-    )
-    return SamplingParams(
-        temperature=s.temperature,
-        top_k=s.top_k,
-        top_p=s.top_p,
-        max_tokens=spec.max_tokens,
-        ignore_eos=s.ignore_eos,
-        seed=seed,
-    )
-
-
-def _check_fits(specs: list[RequestSpec], max_model_len: int) -> None:
+def _check_fits(specs: list[RequestSpec], max_model_len: int | None, backend: str) -> None:
+    if max_model_len is None:  # a remote server: it says so per request (HTTP 400), counted as failed
+        return
+    what = "engine's max_model_len" if backend == "engine" else f"{backend} model's context length"
+    fix = "shorten the workload" + (" or raise engine.max_model_len" if backend != "openai" else "")
     for spec in specs:
         if spec.input_len + spec.max_tokens > max_model_len:
             raise WorkloadError(
                 f"request {spec.request_id}: {spec.input_len} prompt + {spec.max_tokens} output tokens exceed the "
-                f"engine's max_model_len ({max_model_len}); shorten the workload or raise engine.max_model_len"
+                f"{what} ({max_model_len}); {fix}"
             )
 
 
@@ -137,13 +116,6 @@ def _warmup_specs(specs: list[RequestSpec], n: int, vocab: int, seed: int) -> li
     ]
 
 
-def _cuda_indices(config: Any) -> list[int] | None:
-    if not config.is_cuda:
-        return None
-    base = int(config.device.split(":")[1]) if ":" in config.device else 0
-    return list(range(base, base + config.tp))
-
-
 class _Measuring:
     """State of one run while it is measured; kept so an interruption can still write it out."""
 
@@ -154,15 +126,16 @@ class _Measuring:
         self.error: str | None = None
 
 
-def _measure(req: RunRequest, engine: Any, events: RunEvents, state: _Measuring) -> None:
+def _measure(req: RunRequest, backend: Backend, events: RunEvents, state: _Measuring) -> None:
     scenario = req.resolved.scenario
-    info = engine.model_info
     specs_by_salt: dict[int, list[RequestSpec]] = {}
 
     def specs_for(salt: int) -> list[RequestSpec]:
         if salt not in specs_by_salt:
-            specs = build_requests(scenario.workload, engine.tokenizer, info.vocab_size, scenario.seed, salt)
-            _check_fits(specs, info.max_model_len)
+            specs = build_requests(
+                scenario.workload, backend.tokenizer, backend.vocab_size, scenario.seed, salt
+            )
+            _check_fits(specs, backend.max_model_len, backend.name)
             specs_by_salt[salt] = specs
         return specs_by_salt[salt]
 
@@ -171,17 +144,17 @@ def _measure(req: RunRequest, engine: Any, events: RunEvents, state: _Measuring)
     points = scenario.arrival.points
     if scenario.warmup:
         # Warm up under the first point's arrival process, so the kinds of step it runs (prefill, decode,
-        # mixed) and their shapes have all been through the engine once before the clock counts.
+        # mixed) and their shapes have all been through the backend once before the clock counts.
         events.phase(f"warm-up: {scenario.warmup} requests")
-        warm = _warmup_specs(first, scenario.warmup, info.vocab_size, scenario.seed)
+        warm = _warmup_specs(first, scenario.warmup, backend.vocab_size, scenario.seed)
         offsets = arrival_offsets(points[0], warm, np.random.default_rng([scenario.seed, 0x5EED]))
-        result = drive(
-            engine,
+        result = backend.run(
             warm,
             offsets,
-            lambda s: sampling_params(scenario, s),
             concurrency=points[0].get("concurrency"),
             tag="w-",
+            max_duration=None,
+            on_progress=None,
         )
         if result.status != "complete":
             state.stop_reason, state.error = result.status, result.error
@@ -193,33 +166,18 @@ def _measure(req: RunRequest, engine: Any, events: RunEvents, state: _Measuring)
             specs = specs_for(pi * SALT_PER_POINT + r)
             offsets = arrival_offsets(point, specs, np.random.default_rng([scenario.seed, pi]))
             if state.measured:  # a repeat must not hit prefixes an earlier one cached
-                engine.reset_prefix_cache()
+                backend.between_repeats()
             events.phase(f"{label}, repeat {r + 1}/{max(repeats) + 1}" if len(repeats) > 1 else label)
-            result: DriveResult = drive(
-                engine,
+            result: DriveResult = backend.run(
                 specs,
                 offsets,
-                lambda s: sampling_params(scenario, s),
                 concurrency=point.get("concurrency"),
                 tag=f"p{pi}r{r}-",
                 max_duration=scenario.max_duration_s,
                 on_progress=lambda p, label=label, r=r: events.progress(label, r, p),
             )
             state.measured.append(Measured(pi, label, point, r, result))
-            lags = [x.arrival_lag for x in result.requests]
-            if (
-                point["kind"] != "offline"
-                and offsets is not None
-                and lags
-                and np.percentile(lags, 99) > LAG_WARNING_S
-            ):
-                longest = max((s.duration for s in result.steps), default=math.nan)
-                state.warnings.append(
-                    f"{label} repeat {r}: the driver fell behind the arrival schedule: hand-over lag p99 "
-                    f"{np.percentile(lags, 99) * 1e3:.1f} ms, max {max(lags) * 1e3:.1f} ms (requests enter between "
-                    f"engine steps; the longest step took {longest * 1e3:.1f} ms). Latencies count from the "
-                    "scheduled arrival, so they include this lag."
-                )
+            state.warnings += _repeat_warnings(f"{label} repeat {r}", result, point, offsets is not None)
             if result.status == "timeout":
                 state.warnings.append(
                     f"{label} repeat {r}: stopped after max_duration_s={scenario.max_duration_s}"
@@ -229,19 +187,55 @@ def _measure(req: RunRequest, engine: Any, events: RunEvents, state: _Measuring)
                 return
 
 
+def _repeat_warnings(where: str, result: DriveResult, point: dict[str, Any], open_loop: bool) -> list[str]:
+    """A schedule that was not kept; failed requests; outputs whose length is not what was asked."""
+    out = []
+    lags = [x.arrival_lag for x in result.requests]
+    if point["kind"] != "offline" and open_loop and lags and np.percentile(lags, 99) > LAG_WARNING_S:
+        longest = max((s.duration for s in result.steps), default=math.nan)
+        why = (
+            f"requests enter between engine steps; the longest step took {longest * 1e3:.1f} ms"
+            if result.steps
+            else "the backend's client could not keep up"
+        )
+        out.append(
+            f"{where}: the driver fell behind the arrival schedule: hand-over lag p99 "
+            f"{np.percentile(lags, 99) * 1e3:.1f} ms, max {max(lags) * 1e3:.1f} ms ({why}). Latencies count "
+            "from the scheduled arrival, so they include this lag."
+        )
+    failed = [x for x in result.requests if x.finish_reason == "failed"]
+    if failed:
+        kinds: dict[str, int] = {}
+        for x in failed:
+            key = (x.error or "unknown error").split(":")[0]
+            kinds[key] = kinds.get(key, 0) + 1
+        listed = ", ".join(f"{k} ({n})" for k, n in kinds.items())
+        out.append(
+            f"{where}: {len(failed)} of {len(result.requests)} requests failed: {listed}; first: "
+            f"{failed[0].request_id}: {failed[0].error}. They are counted apart, not in the latencies."
+        )
+    odd = [x for x in result.requests if x.output_check is not None]
+    if odd:
+        out.append(
+            f"{where}: {len(odd)} of {len(result.requests)} requests' outputs are not the length asked for "
+            f"(e.g. {odd[0].request_id}: {odd[0].output_check}); throughputs count the tokens served."
+        )
+    return out
+
+
 def execute_run(req: RunRequest, events: RunEvents | None = None) -> RunOutcome:
     """Measure and store one run (see the module docstring); torch's thread count is restored after."""
     import torch
 
-    config = engine_config(req.resolved.scenario)  # ConfigError goes up before anything is written
+    backend = make_backend(req.resolved.scenario)  # option errors go up before anything is written
     threads_before = torch.get_num_threads()
     try:
-        return _execute(req, config, events or QuietEvents())
+        return _execute(req, backend, events or QuietEvents())
     finally:
         torch.set_num_threads(threads_before)
 
 
-def _execute(req: RunRequest, config: Any, events: RunEvents) -> RunOutcome:
+def _execute(req: RunRequest, backend: Backend, events: RunEvents) -> RunOutcome:
     scenario = req.resolved.scenario
     writer = RunWriter(req.out_root, scenario.name, req.variant, req.run_dir)
     state = _Measuring()
@@ -252,19 +246,20 @@ def _execute(req: RunRequest, config: Any, events: RunEvents) -> RunOutcome:
     started = time.time()
     origin = time.perf_counter()
     telemetry = None
-    engine = None
+    started_backend = False
     if scenario.telemetry.enabled:
-        telemetry = TelemetrySampler(scenario.telemetry.period_ms / 1e3, _cuda_indices(config), config.device)
+        torch_device = backend.device if backend.device != "remote" else None
+        telemetry = TelemetrySampler(scenario.telemetry.period_ms / 1e3, backend.cuda_indices, torch_device)
         telemetry.start()
     try:
-        events.phase(f"building the engine ({scenario.model} on {config.device})")
-        from llmbench.engine.llm_engine import LLMEngine
-
+        where = "a server" if backend.device == "remote" else backend.device
+        events.phase(f"starting the {backend.name} backend ({scenario.model} on {where})")
         t0 = time.perf_counter()
-        engine = LLMEngine(config)
+        started_backend = True
+        backend.start()
         init_time = time.perf_counter() - t0
         try:
-            _measure(req, engine, events, state)
+            _measure(req, backend, events, state)
         except KeyboardInterrupt:
             state.stop_reason = "interrupted"
         except Exception:
@@ -272,10 +267,11 @@ def _execute(req: RunRequest, config: Any, events: RunEvents) -> RunOutcome:
                 raise
             state.stop_reason, state.error = "failed", traceback.format_exc()
     except BaseException:
-        _stop(telemetry, engine)
+        _stop(telemetry, backend if started_backend else None)
         writer.discard()  # nothing was measured
         raise
-    _stop(telemetry, engine)
+    _stop(telemetry, backend)
+    state.warnings += backend.warnings
     if not state.measured and state.stop_reason is not None:
         writer.discard()
         if state.stop_reason == "interrupted":
@@ -283,19 +279,26 @@ def _execute(req: RunRequest, config: Any, events: RunEvents) -> RunOutcome:
         raise RunFailed(f"the run failed before anything was measured:\n{_last_line(state.error)}")
 
     rows = telemetry.rows() if telemetry is not None else []
-    peak = peak_for(cuda_device_name(engine.config.device))
+    peak = peak_for(cuda_device_name(backend.device)) if backend.device != "remote" else None
     per_repeat, req_rows, step_rows_ = [], [], []
     for m in state.measured:
-        util = step_utilisation(m.drive.steps, engine.model_info, peak, engine.config.tp)
-        per_repeat.append(repeat_metrics(m, scenario.slo, rows, util))
+        util = step_utilisation(m.drive.steps, backend.model_info, peak, backend.tp)
+        metrics = repeat_metrics(m, scenario.slo, rows, util)
+        for name in metrics:  # what this backend cannot know is NaN, not the 0 a sum of nothing gives
+            if name in backend.unavailable:
+                metrics[name] = math.nan
+        per_repeat.append(metrics)
         req_rows += request_rows(m.point_label, m.repeat, m.drive.requests, scenario.slo, origin)
         step_rows_ += step_rows(m.point_label, m.repeat, m.drive.steps, util, origin)
 
     status = "complete" if state.stop_reason is None else "incomplete"
-    unavailable = unavailable_reasons(telemetry, scenario, peak, engine.config.device)
+    unavailable = {
+        **unavailable_reasons(telemetry, scenario, peak, backend.device),
+        **backend.unavailable,
+    }
     meta = {
-        **_meta(req, engine, state, status),
-        "startup": {**dataclasses.asdict(engine.startup), "engine_init_time": init_time},
+        **_meta(req, backend, state, status),
+        "startup": {**backend.startup, "engine_init_time": init_time},
         "peak": peak._asdict() if peak else None,
         "cpu_threads": threads,
         "telemetry": {
@@ -312,6 +315,7 @@ def _execute(req: RunRequest, config: Any, events: RunEvents) -> RunOutcome:
         "stop_reason": state.stop_reason,
         "scenario": scenario.name,
         "variant": req.variant,
+        "backend": backend.name,
         "model": scenario.model,
         "points": build_summary(state.measured, per_repeat, origin),
         "warnings": state.warnings,
@@ -331,9 +335,11 @@ def _execute(req: RunRequest, config: Any, events: RunEvents) -> RunOutcome:
     return RunOutcome(run_dir, status, state.stop_reason, meta, summary)
 
 
-def _meta(req: RunRequest, engine: Any, state: _Measuring, status: str) -> dict[str, Any]:
-    """What the run was: scenario as resolved, engine as resolved, versions, machine, commit, command."""
+def _meta(req: RunRequest, backend: Backend, state: _Measuring, status: str) -> dict[str, Any]:
+    """What the run was: scenario as resolved, backend as resolved, versions, machine, commit, command."""
     scenario = req.resolved.scenario
+    described = backend.describe()
+    info = backend.model_info
     return {
         "llmbench_version": versions().get("llmbench"),
         "status": status,
@@ -348,9 +354,11 @@ def _meta(req: RunRequest, engine: Any, state: _Measuring, status: str) -> dict[
         "session": req.session,
         "repeat_index": req.repeat_index,
         "seed": scenario.seed,
+        "backend": backend.name,
+        "backend_config": described,
         "engine_options": scenario.engine,
-        "engine_config": engine.config.to_dict(),
-        "model_info": dataclasses.asdict(engine.model_info),
+        "engine_config": described if backend.name == "engine" else None,
+        "model_info": dataclasses.asdict(info) if dataclasses.is_dataclass(info) else info,
         "versions": versions(),
         "machine": machine(),
         "git": git_commit(),
@@ -359,13 +367,24 @@ def _meta(req: RunRequest, engine: Any, state: _Measuring, status: str) -> dict[
     }
 
 
-def _stop(telemetry: TelemetrySampler | None, engine: Any) -> None:
+def _stop(telemetry: TelemetrySampler | None, backend: Backend | None) -> None:
     if telemetry is not None:
         telemetry.stop()
-    if engine is not None:
-        engine.shutdown()
+    if backend is not None:
+        backend.shutdown()
 
 
 def _last_line(text: str | None) -> str:
     lines = [ln for ln in (text or "").strip().splitlines() if ln.strip()]
     return lines[-1] if lines else "(no message)"
+
+
+__all__ = [
+    "QuietEvents",
+    "RunEvents",
+    "RunOutcome",
+    "RunRequest",
+    "engine_config",
+    "execute_run",
+    "sampling_params",
+]

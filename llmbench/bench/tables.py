@@ -1,8 +1,9 @@
 """The run's tidy tables: one row per request, per engine step, per telemetry sample.
 
-Times are seconds since the run's origin (just before the engine was built), so requests, steps and
+Times are seconds since the run's origin (just before the backend was built), so requests, steps and
 telemetry share one time axis. Generated token ids are kept per request, so greedy outputs of two runs
-can be compared request by request.
+can be compared request by request (a server that does not return ids leaves them empty). Only the engine
+has steps; a peer backend's steps table is empty.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ REQUEST_COLUMNS = (
     "point", "repeat", "request_id", "input_len", "max_tokens", "output_len", "arrival", "submitted",
     "arrival_lag", "first_scheduled", "first_token", "last_token", "queue_time", "ttft", "tpot", "e2e",
     "finish_reason", "num_cached_tokens", "num_preemptions", "slo_met", "token_ids", "token_times",
+    "client_queue", "error", "output_check",
 )  # fmt: skip
 STEP_COLUMNS = (
     "point", "repeat", "step", "kind", "num_seqs", "num_prefill_tokens", "num_decode_tokens", "graph_bucket",
@@ -43,7 +45,7 @@ def request_rows(
                 "request_id": r.request_id,
                 "input_len": r.input_len,
                 "max_tokens": r.max_tokens,
-                "output_len": len(r.token_ids),
+                "output_len": r.num_output_tokens,
                 "arrival": r.arrival - origin,
                 "submitted": r.submitted - origin,
                 "arrival_lag": r.arrival_lag,
@@ -60,6 +62,9 @@ def request_rows(
                 "slo_met": bool(r.finished and meets_slo(m, slo)) if slo.defined else None,
                 "token_ids": [int(t) for t in r.token_ids],
                 "token_times": [t - origin for t in r.token_times],
+                "client_queue": math.nan if r.client_queue is None else r.client_queue,
+                "error": r.error,
+                "output_check": r.output_check,
             }
         )
     return rows

@@ -1,4 +1,5 @@
-"""``llmbench ablate``: the same scenario with optimisations switched, each variant in its own process."""
+"""``llmbench ablate``: the same scenario with optimisations switched, or served by other backends, each
+variant in its own process."""
 
 from __future__ import annotations
 
@@ -9,7 +10,14 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from llmbench.bench.ablation import BASELINE, parse_toggle, plan, run_ablation
+from llmbench.bench.ablation import (
+    BACKENDS_DESIGN,
+    BackendVariant,
+    parse_toggle,
+    plan,
+    plan_backends,
+    run_ablation,
+)
 from llmbench.bench.errors import BenchError
 from llmbench.bench.report import build_report
 from llmbench.bench.runner import engine_config
@@ -37,6 +45,15 @@ def ablate(
             help="Engine toggle to vary (repeatable): cuda_graph, paged_kv, ..., or NAME=A,B to pick the values compared.",
         ),
     ] = None,
+    backend: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--backend",
+            "-b",
+            help="Backend to compare (repeatable, the first is the baseline): engine, transformers, openai. "
+            "Default: the scenario's own list of backends, when it has one.",
+        ),
+    ] = None,
     design: Annotated[Design, typer.Option(help="Which combinations of the toggles to run.")] = Design.flip,
     repeats: Annotated[
         int | None,
@@ -47,28 +64,51 @@ def ablate(
     profile: ProfileOption = "auto",
 ) -> None:
     """Run the scenario once per variant (each in its own process) and print the deltas against the baseline."""
-    if not toggle:
-        raise BenchError("give at least one --toggle (e.g. llmbench ablate --toggle cuda_graph)")
     resolved = resolve(scenario, set_, profile)
     sc = resolved.scenario
-    config = engine_config(sc)  # the scenario itself must be runnable
-    toggles = [parse_toggle(t) for t in toggle]
-    variants = plan(design.value, toggles, config)
+    if toggle and backend:
+        raise BenchError(
+            "--toggle varies the engine's options and --backend compares backends: give one or the other"
+        )
+    if toggle:
+        if sc.backends != ["engine"]:
+            raise BenchError(
+                f"--toggle varies the engine's options, but this scenario is served by {', '.join(sc.backends)}; "
+                "add --set backend=engine, or compare backends with --backend"
+            )
+        config = engine_config(sc)  # the scenario itself must be runnable
+        toggles = [parse_toggle(t) for t in toggle]
+        variants = plan(design.value, toggles, config)
+        design_name = design.value
+    elif backend or len(sc.backends) > 1:
+        toggles = []
+        variants = plan_backends(list(backend or sc.backends))
+        design_name = BACKENDS_DESIGN
+    else:
+        raise BenchError(
+            "give at least one --toggle (e.g. llmbench ablate --toggle cuda_graph) or two --backend "
+            "(e.g. --backend engine --backend transformers)"
+        )
     n = repeats or sc.repeats
-    note(f"ablation of {sc.name} ({resolved.path}) · design {design.value} · {n} repeat(s) per variant")
+    note(f"ablation of {sc.name} ({resolved.path}) · design {design_name} · {n} repeat(s) per variant")
     note(profile_line(resolved))
     for v in variants:
-        opts = ", ".join(f"{k}={val}" for k, val in v.options.items()) or "the scenario's engine options"
+        opts = ", ".join(f"{k}={val}" for k, val in v.options.items()) or (
+            f"the {v.backend} backend" if isinstance(v, BackendVariant) else "the scenario's engine options"
+        )
         note(f"  {v.name}: {opts}")
 
     def on_event(level: str, text: str) -> None:
         (warning if level == "warning" else note)(text if level == "warning" else f"· {text}")
 
-    outcome = run_ablation(resolved, list(set_ or []), variants, toggles, design.value, n, out, on_event)
+    outcome = run_ablation(resolved, list(set_ or []), variants, toggles, design_name, n, out, on_event)
+    baseline = variants[0].name
     ok = [s for s in outcome.variants if s.status == "ok"]
     failed = [s for s in outcome.variants if s.status == "failed"]
     if ok:
-        rep = build_report([outcome.folder])
+        rep = build_report(
+            [outcome.folder], baseline if any(s.variant.name == baseline for s in ok) else None
+        )
         for section in rep.sections:
             for view in section.views:
                 console.print(rich_table(view))
@@ -80,7 +120,7 @@ def ablate(
     if outcome.status == "interrupted":
         warning("the ablation was interrupted; what was measured is kept")
         raise typer.Exit(EXIT_INTERRUPTED)
-    if not any(s.variant.name == BASELINE for s in ok):
+    if not any(s.variant.name == baseline for s in ok):
         error("the baseline did not run, so nothing was compared")
         raise typer.Exit(EXIT_FAILED)
     if failed:

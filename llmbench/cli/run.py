@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 import yaml
@@ -46,15 +46,33 @@ def profile_line(resolved: ResolvedScenario) -> str:
 
 
 def print_dry_run(resolved: ResolvedScenario) -> None:
-    from llmbench.bench.runner import engine_config
+    """The scenario, then each backend's options as resolved (ConfigError here is a clean error too)."""
+    from llmbench.bench.backends import make_backend
 
-    config = engine_config(resolved.scenario)  # ConfigError here is a clean error too
-    text = yaml.safe_dump(scenario_dict(resolved.scenario), sort_keys=False)
-    engine = yaml.safe_dump(config.to_dict(), sort_keys=False)
-    print(
-        f"# scenario: {resolved.path}\n# {profile_line(resolved)}\n{text}---\n# engine options, resolved\n{engine}",
-        end="",
+    sc = resolved.scenario
+    text = yaml.safe_dump(scenario_dict(sc), sort_keys=False)
+    out = f"# scenario: {resolved.path}\n# {profile_line(resolved)}\n{text}"
+    for name in sc.backends:
+        backend = make_backend(sc.model_copy(update={"backend": name}))
+        out += f"---\n# {name} options, resolved\n{yaml.safe_dump(backend.describe(), sort_keys=False)}"
+    print(out, end="")
+
+
+def startup_line(backend: str, startup: dict[str, Any]) -> str:
+    blocks = f"; {startup['kv_num_blocks']} KV blocks" if startup.get("kv_num_blocks") is not None else ""
+    return (
+        f"{backend} startup {startup['engine_init_time']:.2f} s (weights {startup.get('load_time', 0.0):.2f} s, "
+        f"compile {startup.get('compile_time', 0.0):.2f} s, graph capture "
+        f"{startup.get('graph_capture_time', 0.0):.2f} s{blocks}) — kept apart from the measurements"
     )
+
+
+def unavailable_notes(unavailable: dict[str, str]) -> list[str]:
+    """One line per reason, naming every figure it covers."""
+    by_reason: dict[str, list[str]] = {}
+    for name, why in unavailable.items():
+        by_reason.setdefault(why, []).append(name)
+    return [f"unavailable: {', '.join(names)}: {why}" for why, names in by_reason.items()]
 
 
 @handle_errors
@@ -77,7 +95,7 @@ def run(
     session: Annotated[str | None, typer.Option(hidden=True)] = None,
     repeat_index: Annotated[int | None, typer.Option(hidden=True)] = None,
 ) -> None:
-    """Run a scenario against the built-in engine and store the results."""
+    """Run a scenario against its backend (the built-in engine, or a peer) and store the results."""
     resolved = resolve(scenario, set_, profile, repeats)
     if dry_run:
         print_dry_run(resolved)
@@ -93,22 +111,19 @@ def run(
     request = RunRequest(resolved, out, variant, run_dir, session, repeat_index)
     with RichRunEvents(quiet) as events:
         outcome = execute_run(request, events)
-    startup = outcome.meta["startup"]
+    backend = outcome.meta["backend"]
     if not quiet:
-        note(
-            f"engine startup {startup['engine_init_time']:.2f} s (weights {startup['load_time']:.2f} s, "
-            f"compile {startup['compile_time']:.2f} s, graph capture {startup['graph_capture_time']:.2f} s; "
-            f"{startup['kv_num_blocks']} KV blocks) — kept apart from the measurements"
-        )
-    title = f"{sc.name} · {variant} · {outcome.meta['engine_config']['device']}"
+        note(startup_line(backend, outcome.meta["startup"]))
+    device = outcome.meta["backend_config"].get("device") or "remote"
+    title = f"{sc.name} · {variant} · {device}" + (f" · {backend}" if backend != "engine" else "")
     console.print(summary_table(outcome.summary, title))
     if (text := ci_note(outcome.summary)) and not quiet:
         note(text)
     for w in outcome.summary["warnings"]:
         warning(w)
     if not quiet:
-        for name, why in outcome.summary["unavailable"].items():
-            note(f"unavailable: {name}: {why}")
+        for line in unavailable_notes(outcome.summary["unavailable"]):
+            note(line)
     if outcome.status != "complete":
         warning(
             f"the run stopped ({outcome.stop_reason}); partial results, marked incomplete, are in {outcome.run_dir}"

@@ -1,7 +1,7 @@
 """Running an ablation: every variant in its own process, repeats interleaved (A B A B ...).
 
 Each child is ``python -m llmbench run SCENARIO --set engine.X=Y ... --variant NAME --run-dir DIR
---session ID --repeat-index K`` and writes one run folder under the ablation's folder
+--session ID --repeat-index K`` (``--set backend=NAME`` when backends are compared) and writes one run folder under the ablation's folder
 ``<out>/<scenario>/<time>-ablate/``. A variant whose options the engine rejects (ConfigError, e.g. CUDA
 Graphs on a CPU) is recorded as failed with the engine's message and never started; one whose process
 fails is recorded as failed with the end of its stderr and is not run again; the others go on.
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from llmbench.bench.ablation.plan import Toggle, Variant
+from llmbench.bench.ablation.plan import BackendVariant, Toggle, Variant
 from llmbench.bench.hardware import command_line
 from llmbench.bench.scenario.loader import ResolvedScenario
 from llmbench.bench.store import slug, write_json
@@ -28,7 +28,7 @@ CHILD_GRACE_S = 60.0  # after Ctrl-C, how long a child may take to write what it
 
 
 class VariantState(NamedTuple):
-    variant: Variant
+    variant: Variant | BackendVariant
     status: str  # "pending" | "ok" | "failed"
     error: str | None
     run_dirs: list[str]
@@ -40,11 +40,15 @@ class AblationOutcome(NamedTuple):
     variants: list[VariantState]
 
 
-def config_problem(resolved: ResolvedScenario, variant: Variant) -> str | None:
-    """The engine's objection to this variant's options, if any."""
+def config_problem(resolved: ResolvedScenario, variant: Variant | BackendVariant) -> str | None:
+    """The engine's (or the peer backend's) objection to this variant, if any."""
     from llmbench.engine.config import ConfigError, EngineConfig
 
     sc = resolved.scenario
+    if isinstance(variant, BackendVariant):
+        from llmbench.bench.backends import backend_problem
+
+        return backend_problem(sc.model_copy(update={"backend": variant.backend}))
     try:
         EngineConfig.from_options(sc.model, **{**sc.engine, **variant.options})
     except ConfigError as exc:
@@ -53,13 +57,20 @@ def config_problem(resolved: ResolvedScenario, variant: Variant) -> str | None:
 
 
 def child_command(
-    resolved: ResolvedScenario, sets: list[str], variant: Variant, run_dir: Path, session: str, repeat: int
+    resolved: ResolvedScenario,
+    sets: list[str],
+    variant: Variant | BackendVariant,
+    run_dir: Path,
+    session: str,
+    repeat: int,
 ) -> list[str]:
     import yaml
 
     cmd = [sys.executable, "-m", "llmbench", "run", str(resolved.path), "--quiet"]
     for s in sets:
         cmd += ["--set", s]
+    if isinstance(variant, BackendVariant):
+        cmd += ["--set", f"backend={variant.backend}"]
     for key, value in variant.options.items():
         cmd += [
             "--set",
@@ -101,7 +112,7 @@ def _tail(text: str, lines: int = 6) -> str:
 def run_ablation(
     resolved: ResolvedScenario,
     sets: list[str],
-    variants: list[Variant],
+    variants: list[Variant] | list[BackendVariant],
     toggles: list[Toggle],
     design: str,
     repeats: int,
@@ -137,6 +148,7 @@ def run_ablation(
                 "scenario_path": str(resolved.path),
                 "profile": resolved.profile._asdict(),
                 "design": design,
+                "baseline": variants[0].name,
                 "toggles": [t._asdict() for t in toggles],
                 "repeats": repeats,
                 "status": status,
@@ -145,6 +157,7 @@ def run_ablation(
                     {
                         "name": s.variant.name,
                         "options": s.variant.options,
+                        "backend": getattr(s.variant, "backend", None),
                         "status": s.status,
                         "error": s.error,
                         "runs": s.run_dirs,

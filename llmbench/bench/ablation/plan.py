@@ -13,8 +13,10 @@ Designs:
 - leave-one-out: baseline = every toggle on; each variant turns one toggle off.
 - factorial: every on/off combination; the one equal to the scenario's configuration is the baseline.
 
-A variant is only engine options on top of the scenario's; whether it can run is checked separately
-(``EngineConfig`` raises ConfigError, e.g. CUDA Graphs on a CPU).
+A variant is engine options on top of the scenario's, or (``backends``) another backend serving the same
+scenario: ``backend=engine``, ``backend=transformers``, ... with the first one named as the baseline.
+Whether a variant can run is checked separately (``EngineConfig`` raises ConfigError, e.g. CUDA Graphs on a
+CPU; a peer backend says what it lacks).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any, NamedTuple
 from llmbench.bench.errors import BenchError
 
 DESIGNS = ("flip", "one-at-a-time", "leave-one-out", "factorial")
+BACKENDS_DESIGN = "backends"
 BASELINE = "baseline"
 
 
@@ -36,6 +39,14 @@ class Toggle(NamedTuple):
 class Variant(NamedTuple):
     name: str
     options: dict[str, Any]  # engine options set on top of the scenario's
+
+
+class BackendVariant(NamedTuple):
+    """The same scenario served by another backend (its options come from the scenario's backend_options)."""
+
+    name: str
+    options: dict[str, Any]  # always empty: nothing is set on the engine
+    backend: str
 
 
 def parse_toggle(text: str) -> Toggle:
@@ -139,3 +150,20 @@ def plan(design: str, toggles: list[Toggle], resolved: Any) -> list[Variant]:
             seen.add(v.name)
             unique.append(v)
     return unique
+
+
+def plan_backends(backends: list[str]) -> list[BackendVariant]:
+    """One variant per backend (``backend=transformers``), the first the baseline."""
+    from llmbench.bench.scenario.backend_options import BACKENDS
+
+    unknown = [b for b in backends if b not in BACKENDS]
+    if unknown:
+        raise BenchError(f"Unsupported backend: {unknown[0]!r}. Supported: {', '.join(BACKENDS)}")
+    if len(set(backends)) != len(backends):
+        raise BenchError(f"a backend is named twice: {', '.join(backends)}")
+    if len(backends) < 2:
+        raise BenchError(
+            f"comparing backends needs at least two (got {', '.join(backends) or 'none'}), "
+            "e.g. --backend engine --backend transformers"
+        )
+    return [BackendVariant(f"backend={b}", {}, b) for b in backends]

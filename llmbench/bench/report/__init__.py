@@ -2,11 +2,13 @@
 
 ``build_report`` reads the folders (nested too), skips broken or incomplete ones (listing why), groups the
 rest by scenario and configuration, and picks each scenario's baseline: the one named by ``baseline`` (a
-run folder or a variant name), else a variant called "baseline" (what ``ablate`` writes), else none.
+run folder or a variant name), else a variant called "baseline" (what ``ablate`` writes for toggles), else
+the one an ablation's ``ablation.json`` names (``backend=engine`` when backends are compared), else none.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import NamedTuple
 
@@ -48,7 +50,22 @@ def pick_baseline(groups: list[Group], baseline: str | None) -> Group | None:
         matches = matches or [g for g in groups if baseline in (g.label, g.variant)]
         return matches[0] if matches else None
     named = [g for g in groups if g.variant == "baseline"]
-    return named[0] if named else None
+    if named:
+        return named[0]
+    declared = [g for g in groups if _ablation_baseline(g) == g.variant]  # e.g. backend=engine
+    return declared[0] if declared else None
+
+
+def _ablation_baseline(group: Group) -> str | None:
+    """The baseline an ablation folder holding this group's runs names in its ablation.json."""
+    for run in group.runs:
+        record = run.path.parent / "ablation.json"
+        if record.is_file():
+            try:
+                return json.loads(record.read_text()).get("baseline")
+            except (OSError, ValueError):
+                return None
+    return None
 
 
 def build_report(paths: list[Path], baseline: str | None = None, threshold: float = 0.0) -> Report:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from llmbench.bench.metrics import METRICS
+from llmbench.bench.metrics import METRICS, STATS
 
 DASH = "–"
 UNAVAILABLE = "unavailable"
@@ -17,10 +17,11 @@ UNAVAILABLE = "unavailable"
 # Rows of the summary table, in order (a subset of METRICS: the ones a performance engineer reads first).
 SUMMARY_METRICS = (
     "ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p99", "itl_p50", "itl_p99", "e2e_p50", "e2e_p99",
-    "queue_p50", "output_throughput", "total_throughput", "request_throughput", "goodput", "slo_attainment",
-    "num_completed", "duration", "arrival_lag_p99", "decode_step_mean", "decode_bw_util_mean",
-    "prefill_flop_util_mean", "kv_usage_max", "prefix_cache_hit_rate", "preemptions", "gpu_util_mean",
-    "power_mean", "energy_per_token", "peak_memory", "cpu_util_mean",
+    "queue_p50", "client_queue_p50", "client_queue_p99", "output_throughput", "total_throughput",
+    "request_throughput", "goodput", "slo_attainment", "num_completed", "num_failed", "num_output_mismatch",
+    "duration", "arrival_lag_p99", "decode_step_mean", "decode_bw_util_mean", "prefill_flop_util_mean",
+    "kv_usage_max", "prefix_cache_hit_rate", "preemptions", "gpu_util_mean", "power_mean", "energy_per_token",
+    "peak_memory", "cpu_util_mean",
 )  # fmt: skip
 
 
@@ -87,8 +88,10 @@ def metric_label(metric: str) -> str:
 
 
 def is_unavailable(metric: str, unavailable: dict[str, str]) -> bool:
-    """Whether a missing value of ``metric`` is missing for a recorded reason."""
-    if metric in unavailable:
+    """Whether a missing value of ``metric`` is missing for a recorded reason (given for the metric, or for
+    its family: ``queue`` covers ``queue_p50`` ... ``queue_mean``)."""
+    family, _, stat = metric.rpartition("_")
+    if metric in unavailable or (stat in STATS and family in unavailable):
         return True
     gpu = ("gpu_util_mean", "power_mean", "energy", "energy_per_token", "sm_clock_mean", "gpu_memory_max")
     return metric in gpu and "gpu_telemetry" in unavailable

@@ -26,7 +26,9 @@ TIDY_COLUMNS = (
     "scenario", "session", "variant", "label", "point", "metric", "value", "ci_low", "ci_high", "ci", "n",
     "unit", "better",
 )  # fmt: skip
-_REQUEST_COLUMN = {"ttft": "ttft", "tpot": "tpot", "e2e": "e2e", "queue": "queue_time"}
+_REQUEST_COLUMN = {
+    "ttft": "ttft", "tpot": "tpot", "e2e": "e2e", "queue": "queue_time", "client_queue": "client_queue",
+}  # fmt: skip
 
 
 @dataclass
@@ -69,7 +71,10 @@ class Group:
         if base == "itl":
             gaps = [np.diff(np.asarray(t, dtype=float)) for t in df["token_times"]]
             return np.concatenate(gaps) if gaps else np.empty(0)
-        return df[_REQUEST_COLUMN[base]].to_numpy(dtype=float)
+        column = _REQUEST_COLUMN[base]
+        if column not in df:  # a run written before the column existed
+            return np.empty(0)
+        return df[column].to_numpy(dtype=float)
 
     def value(self, point: str, metric: str) -> float:
         """The estimate alone (mean over repeats), without an interval."""
@@ -110,7 +115,9 @@ def load_groups(paths: list[Any]) -> tuple[list[Group], list[Problem]]:
     for g in out:
         same = [h for h in out if h.scenario == g.scenario and h.variant == g.variant]
         stamp = "-".join(g.runs[0].path.name.split("-")[:2])  # the folder's <date>-<time>
-        g.label = g.variant if len(same) == 1 else f"{g.variant} @ {stamp}"
+        backend = g.meta.get("backend") or "engine"
+        label = g.variant if backend == "engine" or "backend=" in g.variant else f"{g.variant} ({backend})"
+        g.label = label if len(same) == 1 else f"{label} @ {stamp}"
     return out, problems
 
 

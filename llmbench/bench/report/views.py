@@ -91,7 +91,10 @@ def startup(scenario: str, groups: list[Group]) -> View:
             g.label, str(len(g.runs)), f"{s['engine_init_time']:.2f}", f"{s['load_time']:.2f}",
             f"{s['compile_time']:.2f}", f"{s['graph_capture_time']:.2f}",
         ])  # fmt: skip
-    title = f"{scenario}: startup seconds (engine init = weights + compile + graph capture + KV pool; not measured)"
+    title = (
+        f"{scenario}: startup seconds (init = weights + compile + graph capture + KV pool, or a peer backend's "
+        "start-up; not measured)"
+    )
     return View(title, headers, rows, [False, True, True, True, True, True])
 
 

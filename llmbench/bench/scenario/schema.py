@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from llmbench.bench.scenario.backend_options import BACKENDS, BackendOptions
+
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -258,6 +260,8 @@ class Scenario(StrictModel):
     name: str
     description: str = ""
     model: str = "qwen3-0.6b"
+    backend: str | list[str] = "engine"  # who serves the workload; a list is compared by `ablate`
+    backend_options: BackendOptions = Field(default_factory=BackendOptions)
     engine: dict[str, Any] = Field(default_factory=dict)  # EngineConfig.from_options keywords
     workload: Workload
     arrival: Arrival = Field(default_factory=Arrival)
@@ -280,6 +284,24 @@ class Scenario(StrictModel):
             )
         return value
 
+    @field_validator("backend")
+    @classmethod
+    def _known_backends(cls, value: str | list[str]) -> str | list[str]:
+        names = [value] if isinstance(value, str) else value
+        if not names:
+            raise ValueError(f"needs at least one backend; supported: {', '.join(BACKENDS)}")
+        for name in names:
+            if name not in BACKENDS:
+                raise ValueError(f"Unsupported backend: {name!r}. Supported: {', '.join(BACKENDS)}")
+        if len(set(names)) != len(names):
+            raise ValueError(f"a backend is named twice: {', '.join(names)}")
+        return value
+
+    @property
+    def backends(self) -> list[str]:
+        """The backends named, in order (one for ``run``; several are compared by ``ablate``)."""
+        return [self.backend] if isinstance(self.backend, str) else list(self.backend)
+
     @field_validator("engine")
     @classmethod
     def _known_engine_options(cls, value: dict[str, Any]) -> dict[str, Any]:
@@ -296,5 +318,9 @@ class Scenario(StrictModel):
         if self.arrival.kind == "trace" and self.workload.source != "trace":
             raise FieldIssue(
                 "arrival", "kind 'trace' replays a trace's times: it needs workload.source 'trace'"
+            )
+        if "openai" in self.backends and self.backend_options.openai is None:
+            raise FieldIssue(
+                "backend_options.openai.url", "required for backend 'openai' (the server's base URL)"
             )
         return self

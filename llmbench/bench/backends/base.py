@@ -1,0 +1,82 @@
+"""What the runner needs from a backend, whoever serves the workload.
+
+A backend is built cheaply from the scenario (its options resolved and checked: a bad option is an error
+before any result folder exists), then ``start()`` pays the one-off costs (weights, compile, graphs,
+connection checks) that are kept apart from the measurements, then ``run()`` serves one run point's
+requests and returns a :class:`DriveResult` of :class:`RequestRecord` -- the same records, tables,
+metrics and reports for every backend. What a backend cannot measure is named in ``unavailable`` with
+the reason (the summary and report print "unavailable", never a 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from llmbench.bench.driver import DriveResult, Progress
+from llmbench.bench.workload.spec import Encoder, RequestSpec
+
+OnProgress = Callable[[Progress], None]
+
+# Metrics built on the engine's own bookkeeping: steps, KV blocks, prefix-cache hits, preemptions.
+ENGINE_ONLY = (
+    "num_steps",
+    "decode_step_mean",
+    "decode_bw_util_mean",
+    "prefill_flop_util_mean",
+    "kv_usage_max",
+    "prefix_cache_hit_rate",
+    "preemptions",
+)
+
+
+def engine_only_reasons(backend: str) -> dict[str, str]:
+    why = (
+        f"engine-only: the {backend} backend reports no engine steps, KV blocks, graph buckets, "
+        "prefix-cache hits or preemptions"
+    )
+    return dict.fromkeys(ENGINE_ONLY, why)
+
+
+class Backend(Protocol):
+    name: str  # "engine" | "transformers" | "openai"
+    device: str  # where the model runs: "cpu", "cuda", "cuda:N", or "remote"
+    cuda_indices: list[int] | None  # GPUs whose telemetry describes this run (None: none visible)
+    tp: int
+    tokenizer: Encoder
+    vocab_size: int
+    max_model_len: int | None  # None: not known here (a remote server decides)
+    model_info: Any | None  # the engine's ModelInfo (weights, KV bytes per token), for derived figures
+    startup: dict[str, Any]  # one-off costs in seconds: load_time, compile_time, graph_capture_time, ...
+    unavailable: dict[str, str]  # metric (or metric family, e.g. "queue") -> why this backend cannot give it
+    warnings: list[str]  # what the measurements should be read with (added to the run's warnings)
+
+    def describe(self) -> dict[str, Any]:
+        """The backend's options as resolved (written to meta.json)."""
+        ...
+
+    def start(self) -> None: ...
+
+    def run(
+        self,
+        specs: list[RequestSpec],
+        offsets: list[float] | None,
+        *,
+        concurrency: int | None,
+        tag: str,
+        max_duration: float | None,
+        on_progress: OnProgress | None,
+    ) -> DriveResult:
+        """Serve one run point: open loop when ``offsets`` are given, else ``concurrency`` in flight."""
+        ...
+
+    def between_repeats(self) -> None:
+        """Forget what could help the next repeat (the engine's prefix cache)."""
+        ...
+
+    def shutdown(self) -> None: ...
+
+
+def check_drive_args(offsets: list[float] | None, concurrency: int | None) -> None:
+    if (offsets is None) == (concurrency is None):
+        raise ValueError("a backend runs either arrival offsets (open loop) or a concurrency (closed loop)")

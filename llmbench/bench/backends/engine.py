@@ -1,0 +1,99 @@
+"""The built-in engine as a backend: ``LLMEngine`` in this process, fed step by step by ``driver.drive``."""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from typing import Any
+
+from llmbench.bench.backends.base import OnProgress, check_drive_args
+from llmbench.bench.driver import DriveResult, drive
+from llmbench.bench.scenario.schema import Scenario
+from llmbench.bench.workload.spec import RequestSpec
+
+
+def engine_config(scenario: Scenario) -> Any:
+    """The resolved EngineConfig; raises the engine's ConfigError for options that cannot apply."""
+    from llmbench.engine.config import EngineConfig
+
+    return EngineConfig.from_options(scenario.model, **scenario.engine)
+
+
+def request_seed(scenario: Scenario, spec: RequestSpec) -> int | None:
+    """Per-request sampling seed (None when greedy), the same in every backend that takes one."""
+    if scenario.sampling.temperature == 0:
+        return None
+    return (scenario.seed * 1_000_003 + zlib.crc32(spec.request_id.encode())) % 2**31
+
+
+def sampling_params(scenario: Scenario, spec: RequestSpec) -> Any:
+    from llmbench.engine.sampling_params import SamplingParams
+
+    s = scenario.sampling
+    return SamplingParams(
+        temperature=s.temperature,
+        top_k=s.top_k,
+        top_p=s.top_p,
+        max_tokens=spec.max_tokens,
+        ignore_eos=s.ignore_eos,
+        seed=request_seed(scenario, spec),
+    )
+
+
+class EngineBackend:
+    name = "engine"
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.config = engine_config(scenario)  # ConfigError before anything is written
+        self.device = self.config.device
+        self.tp = self.config.tp
+        self.cuda_indices: list[int] | None = None
+        if self.config.is_cuda:
+            base = int(self.device.split(":")[1]) if ":" in self.device else 0
+            self.cuda_indices = list(range(base, base + self.config.tp))
+        self.engine: Any = None
+        self.unavailable: dict[str, str] = {}
+        self.startup: dict[str, Any] = {}
+        self.warnings: list[str] = []
+
+    def describe(self) -> dict[str, Any]:
+        return self.config.to_dict() if self.engine is None else self.engine.config.to_dict()
+
+    def start(self) -> None:
+        from llmbench.engine.llm_engine import LLMEngine
+
+        self.engine = LLMEngine(self.config)
+        self.startup = dataclasses.asdict(self.engine.startup)
+        info = self.engine.model_info
+        self.model_info, self.tokenizer = info, self.engine.tokenizer
+        self.vocab_size, self.max_model_len = info.vocab_size, info.max_model_len
+
+    def run(
+        self,
+        specs: list[RequestSpec],
+        offsets: list[float] | None,
+        *,
+        concurrency: int | None,
+        tag: str,
+        max_duration: float | None,
+        on_progress: OnProgress | None,
+    ) -> DriveResult:
+        check_drive_args(offsets, concurrency)
+        return drive(
+            self.engine,
+            specs,
+            offsets,
+            lambda s: sampling_params(self.scenario, s),
+            concurrency=concurrency,
+            tag=tag,
+            max_duration=max_duration,
+            on_progress=on_progress,
+        )
+
+    def between_repeats(self) -> None:
+        self.engine.reset_prefix_cache()
+
+    def shutdown(self) -> None:
+        if self.engine is not None:
+            self.engine.shutdown()

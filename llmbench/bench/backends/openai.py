@@ -1,0 +1,240 @@
+"""Any OpenAI-compatible completions server as a peer backend (vLLM, SGLang, llama.cpp server, ...).
+
+Each request is a streamed ``POST /v1/completions`` with the workload's exact prompt token ids (a list of
+ints, which vLLM and SGLang take as is), ``max_tokens``, and -- when the scenario ignores EOS -- vLLM's
+``ignore_eos``/``min_tokens`` so every request produces exactly the tokens asked for. The scenario's
+``model`` (a preset or a local folder of the served model) gives the vocabulary that random prompt ids
+are drawn from and the tokenizer for text workloads; ``backend_options.openai.model`` is the name the
+server serves. ``start()`` asks the server for ``/v1/models`` first, so a dead server or a wrong model name
+fails before anything is measured.
+
+What the client cannot see is unavailable, with the reason: the server's own queue (only the client's is
+measured), its GPUs and memory, and everything the engine reports per step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from typing import Any
+
+from llmbench.bench.backends.base import OnProgress, check_drive_args, engine_only_reasons
+from llmbench.bench.backends.engine import request_seed
+from llmbench.bench.backends.openai_driver import Client
+from llmbench.bench.backends.openai_http import Endpoint, body_lines, close, read_error_body, request
+from llmbench.bench.driver import DriveResult
+from llmbench.bench.errors import BenchError, RunFailed
+from llmbench.bench.scenario.schema import Scenario
+from llmbench.bench.workload.spec import RequestSpec
+
+_TEXT_SOURCES = ("file", "sharegpt")
+
+
+class _NoTokenizer:
+    """Stands in where the served model's tokenizer is unknown; synthetic workloads never call it."""
+
+    eos_token_id = None
+
+    def encode(self, text: str) -> list[int]:
+        raise BenchError("text prompts need the served model's tokenizer: set model to its local folder")
+
+    def decode(self, ids: list[int]) -> str:
+        raise BenchError(
+            "backend_options.openai.prompt: text needs the served model's tokenizer (model: a folder)"
+        )
+
+
+def endpoints(url: str) -> tuple[Endpoint, Endpoint]:
+    """(completions, models) endpoints from a base URL, a ``.../v1`` URL or the completions URL itself."""
+    ep = Endpoint.parse(url)
+    path = ep.path.split("?")[0].rstrip("/")
+    if path.endswith("/completions"):
+        base = path[: -len("/completions")]
+        completions = ep.path
+    else:
+        base = path if path.endswith("/v1") else f"{path}/v1"
+        completions = f"{base}/completions"
+    return ep.with_path(completions), ep.with_path(f"{base}/models")
+
+
+class OpenAIBackend:
+    name = "openai"
+
+    def __init__(self, scenario: Scenario) -> None:
+        from llmbench.engine.config import ConfigError
+        from llmbench.engine.llm_engine import resolve_model
+        from llmbench.models.tokenizer import load_tokenizer
+
+        self.scenario = scenario
+        opts = scenario.backend_options.openai
+        if opts is None:  # the schema asks for it; a scenario built in code might not
+            raise BenchError("backend_options.openai.url: required for backend 'openai'")
+        self.options = opts
+        self.completions, self.models = endpoints(opts.url)
+        self.served_model = opts.model or scenario.model
+        self.headers: dict[str, str] = {}
+        if opts.api_key_env:
+            key = os.environ.get(opts.api_key_env)
+            if not key:
+                raise BenchError(
+                    f"backend_options.openai.api_key_env: environment variable {opts.api_key_env} is not set"
+                )
+            self.headers["Authorization"] = f"Bearer {key}"
+        try:
+            model_config, folder = resolve_model(scenario.model)
+        except ConfigError:
+            model_config = folder = None
+        if model_config is not None:
+            self.vocab_size = opts.vocab_size or model_config.vocab_size
+            self.tokenizer: Any = load_tokenizer(folder, self.vocab_size)
+        elif opts.vocab_size is None:
+            raise BenchError(
+                f"backend_options.openai.vocab_size: needed because model {scenario.model!r} is neither a "
+                "preset nor a local folder (random prompt ids must lie in the served model's vocabulary); "
+                "or set model to the served model's local folder"
+            )
+        elif scenario.workload.source in _TEXT_SOURCES or opts.prompt == "text":
+            raise BenchError(
+                f"workload.source {scenario.workload.source!r} / prompt {opts.prompt!r} needs the served "
+                f"model's tokenizer: set model to its local folder (now {scenario.model!r})"
+            )
+        else:
+            self.vocab_size = opts.vocab_size
+            self.tokenizer = _NoTokenizer()
+        self.device = "remote"
+        self.cuda_indices: list[int] | None = None
+        self.tp = 1
+        self.model_info: Any = None
+        self.max_model_len: int | None = None
+        self.server_models: list[str] | None = None
+        self.startup: dict[str, Any] = {}
+        self.warnings: list[str] = []
+        self.unavailable = {
+            **engine_only_reasons(self.name),
+            "queue": "a remote server does not say when it scheduled a request (the client's own queue is "
+            "client_queue)",
+            "gpu_telemetry": "the openai backend measures a remote server: its GPUs are not visible here",
+            "peak_memory": "the server's memory is not visible to the client",
+        }
+
+    def describe(self) -> dict[str, Any]:
+        o = self.options
+        return {
+            "device": self.device,
+            "url": o.url,
+            "completions_url": self.completions.url,
+            "model": self.served_model,
+            "api_key_env": o.api_key_env,  # the variable's name only, never the key
+            "max_concurrency": o.max_concurrency,
+            "timeout_s": o.timeout_s,
+            "connect_timeout_s": o.connect_timeout_s,
+            "prompt": o.prompt,
+            "send_ignore_eos": o.send_ignore_eos,
+            "token_ids": o.token_ids,
+            "include_usage": o.include_usage,
+            "extra_body": o.extra_body,
+            "server_models": self.server_models,
+            "server_max_model_len": self.max_model_len,
+        }
+
+    def body_for(self, spec: RequestSpec) -> dict[str, Any]:
+        o, s = self.options, self.scenario.sampling
+        body: dict[str, Any] = {
+            "model": self.served_model,
+            "prompt": spec.prompt if o.prompt == "token_ids" else self.tokenizer.decode(spec.prompt),
+            "max_tokens": spec.max_tokens,
+            "stream": True,
+            "temperature": s.temperature,
+        }
+        if s.top_p < 1:
+            body["top_p"] = s.top_p
+        if s.top_k > 0:
+            body["top_k"] = s.top_k
+        seed = request_seed(self.scenario, spec)
+        if seed is not None:
+            body["seed"] = seed
+        if o.include_usage:
+            body["stream_options"] = {"include_usage": True}
+        if s.ignore_eos and o.send_ignore_eos:
+            body.update(ignore_eos=True, min_tokens=spec.max_tokens)
+        if o.token_ids:
+            body["return_token_ids"] = True
+        body.update(o.extra_body)
+        return body
+
+    def start(self) -> None:
+        """Ask the server which models it serves: fails early on a dead server or a wrong model name."""
+        t0 = time.perf_counter()
+        try:
+            status, text = asyncio.run(self._get_models())
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, ConnectionError) as exc:
+            raise RunFailed(
+                f"cannot reach the openai server at {self.options.url}: {exc or type(exc).__name__}"
+            ) from None
+        if status == 200:
+            try:
+                data = json.loads(text).get("data") or []
+            except (ValueError, AttributeError):
+                data = []
+            entries = [d for d in data if isinstance(d, dict) and "id" in d]
+            if entries:
+                self.server_models = [str(d["id"]) for d in entries]
+                if self.served_model not in self.server_models:
+                    raise RunFailed(
+                        f"the server at {self.options.url} serves {', '.join(self.server_models)}, not "
+                        f"{self.served_model!r}: set backend_options.openai.model"
+                    )
+                mine = next(d for d in entries if str(d["id"]) == self.served_model)
+                if isinstance(mine.get("max_model_len"), int):  # vLLM says it
+                    self.max_model_len = mine["max_model_len"]
+        elif status in (401, 403):
+            raise RunFailed(f"the server at {self.options.url} refused the key (HTTP {status}): {text[:200]}")
+        self.startup = {
+            "load_time": 0.0,
+            "compile_time": 0.0,
+            "graph_capture_time": 0.0,
+            "server_check_time": time.perf_counter() - t0,
+        }
+
+    async def _get_models(self) -> tuple[int, str]:
+        resp = await request(self.models, "GET", None, self.headers, self.options.connect_timeout_s)
+        try:
+            if resp.status != 200:
+                return resp.status, await read_error_body(resp)
+            lines = [line async for line in body_lines(resp)]
+            return resp.status, "\n".join(lines)
+        finally:
+            await close(resp)
+
+    def run(
+        self,
+        specs: list[RequestSpec],
+        offsets: list[float] | None,
+        *,
+        concurrency: int | None,
+        tag: str,
+        max_duration: float | None,
+        on_progress: OnProgress | None,
+    ) -> DriveResult:
+        check_drive_args(offsets, concurrency)
+        o = self.options
+        client = Client(
+            self.completions, self.headers, self.body_for, timeout_s=o.timeout_s,
+            connect_timeout_s=o.connect_timeout_s, max_concurrency=o.max_concurrency,
+            ignore_eos=self.scenario.sampling.ignore_eos,
+        )  # fmt: skip
+        result = client.run(specs, offsets, concurrency, max_duration, on_progress)
+        if client.multi_token_chunks and tag != "w-":
+            self.warnings.append(
+                f"{client.multi_token_chunks} stream chunks carried more than one token: their tokens share the "
+                "chunk's time (ITL counts 0 between them; TPOT divides by the token count)"
+            )
+        return result
+
+    def between_repeats(self) -> None:
+        pass  # a server's prefix cache cannot be emptied through the API; prompts are fresh per repeat
+
+    def shutdown(self) -> None:
+        pass
