@@ -183,3 +183,26 @@ def test_baseline_can_be_a_run_folder(runs):
     assert res.exit_code == 0, res.output
     assert "rep (changes against attention_backend=torch)" in res.stdout
     assert "baseline against attention_backend=torch" in res.stdout
+
+
+def test_runs_resized_by_a_profile_are_not_compared_with_full_size_runs(tmp_path):
+    """A `cpu` profile swaps the model and the load: such runs get their own table, never a delta
+    against the same scenario measured at full size."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from llmbench.bench.report.frame import load_groups
+
+    src = next((Path(__file__).parent.parent / "results/h200/chat").glob("*-default"))
+    full = tmp_path / "chat" / src.name
+    shutil.copytree(src, full)
+    small = tmp_path / "chat" / (src.name + "-cpu")
+    shutil.copytree(src, small)
+    meta = json.loads((small / "meta.json").read_text())
+    meta["profile"] = {"name": "cpu", "reason": "torch sees no CUDA device"}
+    meta["session"] = "another-session"
+    (small / "meta.json").write_text(json.dumps(meta))
+    groups, problems = load_groups([tmp_path])
+    assert not problems
+    assert sorted(g.scenario for g in groups) == ["chat", "chat [cpu]"]

@@ -106,7 +106,7 @@ def load_groups(paths: list[Any]) -> tuple[list[Group], list[Problem]]:
             problems.append(Problem(run.path, f"incomplete run ({why}): skipped"))
             continue
         m = run.meta
-        key = (m["scenario_name"], m.get("session") or str(run.path), m["variant"])
+        key = (_comparable(m), m.get("session") or str(run.path), m["variant"])
         g = groups.setdefault(key, Group(*key, runs=[]))
         g.runs.append(run)
         for p in run.summary["points"]:
@@ -119,6 +119,13 @@ def load_groups(paths: list[Any]) -> tuple[list[Group], list[Problem]]:
         label = g.variant if backend == "engine" or "backend=" in g.variant else f"{g.variant} ({backend})"
         g.label = label if len(same) == 1 else f"{label} @ {stamp}"
     return out, problems
+
+
+def _comparable(meta: dict[str, Any]) -> str:
+    """The name runs are compared under: the scenario, plus the profile that resized it (a `cpu` profile
+    swaps the model and the load, so its runs never share a table with the same scenario on a GPU)."""
+    profile = (meta.get("profile") or {}).get("name")
+    return f"{meta['scenario_name']} [{profile}]" if profile else meta["scenario_name"]
 
 
 def tidy(groups: list[Group], metrics: list[str] | None = None) -> pd.DataFrame:
