@@ -205,4 +205,4 @@ def test_runs_resized_by_a_profile_are_not_compared_with_full_size_runs(tmp_path
     (small / "meta.json").write_text(json.dumps(meta))
     groups, problems = load_groups([tmp_path])
     assert not problems
-    assert sorted(g.scenario for g in groups) == ["chat", "chat [cpu]"]
+    assert sorted(g.scenario for g in groups) == ["chat", "chat (cpu profile)"]

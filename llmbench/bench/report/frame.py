@@ -125,7 +125,7 @@ def _comparable(meta: dict[str, Any]) -> str:
     """The name runs are compared under: the scenario, plus the profile that resized it (a `cpu` profile
     swaps the model and the load, so its runs never share a table with the same scenario on a GPU)."""
     profile = (meta.get("profile") or {}).get("name")
-    return f"{meta['scenario_name']} [{profile}]" if profile else meta["scenario_name"]
+    return f"{meta['scenario_name']} ({profile} profile)" if profile else meta["scenario_name"]
 
 
 def tidy(groups: list[Group], metrics: list[str] | None = None) -> pd.DataFrame:
