@@ -85,6 +85,26 @@ def _step_record(s: Any, decode_context: int) -> StepRecord:
     )  # fmt: skip
 
 
+def admit_due(
+    pending: deque[int],
+    offsets: list[float] | None,
+    start: float,
+    now: float,
+    inflight: dict[str, Any],
+    concurrency: int | None,
+    submit: Callable[[int, float | None], None],
+) -> None:
+    """Hand over every request that is due: by schedule (open loop), or while a slot is free (closed loop,
+    arrival = hand-over). Shared by every backend's loop so all of them admit requests the same way."""
+    if offsets is None:
+        while pending and len(inflight) < (concurrency or 0):
+            submit(pending.popleft(), None)
+    else:
+        while pending and start + offsets[pending[0]] <= now:
+            i = pending.popleft()
+            submit(i, start + offsets[i])
+
+
 def drive(
     engine: Any,
     requests: list[RequestSpec],
@@ -126,13 +146,7 @@ def drive(
             if max_duration is not None and now - start > max_duration:
                 status = "timeout"
                 break
-            if offsets is None:
-                while pending and len(inflight) < concurrency:
-                    submit(pending.popleft(), None)
-            else:
-                while pending and start + offsets[pending[0]] <= now:
-                    i = pending.popleft()
-                    submit(i, start + offsets[i])
+            admit_due(pending, offsets, start, now, inflight, concurrency, submit)
             if engine.has_unfinished():
                 out = engine.step()
                 decode_context = 0

@@ -19,7 +19,7 @@ from collections import deque
 from typing import Any
 
 from llmbench.bench.backends.base import OnProgress
-from llmbench.bench.driver import PROGRESS_PERIOD_S, DriveResult, Progress
+from llmbench.bench.driver import PROGRESS_PERIOD_S, DriveResult, Progress, admit_due
 from llmbench.bench.records import RequestRecord
 from llmbench.bench.workload.spec import RequestSpec
 
@@ -113,13 +113,7 @@ def run_continuous_batching(
             if max_duration is not None and now - start > max_duration:
                 status = "timeout"
                 break
-            if offsets is None:
-                while pending and len(inflight) < concurrency:
-                    submit(pending.popleft(), None)
-            else:
-                while pending and start + offsets[pending[0]] <= now:
-                    i = pending.popleft()
-                    submit(i, start + offsets[i])
+            admit_due(pending, offsets, start, now, inflight, concurrency, submit)
             if not inflight and not pending:
                 break
             wait = POLL_S
