@@ -62,16 +62,23 @@ def check_divisible(model_config: ModelConfig, tp: int) -> str | None:
     return None
 
 
+def first_gpu(config: EngineConfig) -> int:
+    """Rank r runs on GPU ``first_gpu + r``: device="cuda:2" with tp=2 takes GPUs 2 and 3."""
+    return torch.device(config.device).index or 0
+
+
 def rank_config(config: EngineConfig, rank: int) -> EngineConfig:
+    """The options as rank ``rank`` sees them (its own GPU; the config passed must be rank 0's view or
+    the user's)."""
     if config.is_cuda:
-        return dataclasses.replace(config, device=f"cuda:{rank}")
+        return dataclasses.replace(config, device=f"cuda:{first_gpu(config) + rank}")
     return config
 
 
 def init_group(config: EngineConfig, rank: int, port: int) -> TPGroup:
     backend = "nccl" if config.is_cuda else "gloo"
     if config.is_cuda:
-        torch.cuda.set_device(rank)
+        torch.cuda.set_device(torch.device(config.device))
     dist.init_process_group(
         backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=config.tp, timeout=_INIT_TIMEOUT
     )
