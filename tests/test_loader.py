@@ -110,25 +110,13 @@ def test_preset_weights_equal_a_transformers_model_drawn_the_same_way():
     """A preset is a checkpoint drawn by name: transformers with the same draws gives the same tokens."""
     import transformers
 
+    from llmbench.bench.backends.hf_model import hf_config
     from llmbench.models.presets import PRESETS
     from llmbench.models.random_weights import init_random_weights
 
     from tiny_models import hf_greedy
 
-    cfg = PRESETS["qwen3-tiny"].config
-    hf_cfg = transformers.Qwen3Config(
-        vocab_size=cfg.vocab_size,
-        hidden_size=cfg.hidden_size,
-        intermediate_size=cfg.intermediate_size,
-        num_hidden_layers=cfg.num_hidden_layers,
-        num_attention_heads=cfg.num_attention_heads,
-        num_key_value_heads=cfg.num_key_value_heads,
-        head_dim=cfg.head_dim,
-        rms_norm_eps=cfg.rms_norm_eps,
-        max_position_embeddings=cfg.max_position_embeddings,
-        tie_word_embeddings=cfg.tie_word_embeddings,
-        rope_theta=cfg.rope.theta,
-    )
+    hf_cfg = hf_config(PRESETS["qwen3-tiny"].config)
     hf = transformers.AutoModelForCausalLM.from_config(hf_cfg, dtype=torch.float32).eval()
     init_random_weights(hf, seed=0)
     llm = LLM("qwen3-tiny", device="cpu", dtype="float32", num_kv_blocks=64, seed=0)
