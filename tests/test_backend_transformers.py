@@ -146,7 +146,11 @@ def test_options_that_cannot_apply_are_errors_naming_their_path():
         TransformersBackend(scenario(backend_options={"transformers": {"cuda_graph": True}}))
 
 
-def test_run_stores_engine_only_figures_as_unavailable(tmp_path):
+def test_run_stores_engine_only_figures_as_unavailable(tmp_path, monkeypatch):
+    # As on a GPU with a known peak, where the engine-only utilisation figures are computed.
+    from llmbench.bench.hardware import Peak
+
+    monkeypatch.setattr("llmbench.bench.runner.peak_for", lambda name: Peak("fake", 1e12, 1e15))
     path = tmp_path / "tf.yaml"
     path.write_text(yaml.safe_dump({**BASE, "arrival": {"kind": "poisson", "rate": 40}, "warmup": 1}))
     outcome = execute_run(RunRequest(load_scenario(path), tmp_path / "r"))
@@ -157,7 +161,7 @@ def test_run_stores_engine_only_figures_as_unavailable(tmp_path):
     m = run.summary["points"][0]["metrics"]
     assert m["num_completed"]["value"] == 4 and m["output_throughput"]["value"] > 0
     assert m["ttft_p50"]["value"] > 0 and m["queue_p50"]["value"] is not None
-    for name in ("kv_usage_max", "prefix_cache_hit_rate", "preemptions", "num_steps"):
+    for name in ("kv_usage_max", "prefix_cache_hit_rate", "preemptions", "num_steps", "decode_bw_util_mean"):
         assert m[name]["value"] is None and name in run.summary["unavailable"]
     assert len(run.table("steps")) == 0
     assert run.table("requests")["num_cached_tokens"].isna().all()

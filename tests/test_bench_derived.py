@@ -44,6 +44,18 @@ def test_decode_bandwidth_counts_weights_plus_kv_read():
     assert s["decode_step_mean"] == pytest.approx(0.002)
 
 
+def test_a_mapping_of_model_info_reads_the_same_and_a_peer_without_kv_sizes_gets_nan():
+    # Peer backends report model_info as a dict, without the engine's KV sizes (and without steps).
+    peak = Peak("X", mem_bandwidth=1e9, bf16_flops=1e12)
+    steps = [step("decode", 0.002, context=1000)]
+    info = Info(weight_bytes=1_000_000, kv_bytes_per_token=1000, num_params=500_000)
+    as_dict = step_utilisation(steps, info._asdict(), peak)
+    assert as_dict.decode_bw[0] == pytest.approx(step_utilisation(steps, info, peak).decode_bw[0])
+    peer = step_utilisation(steps, {"weight_bytes": 10, "num_params": 5}, peak)
+    assert math.isnan(peer.decode_bw[0])
+    assert len(step_utilisation([], {"weight_bytes": 10}, peak).decode_bw) == 0
+
+
 def test_without_a_peak_everything_is_nan():
     u = step_utilisation([step("decode", 0.01, context=5)], Info(1, 1, 1), None)
     assert math.isnan(u.decode_bw[0])

@@ -87,15 +87,15 @@ def test_a_rank_that_dies_stops_every_rank_with_a_clear_error(model):
 
 
 def _script(folder) -> str:
+    """A tp=2 run on this machine's device: one generation, then (with an argument) generations forever."""
     return textwrap.dedent(
         f"""
         import sys
         from llmbench import LLM, SamplingParams
-        llm = LLM({str(folder)!r}, tp=2, dtype="float32", num_kv_blocks=64, block_size=8, device="cpu")
+        llm = LLM({str(folder)!r}, tp=2, dtype="float32", num_kv_blocks=64, block_size=8, device={DEVICE!r})
         out = llm.generate([[5]], SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True))
         print("TOKENS", out[0].token_ids, flush=True)
         if len(sys.argv) > 1:
-            import time
             while True:
                 llm.generate([[5]], SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True))
         llm.engine.shutdown()
@@ -103,8 +103,47 @@ def _script(folder) -> str:
     )
 
 
+def _gpu_memory_used() -> list[int]:
+    """Bytes in use on each GPU as the driver counts them (NVML: every process, in any PID namespace)."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+    return [pynvml.nvmlDeviceGetMemoryInfo(h).used for h in handles]
+
+
 @pytest.mark.slow
-@pytest.mark.skipif(DEVICE == "cuda", reason="CPU ranks")
+@pytest.mark.skipif(DEVICE != "cuda" or torch.cuda.device_count() < 2, reason="two GPUs")
+def test_a_gpu_rank_that_dies_ends_the_run_and_frees_the_gpus(model, tmp_path):
+    # NCCL leaves rank 0 stuck in its collective: the watchdog must end the process itself.
+    folder, _ = model
+    script = tmp_path / "run.py"
+    script.write_text(_script(folder))
+    before = _gpu_memory_used()
+    proc = subprocess.Popen(
+        [sys.executable, str(script), "loop"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert "TOKENS" in proc.stdout.readline()
+    held = _gpu_memory_used()
+    assert all(h > b for h, b in zip(held[:2], before, strict=False)), "the ranks hold no GPU memory?"
+    workers = _workers_of(proc.pid)
+    assert len(workers) == 1
+    workers[0].kill()
+    start = time.monotonic()
+    proc.wait(timeout=60)
+    assert time.monotonic() - start < 30
+    assert proc.returncode != 0
+    assert "rank 1 exited unexpectedly" in proc.stderr.read()
+    slack, deadline = 64 << 20, time.monotonic() + 10
+    while True:
+        after = _gpu_memory_used()
+        if all(a <= b + slack for a, b in zip(after, before, strict=True)):
+            break
+        assert time.monotonic() < deadline, f"GPU memory not given back: {before} before, {after} after"
+        time.sleep(0.5)
+
+
+@pytest.mark.slow
 def test_two_runs_on_one_host_do_not_collide(model, tmp_path):
     folder, expected = model
     script = tmp_path / "run.py"
@@ -118,7 +157,6 @@ def test_two_runs_on_one_host_do_not_collide(model, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(DEVICE == "cuda", reason="CPU ranks")
 def test_ctrl_c_ends_every_rank(model, tmp_path):
     folder, _ = model
     script = tmp_path / "run.py"
@@ -147,3 +185,33 @@ def test_greedy_tokens_at_tp8_equal_transformers(tmp_path):
     finally:
         llm.engine.shutdown()
     assert got == expected
+
+
+def test_shutdown_releases_cuda_graphs_before_the_process_group(model, monkeypatch):
+    # NCCL's teardown waits for good on communicators that live CUDA Graphs captured (seen on two H200s).
+    import llmbench.engine.llm_engine as llm_engine
+
+    folder, _ = model
+    llm = LLM(str(folder), tp=2, dtype="float32", num_kv_blocks=64, block_size=8, device="cpu")
+    order = []
+    monkeypatch.setattr(llm.engine.runner, "release_graphs", lambda: order.append("graphs"))
+    real_close = llm_engine.close_group
+    monkeypatch.setattr(llm_engine, "close_group", lambda cfg: (order.append("group"), real_close(cfg)))
+    workers = list(llm.engine.workers.procs)
+    llm.engine.shutdown()
+    assert order == ["graphs", "group"]
+    assert all(p.poll() is not None for p in workers)
+    assert not torch.distributed.is_initialized()
+
+
+@pytest.mark.slow
+def test_a_script_that_never_calls_shutdown_still_ends_cleanly(model, tmp_path):
+    folder, _ = model
+    script = tmp_path / "run.py"
+    script.write_text(_script(folder).replace("llm.engine.shutdown()", ""))
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    out, err = proc.communicate(timeout=120)  # on a GPU with graphs, a wrong teardown order hangs here
+    assert proc.returncode == 0 and "TOKENS" in out
+    assert "teardown" not in err

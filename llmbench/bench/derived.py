@@ -12,6 +12,7 @@ Without a known peak (CPU, unknown GPU) both are NaN and the summary says "unava
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -31,11 +32,10 @@ def step_utilisation(
     n = len(steps)
     bw = np.full(n, math.nan)
     flops = np.full(n, math.nan)
-    if peak is None or model_info is None:
+    sizes = [_field(model_info, k) for k in ("weight_bytes", "kv_bytes_per_token", "num_params")]
+    if peak is None or not steps or None in sizes:  # a peer backend has no engine steps nor KV sizes
         return StepUtilisation(bw, flops)
-    weight_bytes = float(model_info.weight_bytes)
-    kv_per_token = float(model_info.kv_bytes_per_token)
-    num_params = float(model_info.num_params)
+    weight_bytes, kv_per_token, num_params = (float(x) for x in sizes)
     for i, s in enumerate(steps):
         if s.duration <= 0:
             continue
@@ -48,6 +48,13 @@ def step_utilisation(
         elif s.kind == "prefill":
             flops[i] = 2.0 * num_params * s.num_prefill_tokens / s.duration / (peak.bf16_flops * tp)
     return StepUtilisation(bw, flops)
+
+
+def _field(model_info: Any, name: str) -> Any:
+    """A model-info field, whether the backend reports a dataclass or a plain mapping."""
+    if isinstance(model_info, Mapping):
+        return model_info.get(name)
+    return getattr(model_info, name, None)
 
 
 def step_summary(steps: list[StepRecord], util: StepUtilisation) -> dict[str, float]:

@@ -81,6 +81,16 @@ class CUDAGraphRunner:
         self.memory_bytes = torch.cuda.memory_reserved() - before
         self.capture_time = time.perf_counter() - start
 
+    def release(self) -> None:
+        """Free every graph and its pool. Graphs that captured NCCL collectives hold the communicator:
+        they must go before the process group is torn down, or NCCL's teardown waits for them forever
+        (pytorch/pytorch#115388)."""
+        torch.cuda.synchronize()
+        for graph in self.graphs.values():
+            graph.reset()
+        self.graphs.clear()
+        self.outputs.clear()
+
     def bucket_for(self, batch_size: int) -> int | None:
         i = bisect.bisect_left(self.buckets, batch_size)
         return self.buckets[i] if i < len(self.buckets) else None

@@ -6,11 +6,11 @@ of scenarios, tables or files of results; the bench layer drives it through ``ad
 
 from __future__ import annotations
 
+import atexit
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
 
 from llmbench.engine.block_manager import BlockManager, SlabAllocator
 from llmbench.engine.config import ConfigError, EngineConfig
@@ -21,13 +21,26 @@ from llmbench.engine.sampling_params import SamplingParams
 from llmbench.engine.scheduler import ScheduledBatch, Scheduler, step_kind
 from llmbench.engine.sequence import Sequence, SequenceStatus
 from llmbench.engine.step_inputs import build_step
-from llmbench.engine.tp import TPError, TPWorkers, check_divisible, init_group, rank_config
+from llmbench.engine.tp import (
+    TPError,
+    TPWorkers,
+    check_divisible,
+    close_group,
+    init_group,
+    rank_config,
+)
 from llmbench.models.config import ModelConfig
 from llmbench.models.loader import read_model_config
 from llmbench.models.presets import PRESETS
 from llmbench.models.tokenizer import load_tokenizer
 
 _DEFAULT_MAX_MODEL_LEN = 8192  # when not set: enough for the shipped scenarios, cheap to reserve
+
+
+def _close_at_exit(ref: weakref.ref) -> None:
+    engine = ref()
+    if engine is not None:
+        engine._close_tp()
 
 
 class RequestError(ValueError):
@@ -83,6 +96,8 @@ class LLMEngine:
             if why:
                 raise ConfigError(f"{why} of {config.model}")
             self.workers = TPWorkers(config, model_config, folder, max_len)
+            # A script that ends without shutdown() must still tear the ranks down in the right order.
+            atexit.register(_close_at_exit, weakref.ref(self))
             try:
                 rank0 = rank_config(config, 0)
                 self.runner = ModelRunner(
@@ -254,17 +269,26 @@ class LLMEngine:
     def _tp_failed(self, error: BaseException):
         assert self.workers is not None
         if isinstance(error, KeyboardInterrupt):
-            self.workers.shutdown()
+            self._close_tp()
             raise error
         time.sleep(0.3)  # let the watchdog collect a worker's own message, if it sent one
         self.workers.terminate()
-        if torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
+        if hasattr(self, "runner"):  # not yet there when rank 0's own start-up failed
+            self.runner.release_graphs()
+        close_group(self.config)
         raise TPError(f"tensor-parallel run stopped on every rank: {self.workers.error or error}") from None
 
     def shutdown(self) -> None:
         for seq in list(self._seqs.values()):
             self._finish(seq, "abort", time.perf_counter())
-        if self.workers is not None:
-            self.workers.shutdown()
-            self.workers = None
+        self._close_tp()
+
+    def _close_tp(self) -> None:
+        """Stop ranks 1..tp-1, then release this rank's CUDA Graphs and only then its process group."""
+        if self.workers is None:
+            return
+        self.workers.shutdown()
+        self.workers = None
+        if hasattr(self, "runner"):
+            self.runner.release_graphs()
+        close_group(self.config)

@@ -121,11 +121,9 @@ class ModelRunner:
         self.startup.kv_block_bytes = self.block_bytes
         self.startup.kv_cache_bytes = num_blocks * self.block_bytes
 
-        self._graphs_after_warmup = 0
         if config.torch_compile:
             self._warm_up_compile()
             self.startup.compile_time = time.perf_counter() - start
-            self._graphs_after_warmup = _dynamo_graph_count()
         if self.device.type == "cuda":
             start = time.perf_counter()
             self._warm_up_kernels()
@@ -140,6 +138,9 @@ class ModelRunner:
             self.startup.graph_capture_time = self.graphs.capture_time
             self.startup.graph_memory_bytes = self.graphs.memory_bytes
             self.startup.graph_buckets = list(self.graphs.buckets)
+        # Every warm-up above may compile (the kernel warm-up's own small pools are new shapes): steady
+        # state starts here.
+        self._graphs_after_warmup = _dynamo_graph_count() if config.torch_compile else 0
 
     # -- forward ----------------------------------------------------------------------------------
 
@@ -211,6 +212,12 @@ class ModelRunner:
         for tokens, seq_len in ((n, n), (2, 1), (1, 1), (n - 1, n - 1), (3, 1)):
             inputs, _ = self._dummy_inputs(tokens, seq_len, self.kv_caches)
             self._forward(inputs.input_ids, inputs.positions, inputs.meta, self.kv_caches)
+
+    def release_graphs(self) -> None:
+        """Drop the CUDA Graphs (before a tensor-parallel group is torn down; see CUDAGraphRunner)."""
+        if self.graphs is not None:
+            self.graphs.release()
+            self.graphs = None
 
     def recompiles(self) -> int:
         """Graphs torch.compile built after the warm-up: 0 means no recompilation in steady state."""

@@ -85,6 +85,33 @@ def init_group(config: EngineConfig, rank: int, port: int) -> TPGroup:
     return TPGroup(rank, config.tp, dist.group.WORLD)
 
 
+def close_group(config: EngineConfig, timeout_s: float = 30.0) -> None:
+    """Tear down rank 0's process group once the other ranks have gone.
+
+    Call it after the CUDA Graphs are released (``ModelRunner.release_graphs``): NCCL's teardown waits
+    for good on communicators that live graphs captured. Should it still block, the process says why and
+    exits after ``timeout_s`` rather than hang."""
+    if not dist.is_initialized():
+        return
+    done = threading.Event()
+
+    def guard() -> None:
+        if not done.wait(timeout_s):
+            print(
+                f"llmbench: tensor-parallel teardown ({'NCCL' if config.is_cuda else 'gloo'}) still blocked "
+                f"after {timeout_s:.0f} s; exiting",
+                file=sys.stderr,
+                flush=True,
+            )
+            os._exit(1)
+
+    threading.Thread(target=guard, daemon=True, name="llmbench-tp-teardown").start()
+    try:
+        dist.destroy_process_group()
+    finally:
+        done.set()
+
+
 class TPWorkers:
     """Ranks 1..tp-1, their connections and the watchdog that ends them all if one fails.
 
@@ -188,5 +215,3 @@ class TPWorkers:
             except subprocess.TimeoutExpired:
                 pass
         self.terminate()
-        if dist.is_initialized():
-            dist.destroy_process_group()

@@ -11,8 +11,6 @@ import signal
 import traceback
 from multiprocessing.connection import Client
 
-import torch.distributed as dist
-
 from llmbench.engine.tp import init_group, rank_config
 
 
@@ -45,6 +43,7 @@ def worker_main() -> None:  # pragma: no cover  (a child process; exercised by t
             if kind == "stop":
                 break
             runner.execute(payload)
+        runner.release_graphs()
     except EOFError:  # rank 0 went away
         pass
     except BaseException:
@@ -53,9 +52,9 @@ def worker_main() -> None:  # pragma: no cover  (a child process; exercised by t
         except OSError:
             pass
         os._exit(1)
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    # Leave without tearing the process group down (NCCL's teardown can wait on the other ranks); ending
+    # the process releases its communicators and GPU memory all the same.
+    os._exit(0)
 
 
 if __name__ == "__main__":
