@@ -20,6 +20,7 @@ import torch
 pytest.importorskip("triton")
 
 from llmbench.kernels.activation import silu_and_mul, silu_and_mul_ref  # noqa: E402
+from llmbench.kernels.attention_prologue import attention_prologue, attention_prologue_ref  # noqa: E402
 from llmbench.kernels.kv_store import store_kv, store_kv_ref  # noqa: E402
 from llmbench.kernels.paged_attention import (  # noqa: E402
     paged_attention_decode,
@@ -146,6 +147,34 @@ def test_store_kv_writes_its_slots_and_skips_minus_one(setting: Setting, block_s
     written = (k_cache != k_ref).sum().item() + (v_cache != v_ref).sum().item()
     print(f"store_kv: {written} cache elements differ from the reference")
     assert torch.equal(k_cache, k_ref) and torch.equal(v_cache, v_ref)
+
+
+@pytest.mark.parametrize("qk_norm", [True, False])
+@pytest.mark.parametrize(
+    "Hq,Hk,D,block_size", [(2, 2, 64, 8), (8, 1, 128, 16), (6, 2, 80, 8), (16, 8, 128, 16)]
+)
+def test_attention_prologue_matches_the_unfused_reference(
+    setting: Setting, qk_norm: bool, Hq: int, Hk: int, D: int, block_size: int
+) -> None:
+    T, num_blocks = (517, 64) if setting.big else (7, 6)
+    kw = dict(device=setting.device, dtype=setting.dtype)
+    qkv = torch.randn(T, (Hq + 2 * Hk) * D + 5, **kw)[:, 3 : 3 + (Hq + 2 * Hk) * D] * 2  # strided rows
+    positions = torch.randint(0, 4096, (T,), device=setting.device)
+    cos_sin_cache = torch.randn(4096, D, device=setting.device, dtype=torch.float32)
+    q_w, k_w = (torch.randn(D, **kw), torch.randn(D, **kw)) if qk_norm else (None, None)
+    k_cache = torch.randn(num_blocks, block_size, Hk, D, **kw)
+    v_cache = torch.randn(num_blocks, block_size, Hk, D, **kw)
+    k_ref, v_ref = k_cache.clone(), v_cache.clone()
+    slots = torch.randperm(num_blocks * block_size, device=setting.device)[:T]
+    slots[[0, T // 2, T - 1]] = -1  # padded tokens write nothing, but their q is still computed
+    before = qkv.clone()
+    args = (positions, cos_sin_cache, q_w, k_w, 1e-6)
+    q = attention_prologue(qkv, *args, k_cache, v_cache, slots, Hq, Hk)
+    q_ref = attention_prologue_ref(qkv, *args, k_ref, v_ref, slots, Hq, Hk)
+    check("prologue q", q, q_ref, setting)
+    check("prologue k cache", k_cache, k_ref, setting)
+    assert torch.equal(v_cache, v_ref), "v is copied, not computed: it must be bit-exact"
+    assert torch.equal(qkv, before), "attention_prologue modified its input"
 
 
 # --- paged attention ---------------------------------------------------------------------------------
@@ -304,7 +333,7 @@ def test_kernel_modules_import_without_triton_and_say_so_when_called() -> None:
 import sys
 sys.modules["triton"] = None  # makes `import triton` raise ImportError
 import torch
-from llmbench.kernels import activation, kv_store, paged_attention, rmsnorm, rotary
+from llmbench.kernels import activation, attention_prologue, kv_store, paged_attention, rmsnorm, rotary
 x = torch.zeros(2, 8)
 calls = [
     lambda: rmsnorm.rms_norm(x, torch.ones(8), 1e-6),
@@ -312,6 +341,7 @@ calls = [
     lambda: rotary.apply_rotary(x.view(2, 1, 8), x.view(2, 1, 8), torch.zeros(2, dtype=torch.long), torch.zeros(4, 8)),
     lambda: kv_store.store_kv(x.view(2, 1, 8), x.view(2, 1, 8), x.view(1, 2, 1, 8), x.view(1, 2, 1, 8), torch.zeros(2, dtype=torch.long)),
     lambda: paged_attention.paged_attention_decode(x.view(2, 1, 8), x.view(1, 2, 1, 8), x.view(1, 2, 1, 8), None, None, 1.0),
+    lambda: attention_prologue.attention_prologue(x, None, None, None, None, 1e-6, x, x, None, 1, 1),
     lambda: paged_attention.paged_attention_prefill(x.view(2, 1, 8), x.view(1, 2, 1, 8), x.view(1, 2, 1, 8), None, None, None, 1, 1.0),
 ]
 for call in calls:

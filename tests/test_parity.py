@@ -68,10 +68,13 @@ def test_greedy_matches_transformers_per_attention_backend(arch_model, backend):
     if backend == "triton" and not triton_usable("cuda" if torch.cuda.is_available() else "cpu"):
         pytest.skip("triton is not installed")
     _, folder, expected = arch_model
-    got, _ = _generate(
+    got, llm = _generate(
         folder, attention_backend=backend, triton_kernels=backend == "triton", max_num_batched_tokens=24
     )
     assert got == expected
+    # Triton runs the fused attention prologue (q/k norm, RoPE, KV store in one kernel); the others do not.
+    attn = llm.engine.runner.model.model.layers[0].self_attn
+    assert attn.fused_prologue == (backend == "triton")
 
 
 @pytest.mark.parametrize("chunked", [True, False])

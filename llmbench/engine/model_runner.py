@@ -69,6 +69,8 @@ class ModelRunner:
             # Attention reads Python-side metadata; keeping it out of the compiled graphs avoids a guard
             # (and a recompile) per batch shape. The rest of each layer is compiled between these breaks.
             backend.forward = torch._dynamo.disable(backend.forward)  # type: ignore[method-assign]
+            if backend.attends_from_cache:
+                backend.forward_qkv = torch._dynamo.disable(backend.forward_qkv)  # type: ignore[attr-defined]
         opts = BuildOptions(backend, max_positions=max_model_len, tp=tp, use_triton=config.triton_kernels)
         previous = torch.get_default_dtype()
         torch.set_default_dtype(dtype)

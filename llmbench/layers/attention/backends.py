@@ -3,6 +3,9 @@
 Every backend has the signature of ``AttentionBackend.forward`` and reads K/V only through block tables,
 so the engine's KV layout (paged blocks, or one contiguous slab per sequence) is invisible here.
 ``graph_safe`` backends do no host synchronisation, so their decode step can be captured in a CUDA Graph.
+Backends that read K/V from the cache alone (``attends_from_cache``: Triton, flash-attn) also offer
+``forward_qkv``: the fused projection output in, with the q/k norm, RoPE and KV store done by one
+kernel (``kernels/attention_prologue.py``) before ``attend``.
 """
 
 from __future__ import annotations
@@ -11,12 +14,14 @@ import torch
 import torch.nn.functional as F
 
 from llmbench.kernels import kv_store, paged_attention
+from llmbench.kernels.attention_prologue import attention_prologue
 from llmbench.layers.attention.metadata import AttentionMetadata
 
 
 class AttentionBackend:
     name = "torch"
     graph_safe = False
+    attends_from_cache = False  # True: K/V are read from the cache only, so forward_qkv applies
 
     def forward(
         self,
@@ -98,12 +103,45 @@ def _sdpa(q, k, v, scale, offset):
     return out.transpose(0, 1)
 
 
-class TritonBackend(AttentionBackend):
-    name = "triton"
-    graph_safe = True
+class CacheAttentionBackend(AttentionBackend):
+    """A backend whose attention reads the step's own K/V back from the cache, like every other token."""
+
+    attends_from_cache = True
+
+    def attend(self, q, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+        raise NotImplementedError
 
     def forward(self, q, k, v, k_cache, v_cache, meta, scale):  # type: ignore[override]
         kv_store.store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+        return self.attend(q, k_cache, v_cache, meta, scale)
+
+    def forward_qkv(
+        self,
+        qkv: torch.Tensor,  # (T, (Hq + 2 Hk) D): the fused projection's output
+        positions: torch.Tensor,
+        cos_sin_cache: torch.Tensor,
+        q_norm_weight: torch.Tensor | None,
+        k_norm_weight: torch.Tensor | None,
+        eps: float,
+        num_heads: int,
+        num_kv_heads: int,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        scale: float,
+    ) -> torch.Tensor:  # (T, Hq, D)
+        q = attention_prologue(
+            qkv, positions, cos_sin_cache, q_norm_weight, k_norm_weight, eps,
+            k_cache, v_cache, meta.slot_mapping, num_heads, num_kv_heads,
+        )  # fmt: skip
+        return self.attend(q, k_cache, v_cache, meta, scale)
+
+
+class TritonBackend(CacheAttentionBackend):
+    name = "triton"
+    graph_safe = True
+
+    def attend(self, q, k_cache, v_cache, meta, scale):
         if meta.is_decode_only:
             return paged_attention.paged_attention_decode(
                 q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale

@@ -2,15 +2,14 @@
 
 Both read the paged cache directly (flash-attn 4: ``page_table``; flash-attn 2: ``block_table``), prefill
 and decode alike, causal with the mask aligned to the end of each sequence's context. K/V are stored by
-our own store kernel first. Not used unless asked for: ``attention_backend='flash_attn'``.
+our own store kernel (or the fused prologue) first. Not used unless asked for: ``attention_backend='flash_attn'``.
 """
 
 from __future__ import annotations
 
 import torch
 
-from llmbench.kernels import kv_store
-from llmbench.layers.attention.backends import AttentionBackend
+from llmbench.layers.attention.backends import CacheAttentionBackend
 from llmbench.layers.attention.metadata import AttentionMetadata
 
 
@@ -26,15 +25,14 @@ def _import_flash():
     return "fa2", flash_attn_varlen_func
 
 
-class FlashAttnBackend(AttentionBackend):
+class FlashAttnBackend(CacheAttentionBackend):
     name = "flash_attn"
     graph_safe = True
 
     def __init__(self) -> None:
         self.version, self._fn = _import_flash()
 
-    def forward(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale):  # type: ignore[override]
-        kv_store.store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+    def attend(self, q, k_cache, v_cache, meta: AttentionMetadata, scale):
         if self.version == "fa4":
             out = self._fn(
                 q,

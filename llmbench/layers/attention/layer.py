@@ -40,6 +40,10 @@ class Attention(nn.Module):
         self.rotary = rotary
         self.backend = backend
         self.scale = head_dim**-0.5
+        self.eps = rms_norm_eps
+        # With Triton kernels and a backend that reads K/V from the cache: one kernel from the projection
+        # to attention (q/k norm, RoPE, KV store) instead of up to six.
+        self.fused_prologue = use_triton and backend.attends_from_cache
 
     def forward(
         self,
@@ -50,6 +54,22 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         T = x.shape[0]
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        if self.fused_prologue:
+            o = self.backend.forward_qkv(  # type: ignore[attr-defined]
+                self.qkv_proj(x),
+                positions,
+                self.rotary.cos_sin_cache,
+                None if self.q_norm is None else self.q_norm.weight,
+                None if self.k_norm is None else self.k_norm.weight,
+                self.eps,
+                self.num_heads,
+                self.num_kv_heads,
+                kv_cache[0],
+                kv_cache[1],
+                meta,
+                self.scale,
+            )
+            return self.o_proj(o.reshape(T, q_size))
         q, k, v = self.qkv_proj(x).split([q_size, kv_size, kv_size], dim=-1)
         q = q.reshape(T, self.num_heads, self.head_dim)
         k = k.reshape(T, self.num_kv_heads, self.head_dim)

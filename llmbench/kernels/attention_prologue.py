@@ -1,0 +1,157 @@
+"""What happens between the q/k/v projection and attention, in one pass: split the fused projection into
+heads, RMSNorm q and k per head (Qwen3), rotate them (RoPE), write k and v into their cache slots.
+
+Unfused this is up to six kernels a layer (two copies of strided q/k views, two norms, RoPE, the KV
+store); at batch 1 each is a few microseconds of launch and tail for almost no work, which is what
+bounds small-batch decode. ``attention_prologue_ref`` composes the torch references of those steps;
+``attention_prologue`` is the Triton version with the same signature and the same roundings (the
+normalised value is rounded to the model dtype before the weight multiply, and again before the
+rotation, exactly as the unfused kernels round between steps).
+
+Both return q as (T, Hq, D); K/V are written in place (slot -1, a padded row, writes nothing), so they
+suit the attention backends that read K/V from the cache only (Triton, flash-attn).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from llmbench.kernels._triton import jit, next_power_of_2, require_triton, tl
+from llmbench.kernels.kv_store import store_kv_ref
+from llmbench.kernels.rmsnorm import rms_norm_ref
+from llmbench.kernels.rotary import apply_rotary_ref
+
+
+def attention_prologue_ref(
+    qkv: torch.Tensor,
+    positions: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    q_norm_weight: torch.Tensor | None,
+    k_norm_weight: torch.Tensor | None,
+    eps: float,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    num_heads: int,
+    num_kv_heads: int,
+) -> torch.Tensor:
+    # qkv: (T, (Hq + 2 Hk) D); caches (num_blocks, block_size, Hk, D); returns q (T, Hq, D)
+    T = qkv.shape[0]
+    D = k_cache.shape[-1]
+    q, k, v = qkv.split([num_heads * D, num_kv_heads * D, num_kv_heads * D], dim=-1)
+    q = q.reshape(T, num_heads, D)
+    k = k.reshape(T, num_kv_heads, D)
+    v = v.reshape(T, num_kv_heads, D)
+    if q_norm_weight is not None and k_norm_weight is not None:
+        q = rms_norm_ref(q.reshape(-1, D), q_norm_weight, eps)[0].view(T, num_heads, D)
+        k = rms_norm_ref(k.reshape(-1, D), k_norm_weight, eps)[0].view(T, num_kv_heads, D)
+    q, k = apply_rotary_ref(q, k, positions, cos_sin_cache)
+    store_kv_ref(k, v, k_cache, v_cache, slot_mapping)
+    return q
+
+
+@jit
+def _norm_rotate(
+    x_ptr, w_ptr, H, HALF, eps, cos, sin,
+    HAS_NORM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr,
+):  # fmt: skip
+    # Heads of one token at x_ptr + h * 2 HALF: their two halves, normalised and rotated, in float32.
+    h = tl.arange(0, BLOCK_H)[:, None]
+    j = tl.arange(0, BLOCK_HALF)[None, :]
+    mask = (h < H) & (j < HALF)
+    offs = h * (2 * HALF) + j
+    dtype = x_ptr.dtype.element_ty
+    x1 = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    x2 = tl.load(x_ptr + offs + HALF, mask=mask, other=0.0).to(tl.float32)
+    if HAS_NORM:
+        inv_rms = tl.rsqrt((tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)) / (2 * HALF) + eps)[:, None]
+        w1 = tl.load(w_ptr + j, mask=j < HALF, other=0.0).to(tl.float32)
+        w2 = tl.load(w_ptr + HALF + j, mask=j < HALF, other=0.0).to(tl.float32)
+        # Round where the unfused kernels round: after normalising, and after the weight (their output).
+        x1 = ((x1 * inv_rms).to(dtype).to(tl.float32) * w1).to(dtype).to(tl.float32)
+        x2 = ((x2 * inv_rms).to(dtype).to(tl.float32) * w2).to(dtype).to(tl.float32)
+    return x1 * cos - x2 * sin, x2 * cos + x1 * sin, offs, mask
+
+
+@jit
+def _prologue_kernel(
+    qkv_ptr, pos_ptr, cs_ptr, qw_ptr, kw_ptr, q_ptr, kc_ptr, vc_ptr, slot_ptr,
+    stride_t, stride_cs, stride_qt, stride_kcb, stride_kcs, stride_vcb, stride_vcs,
+    HQ, HK, HALF, BLOCK_SIZE, eps,
+    HAS_NORM: tl.constexpr, BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr, BLOCK_HALF: tl.constexpr,
+):  # fmt: skip
+    # One program per token: its cos/sin row once, then all q heads, all k heads and all v heads.
+    t = tl.program_id(0).to(tl.int64)
+    pos = tl.load(pos_ptr + t).to(tl.int64)
+    j = tl.arange(0, BLOCK_HALF)[None, :]
+    cos = tl.load(cs_ptr + pos * stride_cs + j, mask=j < HALF, other=0.0).to(tl.float32)
+    sin = tl.load(cs_ptr + pos * stride_cs + HALF + j, mask=j < HALF, other=0.0).to(tl.float32)
+    D = 2 * HALF
+    row = qkv_ptr + t * stride_t
+    dtype = q_ptr.dtype.element_ty
+
+    o1, o2, offs, mask = _norm_rotate(row, qw_ptr, HQ, HALF, eps, cos, sin, HAS_NORM, BLOCK_HQ, BLOCK_HALF)
+    tl.store(q_ptr + t * stride_qt + offs, o1.to(dtype), mask=mask)
+    tl.store(q_ptr + t * stride_qt + offs + HALF, o2.to(dtype), mask=mask)
+
+    slot = tl.load(slot_ptr + t).to(tl.int64)
+    if slot >= 0:  # slot -1 (a padded token) writes nothing
+        kc = kc_ptr + (slot // BLOCK_SIZE) * stride_kcb + (slot % BLOCK_SIZE) * stride_kcs
+        vc = vc_ptr + (slot // BLOCK_SIZE) * stride_vcb + (slot % BLOCK_SIZE) * stride_vcs
+        k_row = row + HQ * D
+        o1, o2, offs, mask = _norm_rotate(
+            k_row, kw_ptr, HK, HALF, eps, cos, sin, HAS_NORM, BLOCK_HK, BLOCK_HALF
+        )
+        tl.store(kc + offs, o1.to(dtype), mask=mask)
+        tl.store(kc + offs + HALF, o2.to(dtype), mask=mask)
+        v_row = k_row + HK * D
+        tl.store(vc + offs, tl.load(v_row + offs, mask=mask), mask=mask)
+        tl.store(vc + offs + HALF, tl.load(v_row + offs + HALF, mask=mask), mask=mask)
+
+
+def attention_prologue(
+    qkv: torch.Tensor,
+    positions: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    q_norm_weight: torch.Tensor | None,
+    k_norm_weight: torch.Tensor | None,
+    eps: float,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    num_heads: int,
+    num_kv_heads: int,
+) -> torch.Tensor:
+    """Triton version of ``attention_prologue_ref``: one program per token, one kernel per layer."""
+    require_triton("attention_prologue")
+    T = qkv.shape[0]
+    D = k_cache.shape[-1]
+    width = (num_heads + 2 * num_kv_heads) * D
+    if qkv.shape != (T, width) or qkv.stride(-1) != 1:
+        raise ValueError(f"qkv must be (T, {width}) and contiguous in its last dim; got {tuple(qkv.shape)}")
+    if (
+        D % 2
+        or v_cache.shape != k_cache.shape
+        or k_cache.shape[2] != num_kv_heads
+        or cos_sin_cache.shape[-1] != D
+    ):
+        raise ValueError(
+            f"expected caches (num_blocks, block_size, {num_kv_heads}, D) with D even and cos_sin_cache (P, D); "
+            f"got {tuple(k_cache.shape)}, {tuple(v_cache.shape)}, {tuple(cos_sin_cache.shape)}"
+        )
+    if k_cache.stride(2) != D or k_cache.stride(3) != 1 or v_cache.stride() != k_cache.stride():
+        raise ValueError("caches must be contiguous in (kv_heads, head_dim)")
+    has_norm = q_norm_weight is not None and k_norm_weight is not None
+    q = torch.empty((T, num_heads, D), dtype=qkv.dtype, device=qkv.device)
+    if T > 0:
+        qw = q_norm_weight.contiguous() if has_norm else qkv  # placeholders when HAS_NORM is False
+        kw = k_norm_weight.contiguous() if has_norm else qkv
+        _prologue_kernel[(T,)](
+            qkv, positions, cos_sin_cache.contiguous(), qw, kw, q, k_cache, v_cache, slot_mapping,
+            qkv.stride(0), cos_sin_cache.stride(0), q.stride(0),
+            k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
+            num_heads, num_kv_heads, D // 2, k_cache.shape[1], eps,
+            HAS_NORM=has_norm, BLOCK_HQ=next_power_of_2(num_heads), BLOCK_HK=next_power_of_2(num_kv_heads),
+            BLOCK_HALF=next_power_of_2(D // 2), num_warps=4,
+        )  # fmt: skip
+    return q
