@@ -31,6 +31,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from llmbench.kernels.activation import silu_and_mul, silu_and_mul_ref  # noqa: E402
+from llmbench.kernels.attention_prologue import attention_prologue, attention_prologue_ref  # noqa: E402
 from llmbench.kernels.kv_store import store_kv, store_kv_ref  # noqa: E402
 from llmbench.kernels.paged_attention import paged_attention_decode_ref, paged_attention_prefill_ref  # noqa: E402
 from llmbench.kernels.rmsnorm import rms_norm, rms_norm_ref  # noqa: E402
@@ -195,6 +196,39 @@ def small_kernels(env: Env, T: int, H: int, inter: int, Hq: int, Hk: int, D: int
         row("store_kv", f"T={T} {Hk}x{D} page {block_size}", us, 2 * nbytes(kn, vn) + nbytes(slots), 0.0)
     )
     return rows
+
+
+def prologue_case(env: Env, T: int, Hq: int, Hk: int, D: int) -> list[Row]:
+    """The fused attention prologue (Qwen3: q/k norm, RoPE, KV store) against the four unfused Triton
+    kernels plus the two copies the engine used to make of strided q/k, both replayed from a graph."""
+    block_size = 16
+    qkv = env.t(T, (Hq + 2 * Hk) * D)
+    w_q, w_k = env.t(D), env.t(D)
+    cos_sin = env.t(4096, D, dtype=torch.float32)
+    pos = torch.randint(0, 4096, (T,), device=env.device)
+    num_blocks = max(4, 2 * T // block_size)
+    k_cache, v_cache = env.t(num_blocks, block_size, Hk, D), env.t(num_blocks, block_size, Hk, D)
+    slots = torch.randperm(num_blocks * block_size, device=env.device)[:T]
+    args = (pos, cos_sin, w_q, w_k, 1e-6)
+    k_ref, v_ref = k_cache.clone(), v_cache.clone()
+    q = attention_prologue(qkv, *args, k_cache, v_cache, slots, Hq, Hk)
+    q_ref = attention_prologue_ref(qkv, *args, k_ref, v_ref, slots, Hq, Hk)
+    rel = max(check("prologue q", q, q_ref, 2e-2), check("prologue k cache", k_cache, k_ref, 2e-2))
+
+    def unfused() -> None:
+        qs, ks, vs = qkv.split([Hq * D, Hk * D, Hk * D], dim=-1)
+        qn = rms_norm(qs.reshape(T * Hq, D), w_q, 1e-6)[0].view(T, Hq, D)
+        kn = rms_norm(ks.reshape(T * Hk, D), w_k, 1e-6)[0].view(T, Hk, D)
+        qr, kr = apply_rotary(qn, kn, pos, cos_sin)
+        store_kv(kr, vs.view(T, Hk, D), k_cache, v_cache, slots)
+
+    moved = nbytes(qkv, pos) + T * D * 4 + nbytes(q) + 2 * T * Hk * D * qkv.element_size()
+    shape = f"T={T} {Hq}/{Hk}x{D}"
+    fused_us = time_us(env, lambda: attention_prologue(qkv, *args, k_cache, v_cache, slots, Hq, Hk))
+    return [
+        row("attention_prologue (fused)", shape, fused_us, moved, rel),
+        row("  same, 6 unfused kernels", shape, time_us(env, unfused), moved, None),
+    ]
 
 
 def paged_cache(env: Env, B: int, context: int, block_size: int, Hk: int, D: int):
@@ -370,12 +404,14 @@ def main() -> None:
         print_table(tuned)
         rows += tuned
     if args.smoke:  # same code paths, shapes the interpreter finishes in seconds
-        main_rows = small_kernels(env, 8, 64, 32, 4, 2, 64)
+        main_rows = small_kernels(env, 8, 64, 32, 4, 2, 64) + prologue_case(env, 3, 4, 2, 64)
         main_rows += decode_case(env, 4, 100, 16, 4, 2, 64, with_ref_time=True)
         main_rows += decode_case(env, 1, 100, 8, 4, 2, 64)
         main_rows += prefill_case(env, 40, 0, 16, 4, 2, 64) + prefill_case(env, 20, 30, 16, 4, 2, 64)
     else:
         main_rows = small_kernels(env, T=8192, H=4096, inter=12288, Hq=32, Hk=8, D=128)
+        for T in (1, 256, 8192):  # batch-1 decode, a large decode batch, a prefill chunk (Qwen3-0.6B heads)
+            main_rows += prologue_case(env, T, 16, 8, 128)
         main_rows += decode_case(env, 64, 4096, 16, 16, 8, 128, with_ref_time=True)
         main_rows += decode_case(env, 64, 4096, 128, 16, 8, 128)
         main_rows += decode_case(env, 1, 4096, 16, 16, 8, 128)
