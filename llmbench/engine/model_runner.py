@@ -19,6 +19,7 @@ from llmbench.engine.cuda_graph import CUDAGraphRunner, default_buckets
 from llmbench.engine.outputs import StartupStats
 from llmbench.engine.sampling_params import SamplingParams
 from llmbench.engine.sequence import Sequence
+from llmbench.engine.staging import Staging
 from llmbench.engine.step_inputs import StepArrays, build_step
 from llmbench.layers.attention.backends import make_backend
 from llmbench.layers.attention.metadata import AttentionMetadata
@@ -61,6 +62,7 @@ class ModelRunner:
                 self.device = torch.device("cuda", torch.cuda.current_device())
             torch.cuda.set_device(self.device)
         self.startup = StartupStats()
+        self._staging = Staging(self.device, separate=config.torch_compile)
         dtype = config.torch_dtype
 
         start = time.perf_counter()
@@ -228,28 +230,31 @@ class ModelRunner:
     # -- one step ---------------------------------------------------------------------------------
 
     def to_inputs(self, step: StepArrays) -> StepInputs:
+        arrays = [
+            step.input_ids,
+            step.positions,
+            step.slot_mapping,
+            step.query_start_loc,
+            step.seq_lens.astype(np.int32),
+            step.block_tables,
+            step.logits_indices,
+        ]
+        if self.device.type == "cuda":
+            tensors = self._staging.upload(arrays)  # one host-to-device copy for all of them
+        else:
+            tensors = [torch.from_numpy(a) for a in arrays]
+        input_ids, positions, slots, query_start, seq_lens, tables, logits_indices = tensors
         meta = AttentionMetadata(
-            slot_mapping=self._to_device(step.slot_mapping),
-            query_start_loc=self._to_device(step.query_start_loc),
-            seq_lens=self._to_device(step.seq_lens.astype(np.int32)),
-            block_tables=self._to_device(step.block_tables),
+            slot_mapping=slots,
+            query_start_loc=query_start,
+            seq_lens=seq_lens,
+            block_tables=tables,
             max_query_len=max(step.query_lens),
             max_seq_len=int(step.seq_lens.max()),
             query_lens_cpu=step.query_lens,
             seq_lens_cpu=step.seq_lens.tolist(),
         )
-        return StepInputs(
-            self._to_device(step.input_ids),
-            self._to_device(step.positions),
-            meta,
-            self._to_device(step.logits_indices),
-        )
-
-    def _to_device(self, array: np.ndarray) -> torch.Tensor:
-        t = torch.from_numpy(array)
-        if self.device.type == "cuda":
-            return t.pin_memory().to(self.device, non_blocking=True)
-        return t
+        return StepInputs(input_ids, positions, meta, logits_indices)
 
     @torch.inference_mode()
     def execute(self, step: StepArrays) -> tuple[torch.Tensor, int | None, int]:
