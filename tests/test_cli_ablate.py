@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,23 @@ def test_a_baseline_the_engine_rejects_is_a_clean_error(tmp_path):
     res = invoke("ablate", path, "--toggle", "paged_kv", "--out", tmp_path / "r")
     assert res.exit_code == 2 and "CUDA Graphs cannot run on the CPU" in res.stderr
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow
+def test_a_run_past_the_timeout_is_stopped_and_keeps_what_it_measured(tmp_path):
+    path = tmp_path / "abl.yaml"
+    # Far more work than fits in the limit: every run must be stopped.
+    slow = {**TINY, "workload": {"num_requests": 2000, "input_len": 16, "output_len": 400}, "warmup": 0}
+    path.write_text(yaml.safe_dump(slow))
+    start = time.monotonic()
+    res = invoke("ablate", path, "--toggle", "prefix_cache", "--timeout", "12", "--out", tmp_path / "r")
+    took = time.monotonic() - start
+    assert res.exit_code != 0
+    assert "timed out after 12 s" in res.output
+    assert took < 2 * (12 + 20), f"two stopped runs took {took:.0f} s"
+    record = json.loads((ablation_folder(tmp_path / "r") / "ablation.json").read_text())
+    assert [v["status"] for v in record["variants"]] == ["failed", "failed"]
+    assert all("timed out" in v["error"] for v in record["variants"])
+    kept = [load_run(Path(d)) for v in record["variants"] for d in v["runs"]]
+    assert kept, "an interrupted run keeps what it measured"
+    assert all(r.meta["status"] == "incomplete" for r in kept)

@@ -62,6 +62,14 @@ def ablate(
     out: OutOption = Path("results"),
     set_: SetOption = None,
     profile: ProfileOption = "auto",
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            min=1,
+            help="Seconds one run (one variant, one repeat) may take, start-up included; past it the run "
+            "is stopped and its variant marked failed, and the others go on. Default: no limit.",
+        ),
+    ] = None,
 ) -> None:
     """Run the scenario once per variant (each in its own process) and print the deltas against the baseline."""
     resolved = resolve(scenario, set_, profile)
@@ -101,7 +109,9 @@ def ablate(
     def on_event(level: str, text: str) -> None:
         (warning if level == "warning" else note)(text if level == "warning" else f"· {text}")
 
-    outcome = run_ablation(resolved, list(set_ or []), variants, toggles, design_name, n, out, on_event)
+    outcome = run_ablation(
+        resolved, list(set_ or []), variants, toggles, design_name, n, out, on_event, timeout_s=timeout
+    )
     baseline = variants[0].name
     ok = [s for s in outcome.variants if s.status == "ok"]
     failed = [s for s in outcome.variants if s.status == "failed"]

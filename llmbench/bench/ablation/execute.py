@@ -5,12 +5,15 @@ Each child is ``python -m llmbench run SCENARIO --set engine.X=Y ... --variant N
 ``<out>/<scenario>/<time>-ablate/``. A variant whose options the engine rejects (ConfigError, e.g. CUDA
 Graphs on a CPU) is recorded as failed with the engine's message and never started; one whose process
 fails is recorded as failed with the end of its stderr and is not run again; the others go on.
-``ablation.json`` in the folder records the plan and what became of each variant.
+A child that outlives ``--timeout`` is stopped and its variant recorded as failed (timed out), keeping
+a partial run folder if the child wrote one. ``ablation.json`` in the folder records the plan and what
+became of each variant.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -88,12 +91,29 @@ def child_command(
     return cmd
 
 
-def _run_child(cmd: list[str], env: dict[str, str]) -> tuple[int, str]:
+class ChildTimeout(NamedTuple):
+    seconds: float
+    stderr: str
+
+
+def _run_child(
+    cmd: list[str], env: dict[str, str], timeout_s: float | None = None
+) -> tuple[int, str] | ChildTimeout:
     """Exit status and stderr of one child. On Ctrl-C the child (same process group) gets it too and is
-    given time to write its partial results before the interrupt goes on."""
+    given time to write its partial results before the interrupt goes on. Past ``timeout_s`` the child
+    is interrupted the same way (it keeps what it measured, marked incomplete), then killed if it does
+    not end within the grace period (a child stuck inside a native call never sees the interrupt)."""
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        _, err = proc.communicate()
+        _, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=min(CHILD_GRACE_S, max(5.0, 0.25 * (timeout_s or 0))))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+        return ChildTimeout(timeout_s or 0.0, err or "")
     except KeyboardInterrupt:
         try:
             proc.wait(timeout=CHILD_GRACE_S)
@@ -102,6 +122,11 @@ def _run_child(cmd: list[str], env: dict[str, str]) -> tuple[int, str]:
             proc.wait()
         raise
     return proc.returncode, err
+
+
+def _kept_run(run_dir: Path) -> list[str]:
+    """The run folder a stopped child managed to finish (marked incomplete), if it wrote one."""
+    return [str(run_dir)] if (run_dir / "summary.json").exists() else []
 
 
 def _tail(text: str, lines: int = 6) -> str:
@@ -118,6 +143,7 @@ def run_ablation(
     repeats: int,
     out_root: Path,
     on_event: Callable[[str, str], None] = lambda level, text: None,
+    timeout_s: float | None = None,
 ) -> AblationOutcome:
     sc = resolved.scenario
     folder = Path(out_root) / sc.name / f"{time.strftime('%Y%m%d-%H%M%S')}-ablate"
@@ -176,7 +202,17 @@ def run_ablation(
                     continue
                 run_dir = folder / f"{slug(v.name)}-r{r}"
                 on_event("phase", f"repeat {r + 1}/{repeats} · {v.name}")
-                code, stderr = _run_child(child_command(resolved, sets, v, run_dir, session, r), env)
+                result = _run_child(child_command(resolved, sets, v, run_dir, session, r), env, timeout_s)
+                if isinstance(result, ChildTimeout):
+                    error = f"timed out after {result.seconds:g} s (--timeout); the run was stopped"
+                    kept = _kept_run(run_dir)
+                    states[v.name] = state._replace(
+                        status="failed", error=error, run_dirs=[*state.run_dirs, *kept]
+                    )
+                    on_event("warning", f"variant {v.name}: {error}")
+                    record()
+                    continue
+                code, stderr = result
                 if code == 130:
                     raise KeyboardInterrupt
                 if code != 0:
