@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -215,3 +217,85 @@ def test_a_script_that_never_calls_shutdown_still_ends_cleanly(model, tmp_path):
     out, err = proc.communicate(timeout=120)  # on a GPU with graphs, a wrong teardown order hangs here
     assert proc.returncode == 0 and "TOKENS" in out
     assert "teardown" not in err
+
+
+def _torchrun(nproc: int, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    from llmbench.engine.tp import free_port
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}"]
+    cmd += [f"--master-port={free_port()}", *args]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=cwd, env=env)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(DEVICE == "cuda" and torch.cuda.device_count() < 2, reason="two GPUs")
+def test_ranks_started_by_torchrun_give_the_same_tokens(model, tmp_path):
+    # Several hosts are run this way; here two local processes stand in for them.
+    folder, expected = model
+    script = tmp_path / "run.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import json
+            from llmbench import LLM, SamplingParams
+            llm = LLM({str(folder)!r}, tp=2, dtype="float32", num_kv_blocks=64, block_size=8, device={DEVICE!r})
+            # Only rank 0 gets here: the other ranks serve its steps inside LLM() and exit there.
+            out = llm.generate({PROMPTS!r}, SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True))
+            print("TOKENS", json.dumps([o.token_ids for o in out]), flush=True)
+            llm.engine.shutdown()
+            """
+        )
+    )
+    done = _torchrun(2, str(script))
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("TOKENS")]
+    assert len(lines) == 1, done.stdout
+    assert json.loads(lines[0].split(" ", 1)[1]) == expected
+
+
+@pytest.mark.slow
+def test_torchrun_world_size_and_tp_must_agree(tmp_path):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "name: s\nmodel: qwen3-tiny\nengine: {device: cpu, tp: 4}\n"
+        "workload: {num_requests: 2, input_len: 8, output_len: 2}\narrival: {kind: offline}\n"
+    )
+    done = _torchrun(2, "-m", "llmbench", "run", str(scenario), "--out", str(tmp_path / "r"))
+    assert done.returncode != 0
+    assert "torchrun started 2 processes (WORLD_SIZE) but tp=4" in done.stdout + done.stderr
+    # torchrun reports its failed children with a traceback of its own; ours must print none.
+    frames = [ln for ln in (done.stdout + done.stderr).splitlines() if ln.strip().startswith("File ")]
+    assert not [f for f in frames if "llmbench" in f], frames
+
+
+@pytest.mark.slow
+def test_llmbench_run_under_torchrun_writes_one_run_from_rank_0(tmp_path):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "name: s\nmodel: qwen3-tiny\nengine: {device: cpu, tp: 2}\nwarmup: 0\n"
+        "workload: {num_requests: 3, input_len: 8, output_len: 4}\narrival: {kind: offline}\n"
+    )
+    done = _torchrun(2, "-m", "llmbench", "run", str(scenario), "--out", str(tmp_path / "r"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = sorted(p.name for p in (tmp_path / "r" / "s").iterdir())
+    assert len(runs) == 1 and not runs[0].startswith(".tmp"), runs  # rank 1 wrote nothing
+    meta = json.loads((tmp_path / "r" / "s" / runs[0] / "meta.json").read_text())
+    assert meta["status"] == "complete" and meta["engine_config"]["tp"] == 2
+
+
+def test_ablate_under_torchrun_is_a_clear_error(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from llmbench.cli.app import app
+
+    for k, v in {
+        "RANK": "0",
+        "WORLD_SIZE": "2",
+        "LOCAL_RANK": "0",
+        "MASTER_ADDR": "x",
+        "MASTER_PORT": "1",
+    }.items():
+        monkeypatch.setenv(k, v)
+    res = CliRunner().invoke(app, ["ablate", "chat", "--toggle", "cuda_graph", "--out", str(tmp_path)])
+    assert res.exit_code != 0 and "cannot follow" in res.output and "Traceback" not in res.output

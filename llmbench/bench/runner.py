@@ -228,6 +228,8 @@ def execute_run(req: RunRequest, events: RunEvents | None = None) -> RunOutcome:
     import torch
 
     backend = make_backend(req.resolved.scenario)  # option errors go up before anything is written
+    if getattr(backend, "launched_follower", False):
+        backend.start()  # torchrun's rank > 0: serves rank 0's steps and exits, writing nothing
     threads_before = torch.get_num_threads()
     try:
         return _execute(req, backend, events or QuietEvents())

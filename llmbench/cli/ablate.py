@@ -72,6 +72,13 @@ def ablate(
     ] = None,
 ) -> None:
     """Run the scenario once per variant (each in its own process) and print the deltas against the baseline."""
+    from llmbench.engine.tp import launched_rank
+
+    if launched_rank() is not None:
+        raise BenchError(
+            "ablate starts every variant in a process of its own, which torchrun's ranks cannot follow: "
+            "run `llmbench ablate` without torchrun (tp on one host), or `llmbench run` under torchrun"
+        )
     resolved = resolve(scenario, set_, profile)
     sc = resolved.scenario
     if toggle and backend:

@@ -22,11 +22,15 @@ from llmbench.engine.scheduler import ScheduledBatch, Scheduler, step_kind
 from llmbench.engine.sequence import Sequence, SequenceStatus
 from llmbench.engine.step_inputs import build_step
 from llmbench.engine.tp import (
+    LaunchedRanks,
     TPError,
     TPWorkers,
     check_divisible,
     close_group,
     init_group,
+    init_launched_group,
+    launched_config,
+    launched_rank,
     rank_config,
 )
 from llmbench.models.config import ModelConfig
@@ -88,22 +92,37 @@ class LLMEngine:
             )
         self.max_model_len = max_len
         self.tokenizer = load_tokenizer(folder, model_config.vocab_size)
-        self.workers: TPWorkers | None = None
+        self.workers: TPWorkers | LaunchedRanks | None = None
+        launched = launched_rank() if config.tp > 1 else None
         if config.tp == 1:
             self.runner = ModelRunner(config, model_config, folder, max_len)
         else:
             why = check_divisible(model_config, config.tp)
             if why:
                 raise ConfigError(f"{why} of {config.model}")
-            self.workers = TPWorkers(config, model_config, folder, max_len)
+            if launched is not None:
+                launched_config(config, launched)  # tp must equal WORLD_SIZE: a clear error on every rank
+            if launched is not None and launched.rank > 0:  # torchrun's rank > 0: serve, never return
+                from llmbench.engine.tp_worker import serve_launched
+
+                serve_launched(config, model_config, folder, max_len, launched)
             # A script that ends without shutdown() must still tear the ranks down in the right order.
             atexit.register(_close_at_exit, weakref.ref(self))
             try:
-                rank0 = rank_config(config, 0)
-                self.runner = ModelRunner(
-                    rank0, model_config, folder, max_len, init_group(rank0, 0, self.workers.port)
-                )
+                if launched is not None:  # torchrun's rank 0
+                    rank0 = launched_config(config, launched)
+                    group, control = init_launched_group(rank0, launched)
+                    self.workers = LaunchedRanks(control)
+                else:
+                    self.workers = TPWorkers(config, model_config, folder, max_len)
+                    rank0 = rank_config(config, 0)
+                    group = init_group(rank0, 0, self.workers.port)
+                self.runner = ModelRunner(rank0, model_config, folder, max_len, group)
+            except ConfigError:
+                raise
             except BaseException as e:
+                if self.workers is None:
+                    raise
                 self._tp_failed(e)
         self.startup = self.runner.startup
         bs = config.block_size

@@ -5,6 +5,10 @@ run the same forward, kept in lockstep by the collectives inside the model (NCCL
 CPU); rank 0 alone samples. The rendezvous uses a free loopback port chosen per engine, so two runs on
 one host never collide.
 
+Under torchrun (several hosts, or one), every rank is a process torchrun started: ``launched_rank``
+reads its environment, rank 0 runs the engine and the others serve steps that rank 0 broadcasts over a
+gloo group (``LaunchedRanks``); nothing is spawned and the rendezvous is torchrun's.
+
 Failure handling: a watchdog thread in rank 0 notices a worker that died or reported an exception,
 terminates every other worker and makes the engine raise ``TPError`` (a pending gloo collective fails
 at once when its peer goes; a pending NCCL one is abandoned by exiting the process after a grace period,
@@ -28,7 +32,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from llmbench.engine.config import EngineConfig
+from llmbench.engine.config import ConfigError, EngineConfig
 from llmbench.layers.parallel import TPGroup
 from llmbench.models.config import ModelConfig
 
@@ -73,6 +77,85 @@ def rank_config(config: EngineConfig, rank: int) -> EngineConfig:
     if config.is_cuda:
         return dataclasses.replace(config, device=f"cuda:{first_gpu(config) + rank}")
     return config
+
+
+_LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchedRank:
+    rank: int
+    world_size: int
+    local_rank: int
+
+
+def launched_rank() -> LaunchedRank | None:
+    """This process's place when torchrun (or a launcher setting its variables) started several ranks."""
+    if not all(v in os.environ for v in _LAUNCHER_VARS) or int(os.environ["WORLD_SIZE"]) < 2:
+        return None
+    env = os.environ
+    return LaunchedRank(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env["LOCAL_RANK"]))
+
+
+def launched_config(config: EngineConfig, launched: LaunchedRank) -> EngineConfig:
+    """The options as this launched rank sees them: its host's GPU ``LOCAL_RANK``."""
+    if config.tp != launched.world_size:
+        raise ConfigError(
+            f"torchrun started {launched.world_size} processes (WORLD_SIZE) but tp={config.tp}: "
+            f"they must be equal (set tp={launched.world_size}, or start {config.tp} processes)"
+        )
+    if config.is_cuda:
+        return dataclasses.replace(config, device=f"cuda:{launched.local_rank}")
+    return config
+
+
+def init_launched_group(config: EngineConfig, launched: LaunchedRank) -> tuple[TPGroup, object]:
+    """The tensor-parallel group from torchrun's rendezvous, and a gloo group for rank 0's messages."""
+    if config.is_cuda:
+        torch.cuda.set_device(torch.device(config.device))
+    dist.init_process_group(
+        "nccl" if config.is_cuda else "gloo",
+        init_method="env://",
+        rank=launched.rank,
+        world_size=launched.world_size,
+        timeout=_INIT_TIMEOUT,
+    )
+    control = dist.new_group(backend="gloo") if config.is_cuda else dist.group.WORLD
+    return TPGroup(launched.rank, launched.world_size, dist.group.WORLD), control
+
+
+class LaunchedRanks:
+    """Rank 0's side of ranks that torchrun started: each step's arrays broadcast over a gloo group.
+
+    A rank that dies makes the broadcast fail, which the engine turns into ``TPError``; torchrun itself
+    then ends the other ranks."""
+
+    def __init__(self, control) -> None:
+        self.control = control
+        self.error: str | None = None
+        self._closed = False
+
+    def step(self, payload) -> None:
+        dist.broadcast_object_list([("step", payload)], src=0, group=self.control)
+
+    def shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            dist.broadcast_object_list([("stop", None)], src=0, group=self.control)
+        except RuntimeError:  # a rank already gone: nothing left to stop
+            pass
+
+    def terminate(self) -> None:
+        self._closed = True  # torchrun owns the processes
+
+
+def receive_broadcast(control) -> tuple[str, object]:
+    """A launched rank > 0 waits for rank 0's next message."""
+    box: list[object] = [None]
+    dist.broadcast_object_list(box, src=0, group=control)
+    return box[0]  # type: ignore[return-value]
 
 
 def init_group(config: EngineConfig, rank: int, port: int) -> TPGroup:

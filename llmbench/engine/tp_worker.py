@@ -8,10 +8,19 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import traceback
+from collections.abc import Callable
 from multiprocessing.connection import Client
+from typing import NoReturn
 
-from llmbench.engine.tp import init_group, rank_config
+from llmbench.engine.tp import (
+    init_group,
+    init_launched_group,
+    launched_config,
+    rank_config,
+    receive_broadcast,
+)
 
 
 def _die_with_parent() -> None:
@@ -22,6 +31,35 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+
+
+def serve(runner, receive: Callable[[], tuple[str, object]]) -> None:
+    """Run every step rank 0 sends until it says stop; then drop the CUDA Graphs (they hold NCCL)."""
+    while True:
+        kind, payload = receive()
+        if kind == "stop":
+            break
+        runner.execute(payload)
+    runner.release_graphs()
+
+
+def serve_launched(config, model_config, folder, max_model_len, launched) -> NoReturn:
+    """A rank > 0 that torchrun started: build its shard, serve rank 0's broadcast steps, then leave.
+
+    Called from ``LLMEngine.__init__`` on those ranks, so a script run under torchrun needs no rank
+    checks of its own: only rank 0 gets past constructing the engine."""
+    from llmbench.engine.model_runner import ModelRunner
+
+    try:
+        config = launched_config(config, launched)
+        tp, control = init_launched_group(config, launched)
+        runner = ModelRunner(config, model_config, folder, max_model_len, tp)
+        serve(runner, lambda: receive_broadcast(control))
+    except BaseException:
+        print(f"llmbench: rank {launched.rank}: {traceback.format_exc()}", file=sys.stderr, flush=True)
+        os._exit(1)
+    sys.stdout.flush()
+    os._exit(0)  # as worker_main: no process-group teardown
 
 
 def worker_main() -> None:  # pragma: no cover  (a child process; exercised by the tensor-parallel tests)
@@ -38,12 +76,7 @@ def worker_main() -> None:  # pragma: no cover  (a child process; exercised by t
         tp = init_group(config, rank, dist_port)
         runner = ModelRunner(config, model_config, folder, max_model_len, tp)
         conn.send(("ready", runner.num_blocks))
-        while True:
-            kind, payload = conn.recv()
-            if kind == "stop":
-                break
-            runner.execute(payload)
-        runner.release_graphs()
+        serve(runner, conn.recv)
     except EOFError:  # rank 0 went away
         pass
     except BaseException:

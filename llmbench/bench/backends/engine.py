@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import zlib
 from typing import Any
 
@@ -49,9 +50,18 @@ class EngineBackend:
         self.device = self.config.device
         self.tp = self.config.tp
         self.cuda_indices: list[int] | None = None
+        from llmbench.engine.tp import launched_rank
+
+        launched = launched_rank() if self.config.tp > 1 else None
+        # A rank > 0 that torchrun started serves rank 0's steps inside start() and exits there.
+        self.launched_follower = launched is not None and launched.rank > 0
         if self.config.is_cuda:
             base = int(self.device.split(":")[1]) if ":" in self.device else 0
-            self.cuda_indices = list(range(base, base + self.config.tp))
+            if launched is not None:  # under torchrun: this host's ranks only (telemetry is per host)
+                local = int(os.environ.get("LOCAL_WORLD_SIZE", launched.world_size))
+                self.cuda_indices = list(range(min(local, launched.world_size)))
+            else:
+                self.cuda_indices = list(range(base, base + self.config.tp))
         self.engine: Any = None
         self.unavailable: dict[str, str] = {}
         self.startup: dict[str, Any] = {}
