@@ -112,3 +112,38 @@ def test_a_run_past_the_timeout_is_stopped_and_keeps_what_it_measured(tmp_path):
     kept = [load_run(Path(d)) for v in record["variants"] for d in v["runs"]]
     assert kept, "an interrupted run keeps what it measured"
     assert all(r.meta["status"] == "incomplete" for r in kept)
+
+
+@pytest.mark.slow
+def test_sigterm_stops_an_ablation_like_ctrl_c_and_records_it(tmp_path):
+    # `timeout`, batch schedulers and `docker stop` send SIGTERM, to the parent alone.
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    path = tmp_path / "abl.yaml"
+    slow = {**TINY, "workload": {"num_requests": 2000, "input_len": 16, "output_len": 400}, "warmup": 0}
+    path.write_text(yaml.safe_dump(slow))
+    root = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, "-m", "llmbench", "ablate", str(path), "--toggle", "prefix_cache"]
+    proc = subprocess.Popen(
+        [*cmd, "--out", str(tmp_path / "r")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    deadline = time.monotonic() + 60
+    while not list((tmp_path / "r").glob("abl/*/.tmp-*/meta.json")):  # the first variant is measuring
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.5)
+    time.sleep(3)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=90)
+    assert proc.returncode == 130, err
+    record = json.loads((ablation_folder(tmp_path / "r") / "ablation.json").read_text())
+    assert record["status"] == "interrupted"
+    (kept,) = [d for v in record["variants"] for d in v["runs"]] or [None]
+    assert kept is not None, "the interrupted variant keeps its partial run"
+    assert load_run(Path(kept)).meta["status"] == "incomplete"

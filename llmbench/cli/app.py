@@ -10,6 +10,8 @@ env      GPU, driver and library versions
 
 from __future__ import annotations
 
+import signal
+
 import typer
 
 from llmbench.cli import ablate as ablate_cmd
@@ -42,5 +44,12 @@ app.command("models")(models_cmd.models)
 app.command("env")(env_cmd.env)
 
 
+def _sigterm_as_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> None:
+    # A SIGTERM (timeout, a batch scheduler, docker stop) ends a run like Ctrl-C: what was measured so far
+    # is written and marked incomplete, and an ablation records itself as interrupted.
+    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     app()

@@ -115,6 +115,10 @@ def _run_child(
             _, err = proc.communicate()
         return ChildTimeout(timeout_s or 0.0, err or "")
     except KeyboardInterrupt:
+        try:  # a Ctrl-C reached the child too; a SIGTERM sent to this process alone did not
+            proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)
         try:
             proc.wait(timeout=CHILD_GRACE_S)
         except (subprocess.TimeoutExpired, KeyboardInterrupt):
@@ -164,7 +168,7 @@ def run_ablation(
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")])),
     }
-    status = "complete"
+    status = "running"  # what ablation.json says until the last variant ends (or the ablation is stopped)
 
     def record() -> None:
         write_json(
@@ -202,7 +206,13 @@ def run_ablation(
                     continue
                 run_dir = folder / f"{slug(v.name)}-r{r}"
                 on_event("phase", f"repeat {r + 1}/{repeats} · {v.name}")
-                result = _run_child(child_command(resolved, sets, v, run_dir, session, r), env, timeout_s)
+                try:
+                    result = _run_child(child_command(resolved, sets, v, run_dir, session, r), env, timeout_s)
+                    if not isinstance(result, ChildTimeout) and result[0] == 130:
+                        raise KeyboardInterrupt
+                except KeyboardInterrupt:  # the child kept what it measured: list it with the variant
+                    states[v.name] = state._replace(run_dirs=[*state.run_dirs, *_kept_run(run_dir)])
+                    raise
                 if isinstance(result, ChildTimeout):
                     error = f"timed out after {result.seconds:g} s (--timeout); the run was stopped"
                     kept = _kept_run(run_dir)
@@ -213,8 +223,6 @@ def run_ablation(
                     record()
                     continue
                 code, stderr = result
-                if code == 130:
-                    raise KeyboardInterrupt
                 if code != 0:
                     error = _tail(stderr)
                     states[v.name] = state._replace(status="failed", error=error)
@@ -222,6 +230,7 @@ def run_ablation(
                 else:
                     states[v.name] = state._replace(status="ok", run_dirs=[*state.run_dirs, str(run_dir)])
                 record()
+        status = "complete"
     except KeyboardInterrupt:
         status = "interrupted"
     record()

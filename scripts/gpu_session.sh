@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# GPU-machine work in stages, each step under its own time limit, its log and a tarball of the result
+# folders left in $OUT after every step (so a stage cut short keeps what it measured).
+#
+#   bash scripts/gpu_session.sh STAGE...     stages: check tp peers bench ablate
+#
+#   check   CUDA test suite (kernels at real sizes, parity in float32), then scripts/bench_kernels.py
+#   tp      (two GPUs) tensor-parallel tests, tp=1 vs tp=2 on qwen3-8b: one sequence and nano-vllm workload
+#   peers   engine vs transformers: single stream and the nano-vllm workload (issue 7's table)
+#   bench   every scenarios/bench/*.yaml through llmbench run (issue 4's targets)
+#   ablate  cuda_graph / torch_compile on batch 1 and 8, and every toggle one at a time on the workload
+#
+# pydantic travels as wheels in .whl (shared/GPU.md); pass `carry: [".whl"]` to the device call.
+set -u
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+fi
+export PYTHONPATH=/tmp/site:$PWD:$PWD/scripts
+R=/tmp/results
+LB="python3 -m llmbench"
+PYTEST="python3 -m pytest -q -rs -p no:logging -p no:cacheprovider --timeout 150"
+
+step() {  # name, seconds, command...
+  echo "== $1 ($(date +%T))"
+  timeout -k 10 "$2" "${@:3}" > "$OUT/$1.txt" 2>&1
+  echo "rc=$?"
+  grep -E "passed|failed|tok/s|TPOT p50|TTFT p50|timed out|error" "$OUT/$1.txt" | grep -v DEBUG | cut -c1-170 | tail -12
+  tar czf "$OUT/results.tgz" -C /tmp results 2>/dev/null
+}
+
+for stage in "$@"; do
+  case $stage in
+    check)
+      step tests_cuda 300 $PYTEST tests/test_kernels.py tests/test_parity.py tests/test_staging.py
+      step kernels 150 python3 scripts/bench_kernels.py --json "$OUT/kernels.json" ;;
+    tp)
+      step tests_tp 240 $PYTEST tests/test_tensor_parallel.py
+      step tp_single 200 $LB ablate scenarios/bench/single_8b.yaml --toggle tp --timeout 90 --out $R
+      step tp_throughput 260 $LB ablate scenarios/bench/throughput.yaml --set model=qwen3-8b \
+        --set name=bench-throughput-8b --set warmup=4 --toggle tp --repeats 1 --timeout 120 --out $R ;;
+    peers)
+      step peers_single 150 $LB ablate scenarios/peers/single_stream.yaml --repeats 3 --timeout 60 --out $R
+      step peers_throughput 400 $LB ablate scenarios/peers/throughput.yaml --repeats 1 --set warmup=2 \
+        --timeout 300 --out $R ;;
+    bench)
+      for f in scenarios/bench/*.yaml; do
+        step "bench_$(basename "$f" .yaml)" 150 $LB run "$f" --out $R
+      done ;;
+    ablate)
+      step ablate_batch1 200 $LB ablate scenarios/bench/single_0.6b.yaml --toggle cuda_graph --toggle torch_compile \
+        --design one-at-a-time --repeats 3 --timeout 90 --out $R
+      step ablate_batch8 200 $LB ablate scenarios/bench/batch8_0.6b.yaml --toggle cuda_graph --toggle torch_compile \
+        --design one-at-a-time --repeats 3 --timeout 90 --out $R
+      step ablate_all 560 $LB ablate scenarios/bench/throughput.yaml --design one-at-a-time --repeats 1 \
+        --set warmup=2 --timeout 100 --out $R \
+        $(for t in paged_kv prefix_cache continuous_batching chunked_prefill triton_kernels attention_backend \
+          cuda_graph torch_compile; do echo --toggle $t; done) ;;
+    *) echo "unknown stage $stage (check tp peers bench ablate)"; exit 2 ;;
+  esac
+done
