@@ -44,7 +44,8 @@ def _generate(folder, **options):
     # NaN everywhere: a backend that reads a slot no token was written to poisons the output.
     llm.engine.runner.kv_pool.fill_(float("nan"))
     params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
-    return [o.token_ids for o in llm.generate(PROMPTS, params)], llm
+    llm.last_outputs = llm.generate(PROMPTS, params)
+    return [o.token_ids for o in llm.last_outputs], llm
 
 
 TOGGLES = [
@@ -54,11 +55,17 @@ TOGGLES = [
 ]
 
 
+@pytest.mark.parametrize("async_", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("toggles", TOGGLES, ids=lambda t: "-".join(f"{k}={int(v)}" for k, v in t.items()))
-def test_greedy_matches_transformers_under_scheduling_toggles(arch_model, toggles):
+def test_greedy_matches_transformers_under_scheduling_toggles(arch_model, toggles, async_):
     _, folder, expected = arch_model
     got, _ = _generate(
-        folder, attention_backend="torch", max_num_batched_tokens=24, max_num_seqs=4, **toggles
+        folder,
+        attention_backend="torch",
+        max_num_batched_tokens=24,
+        max_num_seqs=4,
+        async_scheduling=async_,
+        **toggles,
     )
     assert got == expected
 
@@ -77,12 +84,21 @@ def test_greedy_matches_transformers_per_attention_backend(arch_model, backend):
     assert attn.fused_prologue == (backend == "triton")
 
 
+@pytest.mark.parametrize("async_", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("chunked", [True, False])
-def test_greedy_survives_forced_preemption(arch_model, chunked):
+def test_greedy_survives_forced_preemption(arch_model, chunked, async_):
     _, folder, expected = arch_model
-    # 12 blocks of 8 tokens: the 7 prompts cannot all keep their KV while decoding.
-    got, llm = _generate(folder, num_kv_blocks=12, chunked_prefill=chunked, max_num_batched_tokens=64)
+    # 12 blocks of 8 tokens: the 7 prompts cannot all keep their KV while decoding. Under asynchronous
+    # scheduling a sequence is preempted while its last token is still a placeholder.
+    got, llm = _generate(
+        folder,
+        num_kv_blocks=12,
+        chunked_prefill=chunked,
+        max_num_batched_tokens=64,
+        async_scheduling=async_,
+    )
     assert got == expected
+    assert sum(s.num_preemptions for s in llm.last_outputs) > 0, "nothing was preempted"
     assert llm.engine.kv.num_free_blocks == llm.engine.kv.num_blocks
 
 

@@ -66,6 +66,7 @@ class EngineConfig:
     cuda_graph: bool | None = None
     cuda_graph_buckets: tuple[int, ...] | None = None
     tp: int = 1
+    async_scheduling: bool = False  # schedule and launch step N+1 before reading step N's tokens
 
     # memory and batch knobs
     gpu_memory_utilization: float = 0.9
@@ -170,6 +171,11 @@ class EngineConfig:
             backend in ("triton", "flash_attn") and self.block_size & (self.block_size - 1)
         ):
             raise ConfigError(f"block_size must be a positive power of two, got {self.block_size}")
+        if self.async_scheduling and self.tp > 1:
+            raise ConfigError(
+                "async_scheduling=True is not supported with tp > 1 yet: ranks 1.. would need each step's "
+                "sampled ids from rank 0's device; use tp=1, or async_scheduling=False"
+            )
         for name in ("max_num_seqs", "max_num_batched_tokens", "tp"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -214,5 +220,6 @@ def toggle_names() -> tuple[str, ...]:
         "triton_kernels",
         "torch_compile",
         "cuda_graph",
+        "async_scheduling",
         "tp",
     )

@@ -12,9 +12,12 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import torch
+
 from llmbench.engine.block_manager import BlockManager, SlabAllocator
 from llmbench.engine.config import ConfigError, EngineConfig
-from llmbench.engine.model_runner import ModelRunner
+from llmbench.engine.model_runner import ModelRunner, TokenFill
 from llmbench.engine.outputs import RequestOutput, StepOutput, StepStats, TokenEvent
 from llmbench.engine.sampler import Sampler
 from llmbench.engine.sampling_params import SamplingParams
@@ -45,6 +48,21 @@ def _close_at_exit(ref: weakref.ref) -> None:
     engine = ref()
     if engine is not None:
         engine._close_tp()
+
+
+PENDING = -1  # placeholder id of a token sampled on the device but not yet on the host
+
+
+@dataclass
+class _InFlight:
+    """A step launched on the device whose sampled ids the host has not read yet."""
+
+    batch: ScheduledBatch
+    sampling: list[Sequence]  # sequences that sample in it, in the order of ``ids``
+    stats: StepStats
+    ids: torch.Tensor  # (N,) int64 on the device: the next step's inputs are copied from here
+    host: torch.Tensor  # (N,) the same ids, copied to (pinned) host memory
+    event: torch.cuda.Event | None  # recorded after that copy; None on the CPU
 
 
 class RequestError(ValueError):
@@ -151,6 +169,8 @@ class LLMEngine:
         self.eos_token_ids = frozenset(eos)
         self._seqs: dict[str, Sequence] = {}
         self._step = 0
+        self._inflight: _InFlight | None = None  # asynchronous scheduling: the step still on the device
+        self._last_resolved = 0.0
         dtype_size = config.torch_dtype.itemsize
         self.model_info = ModelInfo(
             name=config.model,
@@ -212,7 +232,7 @@ class LLMEngine:
         self.kv.reset_prefix_cache()
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_unfinished()
+        return self.scheduler.has_unfinished() or self._inflight is not None
 
     @property
     def num_unfinished(self) -> int:
@@ -221,15 +241,14 @@ class LLMEngine:
     # -- the loop ---------------------------------------------------------------------------------
 
     def step(self) -> StepOutput:
+        if self.config.async_scheduling:
+            return self._step_async()
         start = time.perf_counter()
         batch = self.scheduler.schedule()
         self._step += 1
         if batch is None:
             return StepOutput(self._stats(start))
-        for seq in batch.newly_scheduled:
-            if seq.first_scheduled_time is None:
-                seq.first_scheduled_time = start
-        stats = self._stats(start, batch)  # before advance() moves the counters
+        stats = self._begin(batch, start)
         arrays = build_step(batch.seqs, batch.num_new_tokens, self.config.block_size)
         if self.workers is None:
             logits, stats.graph_bucket, stats.graph_padding = self.runner.execute(arrays)
@@ -246,19 +265,122 @@ class LLMEngine:
         out = StepOutput(stats)
         for seq, tok in zip(sampling, tokens, strict=True):
             seq.token_ids.append(tok)
-            seq.token_times.append(now)
-            out.tokens.append(TokenEvent(seq.request_id, tok, now))
-            if not seq.params.ignore_eos and tok in self.eos_token_ids:
-                out.finished.append(self._finish(seq, "stop", now))
-            elif seq.num_output_tokens >= seq.params.max_tokens or seq.num_tokens >= self.max_model_len:
-                out.finished.append(self._finish(seq, "length", now))
+            self._deliver(seq, tok, now, out)
+        return self._end(out)
+
+    def _begin(self, batch: ScheduledBatch, start: float) -> StepStats:
+        for seq in batch.newly_scheduled:
+            if seq.first_scheduled_time is None:
+                seq.first_scheduled_time = start
+        return self._stats(start, batch)  # before advance() moves the counters
+
+    def _deliver(self, seq: Sequence, tok: int, now: float, out: StepOutput) -> None:
+        """A sampled token has reached the host: record it, and finish its sequence if it ends here."""
+        seq.token_times.append(now)
+        out.tokens.append(TokenEvent(seq.request_id, tok, now))
+        if not seq.params.ignore_eos and tok in self.eos_token_ids:
+            out.finished.append(self._finish(seq, "stop", now))
+        elif seq.num_output_tokens >= seq.params.max_tokens or seq.num_tokens >= self.max_model_len:
+            out.finished.append(self._finish(seq, "length", now))
+
+    def _end(self, out: StepOutput) -> StepOutput:
         out.stats.kv_blocks_used = self.kv.num_used_blocks
         out.stats.kv_blocks_free = self.kv.num_free_blocks
         if self.config.torch_compile:
             self.startup.recompiles = self.runner.recompiles()
         return out
 
+    # -- asynchronous scheduling ------------------------------------------------------------------
+    #
+    # Step N+1 is scheduled, built and launched while step N still runs on the device; only then does
+    # the host wait for N's sampled ids. Each sequence that samples in a step gets a placeholder token
+    # (PENDING) at once, so the scheduler sees the length it will have; the next step's input for that
+    # position is copied on the device from the ids just sampled (``TokenFill``), and the host writes the
+    # real id over the placeholder when it arrives. A sequence that ends (EOS) at step N has already been
+    # scheduled into N+1: that one wasted row is the price. Block hashes and prefix-cache registration
+    # only ever see real ids: ``advance`` (which registers computed blocks) runs after the previous
+    # step's ids are in, and a placeholder's block drops its cached hash when the id is written.
+    # ``step()`` returns the outputs of the step it waited for; its first call, with nothing to wait
+    # for yet, returns an idle step.
+
+    def _step_async(self) -> StepOutput:
+        start = time.perf_counter()
+        prev = self._inflight
+        batch = self.scheduler.schedule()
+        launched: _InFlight | None = None
+        if batch is not None:
+            self._step += 1
+            stats = self._begin(batch, start)
+            arrays = build_step(batch.seqs, batch.num_new_tokens, self.config.block_size)
+            fill = self._token_fill(batch, arrays, prev)
+            logits, stats.graph_bucket, stats.graph_padding = self.runner.execute(arrays, fill)
+            sampling = [
+                s
+                for s, n in zip(batch.seqs, batch.num_new_tokens, strict=True)
+                if s.num_computed_tokens + n == s.num_tokens
+            ]
+            ids = self.sampler.sample(logits, [s.request_id for s in sampling], [s.params for s in sampling])
+            launched = _InFlight(batch, sampling, stats, *self._copy_to_host(ids))
+        out = self._resolve(prev) if prev is not None else StepOutput(self._stats(start))
+        if launched is not None:
+            self.scheduler.advance(launched.batch)
+            for j, seq in enumerate(launched.sampling):
+                if not seq.is_finished:  # one that ended in ``prev`` has no next token
+                    seq.pending_pos, seq.pending_src = seq.num_tokens, j
+                    seq.token_ids.append(PENDING)
+        self._inflight = launched
+        return self._end(out)
+
+    def _copy_to_host(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.cuda.Event | None]:
+        if ids.device.type != "cuda":
+            return ids, ids, None
+        host = torch.empty(ids.shape, dtype=ids.dtype, pin_memory=True)
+        host.copy_(ids, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        return ids, host, event
+
+    @staticmethod
+    def _token_fill(batch: ScheduledBatch, arrays, prev: _InFlight | None) -> TokenFill | None:
+        """Rows of this step whose input is a placeholder, and where ``prev``'s ids hold their tokens."""
+        if prev is None:
+            return None
+        rows, src = [], []
+        qstart = arrays.query_start_loc
+        for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens, strict=True)):
+            pos = seq.pending_pos
+            if pos is not None and seq.num_computed_tokens <= pos < seq.num_computed_tokens + n:
+                rows.append(int(qstart[i]) + pos - seq.num_computed_tokens)
+                src.append(seq.pending_src)
+        if not rows:
+            return None
+        return TokenFill(np.asarray(rows, dtype=np.int64), np.asarray(src, dtype=np.int64), prev.ids)
+
+    def _resolve(self, prev: _InFlight) -> StepOutput:
+        """Wait for ``prev``'s sampled ids and deliver them."""
+        if prev.event is not None:
+            prev.event.synchronize()
+        tokens = prev.host.tolist()
+        now = time.perf_counter()  # tokens are on the host now
+        stats = prev.stats
+        stats.start_time = max(stats.start_time, self._last_resolved)  # overlapped: from the last delivery
+        stats.end_time = self._last_resolved = now
+        out = StepOutput(stats)
+        bs = self.config.block_size
+        for seq, tok in zip(prev.sampling, tokens, strict=True):
+            pos = seq.pending_pos
+            if pos is None:  # finished (or aborted) meanwhile; its placeholder is gone
+                continue
+            seq.token_ids[pos] = tok
+            seq.pending_pos = seq.pending_src = None
+            del seq.block_hashes[pos // bs :]  # hashed while the block held the placeholder
+            self._deliver(seq, tok, now, out)
+        return out
+
     def _finish(self, seq: Sequence, reason: str, now: float) -> RequestOutput:
+        if seq.pending_pos is not None:  # aborted while its next id was on the way: drop the placeholder
+            del seq.token_ids[seq.pending_pos :]
+            seq.pending_pos = seq.pending_src = None
         self.scheduler.remove(seq)
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
@@ -306,8 +428,9 @@ class LLMEngine:
         """Stop ranks 1..tp-1, then release this rank's CUDA Graphs and only then its process group."""
         if self.workers is None:
             return
-        self.workers.shutdown()
-        self.workers = None
+        workers, self.workers = self.workers, None
+        workers.shutdown()
         if hasattr(self, "runner"):
             self.runner.release_graphs()
+        workers.before_teardown()
         close_group(self.config)

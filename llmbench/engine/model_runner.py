@@ -43,6 +43,15 @@ class StepInputs:
         return self.meta.is_decode_only
 
 
+@dataclass
+class TokenFill:
+    """Input rows whose token id is the previous step's sample, still on the device."""
+
+    rows: np.ndarray  # (K,) int64: rows of the flat batch
+    src: np.ndarray  # (K,) int64: their rows in ``ids``
+    ids: torch.Tensor  # (N,) int64: the previous step's sampled ids, on this device
+
+
 class ModelRunner:
     def __init__(
         self,
@@ -229,7 +238,7 @@ class ModelRunner:
 
     # -- one step ---------------------------------------------------------------------------------
 
-    def to_inputs(self, step: StepArrays) -> StepInputs:
+    def to_inputs(self, step: StepArrays, fill: TokenFill | None = None) -> StepInputs:
         arrays = [
             step.input_ids,
             step.positions,
@@ -239,11 +248,17 @@ class ModelRunner:
             step.block_tables,
             step.logits_indices,
         ]
+        if fill is not None:
+            arrays += [fill.rows, fill.src]
         if self.device.type == "cuda":
             tensors = self._staging.upload(arrays)  # one host-to-device copy for all of them
         else:
             tensors = [torch.from_numpy(a) for a in arrays]
-        input_ids, positions, slots, query_start, seq_lens, tables, logits_indices = tensors
+            if fill is not None:  # filled in place below: leave the step's own array alone
+                tensors[0] = tensors[0].clone()
+        input_ids, positions, slots, query_start, seq_lens, tables, logits_indices = tensors[:7]
+        if fill is not None:
+            input_ids[tensors[7]] = fill.ids[tensors[8]]
         meta = AttentionMetadata(
             slot_mapping=slots,
             query_start_loc=query_start,
@@ -257,16 +272,20 @@ class ModelRunner:
         return StepInputs(input_ids, positions, meta, logits_indices)
 
     @torch.inference_mode()
-    def execute(self, step: StepArrays) -> tuple[torch.Tensor, int | None, int]:
+    def execute(
+        self, step: StepArrays, fill: TokenFill | None = None
+    ) -> tuple[torch.Tensor, int | None, int]:
         """Run a step; return (logits of the sampling rows (N, V) float32, graph bucket or None, padding).
 
+        ``fill`` (asynchronous scheduling) names input rows whose token is still on the device: the ids
+        sampled by the previous step, copied in before the forward, with no wait for the host.
         Under tensor parallelism every rank runs this with the same ``step``; the collectives inside the
         model keep them in lockstep and rank 0 alone samples."""
         n = len(step.query_lens)
         use_graph = (
             self.graphs is not None and max(step.query_lens) == 1 and self.graphs.bucket_for(n) is not None
         )
-        inputs = self.to_inputs(step)
+        inputs = self.to_inputs(step, fill)
         if use_graph:
             assert self.graphs is not None
             logits, bucket = self.graphs.run(

@@ -32,10 +32,16 @@ class Sampler:
     def __call__(
         self, logits: torch.Tensor, request_ids: list[str], params: list[SamplingParams]
     ) -> list[int]:
+        return self.sample(logits, request_ids, params).tolist()
+
+    def sample(
+        self, logits: torch.Tensor, request_ids: list[str], params: list[SamplingParams]
+    ) -> torch.Tensor:
+        """The sampled ids as a (N,) int64 tensor on the logits' device, without waiting for them."""
         # logits: (N, V) float32
-        if all(p.greedy for p in params):
-            return logits.argmax(dim=-1).tolist()
         out = logits.argmax(dim=-1)
+        if all(p.greedy for p in params):
+            return out
         rows = [i for i, p in enumerate(params) if not p.greedy]
         idx = torch.tensor(rows, device=logits.device)
         sub = logits[idx] / torch.tensor([params[i].temperature for i in rows], device=logits.device)[:, None]
@@ -45,17 +51,18 @@ class Sampler:
         for j, i in enumerate(rows):
             noise[j].exponential_(generator=self._generator(request_ids[i], params[i]))
         out[idx] = (probs / noise).argmax(dim=-1)
-        return out.tolist()
+        return out
 
 
 def apply_top_k_top_p(logits: torch.Tensor, top_k: list[int], top_p: list[float]) -> torch.Tensor:
     """Set logits outside each row's top-k and top-p nucleus to -inf."""
     # logits: (N, V)
     V = logits.shape[-1]
-    ks = torch.tensor([k if 0 < k < V else V for k in top_k], device=logits.device)
-    ps = torch.tensor(top_p, device=logits.device, dtype=logits.dtype)
-    if bool((ks == V).all()) and bool((ps >= 1.0).all()):
+    k_host = [k if 0 < k < V else V for k in top_k]
+    if all(k == V for k in k_host) and all(p >= 1.0 for p in top_p):  # decided on the host: no sync
         return logits
+    ks = torch.tensor(k_host, device=logits.device)
+    ps = torch.tensor(top_p, device=logits.device, dtype=logits.dtype)
     sorted_logits, order = logits.sort(dim=-1, descending=True)
     rank = torch.arange(V, device=logits.device)[None, :]
     drop = rank >= ks[:, None]

@@ -155,6 +155,8 @@ class Scheduler:
         """Count this step's tokens as computed; return the sequences whose step ends in a sample."""
         sampling = []
         for seq, n in zip(batch.seqs, batch.num_new_tokens, strict=True):
+            if seq.is_finished:  # asynchronous scheduling: it ended while this step was on the device
+                continue
             seq.num_computed_tokens += n
             self.kv.commit(seq)
             if seq.num_computed_tokens == seq.num_tokens:

@@ -35,6 +35,10 @@ class Sequence:
         self.finish_time: float | None = None
         self.finish_reason: str | None = None
         self.num_preemptions = 0
+        # Asynchronous scheduling: where the placeholder of a sampled-but-unread token sits in
+        # token_ids, and its row among the sampled ids on the device.
+        self.pending_pos: int | None = None
+        self.pending_src: int | None = None
 
     @property
     def num_tokens(self) -> int:

@@ -150,6 +150,14 @@ class LaunchedRanks:
     def terminate(self) -> None:
         self._closed = True  # torchrun owns the processes
 
+    def before_teardown(self) -> None:
+        """Every rank has released its CUDA Graphs: tear the group down together (a rank that left
+        early would make this rank's teardown fail or wait)."""
+        try:
+            dist.barrier(group=self.control)
+        except RuntimeError:
+            pass
+
 
 def receive_broadcast(control) -> tuple[str, object]:
     """A launched rank > 0 waits for rank 0's next message."""
@@ -298,3 +306,6 @@ class TPWorkers:
             except subprocess.TimeoutExpired:
                 pass
         self.terminate()
+
+    def before_teardown(self) -> None:
+        """Ranks 1.. have exited (they never tear the group down): nothing to wait for."""

@@ -14,7 +14,10 @@ from collections.abc import Callable
 from multiprocessing.connection import Client
 from typing import NoReturn
 
+import torch.distributed as dist
+
 from llmbench.engine.tp import (
+    close_group,
     init_group,
     init_launched_group,
     launched_config,
@@ -55,11 +58,13 @@ def serve_launched(config, model_config, folder, max_model_len, launched) -> NoR
         tp, control = init_launched_group(config, launched)
         runner = ModelRunner(config, model_config, folder, max_model_len, tp)
         serve(runner, lambda: receive_broadcast(control))
+        dist.barrier(group=control)  # every rank has released its graphs: tear down together
+        close_group(config)
     except BaseException:
         print(f"llmbench: rank {launched.rank}: {traceback.format_exc()}", file=sys.stderr, flush=True)
         os._exit(1)
     sys.stdout.flush()
-    os._exit(0)  # as worker_main: no process-group teardown
+    os._exit(0)
 
 
 def worker_main() -> None:  # pragma: no cover  (a child process; exercised by the tensor-parallel tests)
