@@ -299,7 +299,8 @@ class LLMEngine:
     # real id over the placeholder when it arrives. A sequence that ends (EOS) at step N has already been
     # scheduled into N+1: that one wasted row is the price. Block hashes and prefix-cache registration
     # only ever see real ids: ``advance`` (which registers computed blocks) runs after the previous
-    # step's ids are in, and a placeholder's block drops its cached hash when the id is written.
+    # step's ids are in, and prefix matching never hashes the block holding a sequence's last token,
+    # which is where a placeholder always sits.
     # ``step()`` returns the outputs of the step it waited for; its first call, with nothing to wait
     # for yet, returns an idle step.
 
@@ -366,14 +367,12 @@ class LLMEngine:
         stats.start_time = max(stats.start_time, self._last_resolved)  # overlapped: from the last delivery
         stats.end_time = self._last_resolved = now
         out = StepOutput(stats)
-        bs = self.config.block_size
         for seq, tok in zip(prev.sampling, tokens, strict=True):
             pos = seq.pending_pos
             if pos is None:  # finished (or aborted) meanwhile; its placeholder is gone
                 continue
             seq.token_ids[pos] = tok
             seq.pending_pos = seq.pending_src = None
-            del seq.block_hashes[pos // bs :]  # hashed while the block held the placeholder
             self._deliver(seq, tok, now, out)
         return out
 
