@@ -8,7 +8,8 @@
 #   tp      (two GPUs) tensor-parallel tests, tp=1 vs tp=2 on qwen3-8b: one sequence and nano-vllm workload
 #   peers   engine vs transformers: single stream and the nano-vllm workload (issue 7's table)
 #   bench   every scenarios/bench/*.yaml through llmbench run (issue 4's targets)
-#   ablate  cuda_graph / torch_compile on batch 1 and 8, and every toggle one at a time on the workload
+#   ablate  cuda_graph / torch_compile (/ async_scheduling) on batch 1 and 8, and every toggle one at a
+#           time on the nano-vllm workload
 #
 # pydantic travels as wheels in .whl (shared/GPU.md); pass `carry: [".whl"]` to the device call.
 set -u
@@ -49,14 +50,15 @@ for stage in "$@"; do
         step "bench_$(basename "$f" .yaml)" 150 $LB run "$f" --out $R
       done ;;
     ablate)
-      step ablate_batch1 200 $LB ablate scenarios/bench/single_0.6b.yaml --toggle cuda_graph --toggle torch_compile \
+      step ablate_batch1 260 $LB ablate scenarios/bench/single_0.6b.yaml --toggle cuda_graph --toggle torch_compile \
+        --toggle async_scheduling \
         --design one-at-a-time --repeats 3 --timeout 90 --out $R
       step ablate_batch8 200 $LB ablate scenarios/bench/batch8_0.6b.yaml --toggle cuda_graph --toggle torch_compile \
         --design one-at-a-time --repeats 3 --timeout 90 --out $R
       step ablate_all 560 $LB ablate scenarios/bench/throughput.yaml --design one-at-a-time --repeats 1 \
         --set warmup=2 --timeout 100 --out $R \
         $(for t in paged_kv prefix_cache continuous_batching chunked_prefill triton_kernels attention_backend \
-          cuda_graph torch_compile; do echo --toggle $t; done) ;;
+          cuda_graph torch_compile async_scheduling; do echo --toggle $t; done) ;;
     *) echo "unknown stage $stage (check tp peers bench ablate)"; exit 2 ;;
   esac
 done
