@@ -34,13 +34,14 @@ lint: setup
 	$(BIN)/python -m ruff format --check llmbench tests scripts
 
 # On the GPU machine (its own python holds torch/triton): every scenario under scenarios/bench/, then
-# the CUDA Graph / torch.compile ablations of issue 4, results under results/.
+# the CUDA Graph / torch.compile / async scheduling ablations of issue 4, results under results/.
+# (scripts/gpu_session.sh runs the same and more in stages, each under a time limit.)
 BENCH_OUT ?= results
 bench:
 	for f in scenarios/bench/*.yaml; do PYTHONPATH=. $(PYTHON) -m llmbench run $$f --out $(BENCH_OUT) || exit 1; done
 	for f in scenarios/bench/single_0.6b.yaml scenarios/bench/batch8_0.6b.yaml; do \
 	  PYTHONPATH=. $(PYTHON) -m llmbench ablate $$f --toggle cuda_graph --toggle torch_compile \
-	    --design one-at-a-time --out $(BENCH_OUT) || exit 1; done
+	    --toggle async_scheduling --design one-at-a-time --timeout 300 --out $(BENCH_OUT) || exit 1; done
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

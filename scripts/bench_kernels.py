@@ -241,15 +241,24 @@ def paged_cache(env: Env, B: int, context: int, block_size: int, Hk: int, D: int
 def decode_case(
     env: Env, B: int, context: int, block_size: int, Hq: int, Hk: int, D: int,
     config: DecodeConfig | None = None, num_splits: int | None = None, with_ref_time: bool = False, check_it: bool = True,
+    mixed: bool = False,
 ) -> list[Row]:  # fmt: skip
+    """``mixed``: context lengths uniform in [context/10, context] (a served batch) instead of all equal;
+    bandwidth then counts the K/V actually read."""
     config = config or default_decode_config(D, env.dtype)
+    gen = torch.Generator().manual_seed(B)
+    lens = (
+        torch.randint(max(1, context // 10), context + 1, (B,), generator=gen)
+        if mixed
+        else torch.full((B,), context)
+    )
     max_context = -(-context // block_size) * block_size
     splits = num_splits or choose_num_splits(B, Hk, max_context, config.block_n, torch.device(env.device))
 
     def make() -> tuple[tuple, Callable[[], torch.Tensor]]:
         k_cache, v_cache, block_tables = paged_cache(env, B, context, block_size, Hk, D)
         q = env.t(B, Hq, D)
-        seq_lens = torch.full((B,), context, device=env.device, dtype=torch.int32)
+        seq_lens = lens.to(device=env.device, dtype=torch.int32)
         args = (q, k_cache, v_cache, block_tables, seq_lens, D**-0.5)
         return args, lambda: decode_attention(*args, num_splits=splits, config=config)
 
@@ -260,11 +269,12 @@ def decode_case(
         if check_it
         else None
     )
-    kv_bytes = 2 * B * context * Hk * D * q.element_size()
+    kv_bytes = 2 * int(lens.sum()) * Hk * D * q.element_size()
     moved = nbytes(q, q, block_tables, seq_lens) + kv_bytes
     more = [make()[1] for _ in range(rotations(kv_bytes) - 1)]
-    flops = 4 * B * Hq * context * D
-    shape = f"B={B} ctx={context} {Hq}/{Hk}x{D} page {block_size} splits {splits}"
+    flops = 4 * int(lens.sum()) * Hq * D
+    ctx = f"ctx {context // 10}-{context}" if mixed else f"ctx={context}"
+    shape = f"B={B} {ctx} {Hq}/{Hk}x{D} page {block_size} splits {splits}"
     cfg = f" n{config.block_n}w{config.num_warps}s{config.num_stages}"
     rows = [
         row(
@@ -407,6 +417,7 @@ def main() -> None:
         main_rows = small_kernels(env, 8, 64, 32, 4, 2, 64) + prologue_case(env, 3, 4, 2, 64)
         main_rows += decode_case(env, 4, 100, 16, 4, 2, 64, with_ref_time=True)
         main_rows += decode_case(env, 1, 100, 8, 4, 2, 64)
+        main_rows += decode_case(env, 5, 100, 8, 4, 2, 64, num_splits=2, mixed=True)
         main_rows += prefill_case(env, 40, 0, 16, 4, 2, 64) + prefill_case(env, 20, 30, 16, 4, 2, 64)
     else:
         main_rows = small_kernels(env, T=8192, H=4096, inter=12288, Hq=32, Hk=8, D=128)
@@ -416,6 +427,9 @@ def main() -> None:
         main_rows += decode_case(env, 64, 4096, 128, 16, 8, 128)
         main_rows += decode_case(env, 1, 4096, 16, 16, 8, 128)
         main_rows += decode_case(env, 1, 4096, 16, 16, 8, 128, num_splits=1)  # what split-KV saves
+        # A served batch: mixed lengths leave some programs long after the rest; do slices even them out?
+        for splits in (None, 2, 4, 8):
+            main_rows += decode_case(env, 200, 2048, 16, 16, 8, 128, num_splits=splits, mixed=True)
         main_rows += prefill_case(env, 2048, 0, 16, 32, 8, 128)  # Qwen3-8B heads
         main_rows += prefill_case(env, 2048, 2048, 16, 32, 8, 128)  # a second chunk after a prefix
     rows += main_rows
