@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from llmbench import LLM, SamplingParams
-from llmbench.engine.config import triton_usable
+from llmbench.engine.config import flash_attn_available, triton_usable
 
 from tiny_models import hf_greedy, make_tiny
 
@@ -70,18 +70,20 @@ def test_greedy_matches_transformers_under_scheduling_toggles(arch_model, toggle
     assert got == expected
 
 
-@pytest.mark.parametrize("backend", ["torch", "sdpa", "triton"])
+@pytest.mark.parametrize("backend", ["torch", "sdpa", "triton", "flash_attn"])
 def test_greedy_matches_transformers_per_attention_backend(arch_model, backend):
     if backend == "triton" and not triton_usable("cuda" if torch.cuda.is_available() else "cpu"):
         pytest.skip("triton is not installed")
+    if backend == "flash_attn" and not (torch.cuda.is_available() and flash_attn_available()):
+        pytest.skip("flash-attn needs a GPU and the package")
     _, folder, expected = arch_model
-    got, llm = _generate(
-        folder, attention_backend=backend, triton_kernels=backend == "triton", max_num_batched_tokens=24
-    )
+    fused = backend in ("triton", "flash_attn")
+    got, llm = _generate(folder, attention_backend=backend, triton_kernels=fused, max_num_batched_tokens=24)
     assert got == expected
-    # Triton runs the fused attention prologue (q/k norm, RoPE, KV store in one kernel); the others do not.
+    # Backends that read K/V from the cache run the fused attention prologue (q/k norm, RoPE, KV store in
+    # one kernel); the others do not.
     attn = llm.engine.runner.model.model.layers[0].self_attn
-    assert attn.fused_prologue == (backend == "triton")
+    assert attn.fused_prologue == fused
 
 
 @pytest.mark.parametrize("async_", [False, True], ids=["sync", "async"])
