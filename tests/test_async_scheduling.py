@@ -4,6 +4,8 @@ leak, and aborts mid-flight are clean."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from llmbench import LLM, SamplingParams
@@ -72,7 +74,7 @@ def test_steps_report_delivery_times_that_do_not_overlap():
             stats.append(out.stats)
     assert tokens == 10 * len(PROMPTS)
     assert all(s.duration > 0 for s in stats)
-    assert all(a.end_time <= b.start_time for a, b in zip(stats, stats[1:]))  # back to back, no overlap
+    assert all(a.end_time <= b.start_time for a, b in itertools.pairwise(stats))  # back to back
     assert [s.step for s in stats] == sorted(s.step for s in stats)
 
 
@@ -92,7 +94,11 @@ def test_a_benchmark_run_with_async_scheduling_measures_the_same_tokens(tmp_path
         "name": "a",
         "model": "qwen3-tiny",
         "engine": {"device": "cpu"},
-        "workload": {"num_requests": 6, "input_len": {"dist": "uniform", "min": 4, "max": 40}, "output_len": 9},
+        "workload": {
+            "num_requests": 6,
+            "input_len": {"dist": "uniform", "min": 4, "max": 40},
+            "output_len": 9,
+        },
         "arrival": {"kind": "poisson", "rate": 200},
         "warmup": 0,
     }
