@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import itertools
 
-import pytest
-
 from llmbench import LLM, SamplingParams
-from llmbench.engine.config import ConfigError, EngineConfig
 from llmbench.engine.llm_engine import PENDING
 
 PROMPTS = [[5], [(3 * i + 1) % 384 for i in range(9)], [(7 * i + 3) % 384 for i in range(17)], [42] * 30]
@@ -76,11 +73,6 @@ def test_steps_report_delivery_times_that_do_not_overlap():
     assert all(s.duration > 0 for s in stats)
     assert all(a.end_time <= b.start_time for a, b in itertools.pairwise(stats))  # back to back
     assert [s.step for s in stats] == sorted(s.step for s in stats)
-
-
-def test_async_scheduling_with_tensor_parallelism_is_refused():
-    with pytest.raises(ConfigError, match="async_scheduling=True is not supported with tp > 1"):
-        EngineConfig.from_options("qwen3-tiny", device="cpu", tp=2, async_scheduling=True)
 
 
 def test_a_benchmark_run_with_async_scheduling_measures_the_same_tokens(tmp_path):

@@ -42,12 +42,20 @@ def _workers_of(pid: int) -> list[psutil.Process]:
         return []
 
 
-@pytest.mark.parametrize("tp", [2, 4])
-def test_greedy_tokens_at_tp_equal_transformers(model, tp):
+@pytest.mark.parametrize("tp,async_", [(2, False), (4, False), (2, True)], ids=["tp2", "tp4", "tp2-async"])
+def test_greedy_tokens_at_tp_equal_transformers(model, tp, async_):
     if DEVICE == "cuda" and torch.cuda.device_count() < tp:
         pytest.skip(f"needs {tp} GPUs")
     folder, expected = model
-    llm = LLM(str(folder), tp=tp, dtype="float32", num_kv_blocks=64, block_size=8, device=DEVICE)
+    llm = LLM(
+        str(folder),
+        tp=tp,
+        dtype="float32",
+        num_kv_blocks=64,
+        block_size=8,
+        device=DEVICE,
+        async_scheduling=async_,  # the sampled ids then reach ranks 1.. by a broadcast on the device
+    )
     try:
         got = [o.token_ids for o in llm.generate(PROMPTS, GREEDY)]
     finally:

@@ -171,11 +171,6 @@ class EngineConfig:
             backend in ("triton", "flash_attn") and self.block_size & (self.block_size - 1)
         ):
             raise ConfigError(f"block_size must be a positive power of two, got {self.block_size}")
-        if self.async_scheduling and self.tp > 1:
-            raise ConfigError(
-                "async_scheduling=True is not supported with tp > 1 yet: ranks 1.. would need each step's "
-                "sampled ids from rank 0's device; use tp=1, or async_scheduling=False"
-            )
         for name in ("max_num_seqs", "max_num_batched_tokens", "tp"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")

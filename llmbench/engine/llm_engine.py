@@ -17,13 +17,13 @@ import torch
 
 from llmbench.engine.block_manager import BlockManager, SlabAllocator
 from llmbench.engine.config import ConfigError, EngineConfig
-from llmbench.engine.model_runner import ModelRunner, TokenFill
+from llmbench.engine.model_runner import ModelRunner
 from llmbench.engine.outputs import RequestOutput, StepOutput, StepStats, TokenEvent
 from llmbench.engine.sampler import Sampler
 from llmbench.engine.sampling_params import SamplingParams
 from llmbench.engine.scheduler import ScheduledBatch, Scheduler, step_kind
 from llmbench.engine.sequence import Sequence, SequenceStatus
-from llmbench.engine.step_inputs import build_step
+from llmbench.engine.step_inputs import StepArrays, build_step
 from llmbench.engine.tp import (
     LaunchedRanks,
     TPError,
@@ -250,14 +250,7 @@ class LLMEngine:
             return StepOutput(self._stats(start))
         stats = self._begin(batch, start)
         arrays = build_step(batch.seqs, batch.num_new_tokens, self.config.block_size)
-        if self.workers is None:
-            logits, stats.graph_bucket, stats.graph_padding = self.runner.execute(arrays)
-        else:
-            try:
-                self.workers.step(arrays)
-                logits, stats.graph_bucket, stats.graph_padding = self.runner.execute(arrays)
-            except BaseException as e:
-                self._tp_failed(e)
+        logits, stats.graph_bucket, stats.graph_padding = self._execute(arrays)
         sampling = self.scheduler.advance(batch)
         tokens = self.sampler(logits, [s.request_id for s in sampling], [s.params for s in sampling])
         now = time.perf_counter()  # tokens are on the host now
@@ -267,6 +260,16 @@ class LLMEngine:
             seq.token_ids.append(tok)
             self._deliver(seq, tok, now, out)
         return self._end(out)
+
+    def _execute(self, arrays: StepArrays) -> tuple[torch.Tensor, int | None, int]:
+        """The step on every rank (rank 0 sends it to the others first)."""
+        if self.workers is None:
+            return self.runner.execute(arrays)
+        try:
+            self.workers.step(arrays)
+            return self.runner.execute(arrays)
+        except BaseException as e:
+            self._tp_failed(e)
 
     def _begin(self, batch: ScheduledBatch, start: float) -> StepStats:
         for seq in batch.newly_scheduled:
@@ -295,7 +298,8 @@ class LLMEngine:
     # Step N+1 is scheduled, built and launched while step N still runs on the device; only then does
     # the host wait for N's sampled ids. Each sequence that samples in a step gets a placeholder token
     # (PENDING) at once, so the scheduler sees the length it will have; the next step's input for that
-    # position is copied on the device from the ids just sampled (``TokenFill``), and the host writes the
+    # position is copied on the device from the ids just sampled (``StepArrays.fill_rows``; under tensor
+    # parallelism rank 0 broadcasts them on the device), and the host writes the
     # real id over the placeholder when it arrives. A sequence that ends (EOS) at step N has already been
     # scheduled into N+1: that one wasted row is the price. Block hashes and prefix-cache registration
     # only ever see real ids: ``advance`` (which registers computed blocks) runs after the previous
@@ -313,14 +317,18 @@ class LLMEngine:
             self._step += 1
             stats = self._begin(batch, start)
             arrays = build_step(batch.seqs, batch.num_new_tokens, self.config.block_size)
-            fill = self._token_fill(batch, arrays, prev)
-            logits, stats.graph_bucket, stats.graph_padding = self.runner.execute(arrays, fill)
+            self._set_token_fill(batch, arrays)
+            logits, stats.graph_bucket, stats.graph_padding = self._execute(arrays)
             sampling = [
                 s
                 for s, n in zip(batch.seqs, batch.num_new_tokens, strict=True)
                 if s.num_computed_tokens + n == s.num_tokens
             ]
             ids = self.sampler.sample(logits, [s.request_id for s in sampling], [s.params for s in sampling])
+            try:
+                self.runner.share_sampled(ids, len(sampling))  # the other ranks receive them likewise
+            except BaseException as e:
+                self._tp_failed(e)
             launched = _InFlight(batch, sampling, stats, *self._copy_to_host(ids))
         out = self._resolve(prev) if prev is not None else StepOutput(self._stats(start))
         if launched is not None:
@@ -342,10 +350,9 @@ class LLMEngine:
         return ids, host, event
 
     @staticmethod
-    def _token_fill(batch: ScheduledBatch, arrays, prev: _InFlight | None) -> TokenFill | None:
-        """Rows of this step whose input is a placeholder, and where ``prev``'s ids hold their tokens."""
-        if prev is None:
-            return None
+    def _set_token_fill(batch: ScheduledBatch, arrays: StepArrays) -> None:
+        """Name this step's placeholder rows and where the last samples hold their tokens."""
+        arrays.share_ids = True
         rows, src = [], []
         qstart = arrays.query_start_loc
         for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens, strict=True)):
@@ -353,9 +360,9 @@ class LLMEngine:
             if pos is not None and seq.num_computed_tokens <= pos < seq.num_computed_tokens + n:
                 rows.append(int(qstart[i]) + pos - seq.num_computed_tokens)
                 src.append(seq.pending_src)
-        if not rows:
-            return None
-        return TokenFill(np.asarray(rows, dtype=np.int64), np.asarray(src, dtype=np.int64), prev.ids)
+        if rows:
+            arrays.fill_rows = np.asarray(rows, dtype=np.int64)
+            arrays.fill_src = np.asarray(src, dtype=np.int64)
 
     def _resolve(self, prev: _InFlight) -> StepOutput:
         """Wait for ``prev``'s sampled ids and deliver them."""

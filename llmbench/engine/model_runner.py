@@ -43,15 +43,6 @@ class StepInputs:
         return self.meta.is_decode_only
 
 
-@dataclass
-class TokenFill:
-    """Input rows whose token id is the previous step's sample, still on the device."""
-
-    rows: np.ndarray  # (K,) int64: rows of the flat batch
-    src: np.ndarray  # (K,) int64: their rows in ``ids``
-    ids: torch.Tensor  # (N,) int64: the previous step's sampled ids, on this device
-
-
 class ModelRunner:
     def __init__(
         self,
@@ -71,6 +62,8 @@ class ModelRunner:
                 self.device = torch.device("cuda", torch.cuda.current_device())
             torch.cuda.set_device(self.device)
         self.startup = StartupStats()
+        self.tp = tp
+        self.last_ids: torch.Tensor | None = None  # the last step's samples (asynchronous scheduling)
         self._staging = Staging(self.device, separate=config.torch_compile)
         dtype = config.torch_dtype
 
@@ -226,6 +219,17 @@ class ModelRunner:
             inputs, _ = self._dummy_inputs(tokens, seq_len, self.kv_caches)
             self._forward(inputs.input_ids, inputs.positions, inputs.meta, self.kv_caches)
 
+    @torch.inference_mode()
+    def share_sampled(self, ids: torch.Tensor | None, n: int) -> None:
+        """Keep a step's sampled ids (rank 0's ``ids``; other ranks receive them) for the next step's
+        fill. Under tensor parallelism a broadcast on the device: rank 0 never waits for it."""
+        if self.tp.size == 1 or n == 0:  # (every rank knows n: nothing to send for a step without samples)
+            self.last_ids = ids
+            return
+        buf = ids if self.tp.rank == 0 else torch.empty(n, dtype=torch.int64, device=self.device)
+        torch.distributed.broadcast(buf, src=0, group=self.tp.group)
+        self.last_ids = buf
+
     def release_graphs(self) -> None:
         """Drop the CUDA Graphs (before a tensor-parallel group is torn down; see CUDAGraphRunner)."""
         if self.graphs is not None:
@@ -238,7 +242,7 @@ class ModelRunner:
 
     # -- one step ---------------------------------------------------------------------------------
 
-    def to_inputs(self, step: StepArrays, fill: TokenFill | None = None) -> StepInputs:
+    def to_inputs(self, step: StepArrays) -> StepInputs:
         arrays = [
             step.input_ids,
             step.positions,
@@ -248,17 +252,19 @@ class ModelRunner:
             step.block_tables,
             step.logits_indices,
         ]
-        if fill is not None:
-            arrays += [fill.rows, fill.src]
+        fill = step.fill_rows is not None
+        if fill:
+            assert step.fill_src is not None and self.last_ids is not None, "a fill needs the last samples"
+            arrays += [step.fill_rows, step.fill_src]
         if self.device.type == "cuda":
             tensors = self._staging.upload(arrays)  # one host-to-device copy for all of them
         else:
             tensors = [torch.from_numpy(a) for a in arrays]
-            if fill is not None:  # filled in place below: leave the step's own array alone
+            if fill:  # filled in place below: leave the step's own array alone
                 tensors[0] = tensors[0].clone()
         input_ids, positions, slots, query_start, seq_lens, tables, logits_indices = tensors[:7]
-        if fill is not None:
-            input_ids[tensors[7]] = fill.ids[tensors[8]]
+        if fill:
+            input_ids[tensors[7]] = self.last_ids[tensors[8]]
         meta = AttentionMetadata(
             slot_mapping=slots,
             query_start_loc=query_start,
@@ -272,20 +278,18 @@ class ModelRunner:
         return StepInputs(input_ids, positions, meta, logits_indices)
 
     @torch.inference_mode()
-    def execute(
-        self, step: StepArrays, fill: TokenFill | None = None
-    ) -> tuple[torch.Tensor, int | None, int]:
+    def execute(self, step: StepArrays) -> tuple[torch.Tensor, int | None, int]:
         """Run a step; return (logits of the sampling rows (N, V) float32, graph bucket or None, padding).
 
-        ``fill`` (asynchronous scheduling) names input rows whose token is still on the device: the ids
-        sampled by the previous step, copied in before the forward, with no wait for the host.
+        Rows named by ``step.fill_rows`` (asynchronous scheduling) take their token from the previous
+        step's samples (``share_sampled``), still on the device: no wait for the host.
         Under tensor parallelism every rank runs this with the same ``step``; the collectives inside the
         model keep them in lockstep and rank 0 alone samples."""
         n = len(step.query_lens)
         use_graph = (
             self.graphs is not None and max(step.query_lens) == 1 and self.graphs.bucket_for(n) is not None
         )
-        inputs = self.to_inputs(step, fill)
+        inputs = self.to_inputs(step)
         if use_graph:
             assert self.graphs is not None
             logits, bucket = self.graphs.run(
