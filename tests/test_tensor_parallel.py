@@ -206,7 +206,7 @@ def test_shutdown_releases_cuda_graphs_before_the_process_group(model, monkeypat
     order = []
     monkeypatch.setattr(llm.engine.runner, "release_graphs", lambda: order.append("graphs"))
     real_close = llm_engine.close_group
-    monkeypatch.setattr(llm_engine, "close_group", lambda cfg: (order.append("group"), real_close(cfg)))
+    monkeypatch.setattr(llm_engine, "close_group", lambda: (order.append("group"), real_close()))
     workers = list(llm.engine.workers.procs)
     llm.engine.shutdown()
     assert order == ["graphs", "group"]
@@ -307,3 +307,19 @@ def test_ablate_under_torchrun_is_a_clear_error(monkeypatch, tmp_path):
         monkeypatch.setenv(k, v)
     res = CliRunner().invoke(app, ["ablate", "chat", "--toggle", "cuda_graph", "--out", str(tmp_path)])
     assert res.exit_code != 0 and "cannot follow" in res.output and "Traceback" not in res.output
+
+
+def test_a_teardown_that_blocks_ends_the_process_with_a_message():
+    code = textwrap.dedent(
+        """
+        import time
+        from llmbench.engine.config import EngineConfig
+        from llmbench.engine.tp import teardown_guard
+        with teardown_guard(EngineConfig.from_options("qwen3-tiny", device="cpu"), timeout_s=0.5):
+            time.sleep(30)  # stands in for an NCCL teardown that never returns
+        """
+    )
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and time.monotonic() - start < 20
+    assert "teardown (gloo) still blocked after 0 s; exiting" in done.stderr or "still blocked" in done.stderr

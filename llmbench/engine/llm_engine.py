@@ -35,6 +35,7 @@ from llmbench.engine.tp import (
     launched_config,
     launched_rank,
     rank_config,
+    teardown_guard,
 )
 from llmbench.models.config import ModelConfig
 from llmbench.models.loader import read_model_config
@@ -420,9 +421,10 @@ class LLMEngine:
             raise error
         time.sleep(0.3)  # let the watchdog collect a worker's own message, if it sent one
         self.workers.terminate()
-        if hasattr(self, "runner"):  # not yet there when rank 0's own start-up failed
-            self.runner.release_graphs()
-        close_group(self.config)
+        with teardown_guard(self.config):
+            if hasattr(self, "runner"):  # not yet there when rank 0's own start-up failed
+                self.runner.release_graphs()
+            close_group()
         raise TPError(f"tensor-parallel run stopped on every rank: {self.workers.error or error}") from None
 
     def shutdown(self) -> None:
@@ -436,7 +438,8 @@ class LLMEngine:
             return
         workers, self.workers = self.workers, None
         workers.shutdown()
-        if hasattr(self, "runner"):
-            self.runner.release_graphs()
-        workers.before_teardown()
-        close_group(self.config)
+        with teardown_guard(self.config):
+            if hasattr(self, "runner"):
+                self.runner.release_graphs()  # waits for this rank's stream: inside the guard
+            workers.before_teardown()
+            close_group()

@@ -17,6 +17,7 @@ so nothing hangs). Workers ignore SIGINT: Ctrl-C reaches rank 0, whose shutdown 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import os
@@ -176,21 +177,18 @@ def init_group(config: EngineConfig, rank: int, port: int) -> TPGroup:
     return TPGroup(rank, config.tp, dist.group.WORLD)
 
 
-def close_group(config: EngineConfig, timeout_s: float = 30.0) -> None:
-    """Tear down rank 0's process group once the other ranks have gone.
-
-    Call it after the CUDA Graphs are released (``ModelRunner.release_graphs``): NCCL's teardown waits
-    for good on communicators that live graphs captured. Should it still block, the process says why and
-    exits after ``timeout_s`` rather than hang."""
-    if not dist.is_initialized():
-        return
+@contextlib.contextmanager
+def teardown_guard(config: EngineConfig, timeout_s: float = 60.0):
+    """Bound a tensor-parallel teardown: should it block (NCCL waiting on a rank that is gone, a graph
+    still holding a communicator, a collective left half-done by Ctrl-C), say so and end the process
+    after ``timeout_s`` rather than hang."""
     done = threading.Event()
 
     def guard() -> None:
         if not done.wait(timeout_s):
+            backend = "NCCL" if config.is_cuda else "gloo"
             print(
-                f"llmbench: tensor-parallel teardown ({'NCCL' if config.is_cuda else 'gloo'}) still blocked "
-                f"after {timeout_s:.0f} s; exiting",
+                f"llmbench: tensor-parallel teardown ({backend}) still blocked after {timeout_s:.0f} s; exiting",
                 file=sys.stderr,
                 flush=True,
             )
@@ -198,9 +196,17 @@ def close_group(config: EngineConfig, timeout_s: float = 30.0) -> None:
 
     threading.Thread(target=guard, daemon=True, name="llmbench-tp-teardown").start()
     try:
-        dist.destroy_process_group()
+        yield
     finally:
         done.set()
+
+
+def close_group() -> None:
+    """Tear down this rank's process group. Call it after the CUDA Graphs are released
+    (``ModelRunner.release_graphs``): NCCL's teardown waits for good on communicators that live graphs
+    captured (pytorch/pytorch#115388)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 class TPWorkers:

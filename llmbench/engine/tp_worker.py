@@ -23,6 +23,7 @@ from llmbench.engine.tp import (
     launched_config,
     rank_config,
     receive_broadcast,
+    teardown_guard,
 )
 
 
@@ -60,8 +61,9 @@ def serve_launched(config, model_config, folder, max_model_len, launched) -> NoR
         tp, control = init_launched_group(config, launched)
         runner = ModelRunner(config, model_config, folder, max_model_len, tp)
         serve(runner, lambda: receive_broadcast(control))
-        dist.barrier(group=control)  # every rank has released its graphs: tear down together
-        close_group(config)
+        with teardown_guard(config):
+            dist.barrier(group=control)  # every rank has released its graphs: tear down together
+            close_group()
     except BaseException:
         print(f"llmbench: rank {launched.rank}: {traceback.format_exc()}", file=sys.stderr, flush=True)
         os._exit(1)
