@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 
 from llmbench import LLM, SamplingParams
-from llmbench.engine.llm_engine import PENDING
+from llmbench.engine.async_scheduling import PENDING
 
 PROMPTS = [[5], [(3 * i + 1) % 384 for i in range(9)], [(7 * i + 3) % 384 for i in range(17)], [42] * 30]
 

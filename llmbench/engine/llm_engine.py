@@ -12,9 +12,9 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
+from llmbench.engine.async_scheduling import InFlight, mark_pending, sampling_rows, set_token_fill
 from llmbench.engine.block_manager import BlockManager, SlabAllocator
 from llmbench.engine.config import ConfigError, EngineConfig
 from llmbench.engine.model_runner import ModelRunner
@@ -49,21 +49,6 @@ def _close_at_exit(ref: weakref.ref) -> None:
     engine = ref()
     if engine is not None:
         engine._close_tp()
-
-
-PENDING = -1  # placeholder id of a token sampled on the device but not yet on the host
-
-
-@dataclass
-class _InFlight:
-    """A step launched on the device whose sampled ids the host has not read yet."""
-
-    batch: ScheduledBatch
-    sampling: list[Sequence]  # sequences that sample in it, in the order of ``ids``
-    stats: StepStats
-    ids: torch.Tensor  # (N,) int64 on the device: the next step's inputs are copied from here
-    host: torch.Tensor  # (N,) the same ids, copied to (pinned) host memory
-    event: torch.cuda.Event | None  # recorded after that copy; None on the CPU
 
 
 class RequestError(ValueError):
@@ -170,7 +155,7 @@ class LLMEngine:
         self.eos_token_ids = frozenset(eos)
         self._seqs: dict[str, Sequence] = {}
         self._step = 0
-        self._inflight: _InFlight | None = None  # asynchronous scheduling: the step still on the device
+        self._inflight: InFlight | None = None  # asynchronous scheduling: the step still on the device
         self._last_resolved = 0.0
         dtype_size = config.torch_dtype.itemsize
         self.model_info = ModelInfo(
@@ -294,18 +279,7 @@ class LLMEngine:
             self.startup.recompiles = self.runner.recompiles()
         return out
 
-    # -- asynchronous scheduling ------------------------------------------------------------------
-    #
-    # Step N+1 is scheduled, built and launched while step N still runs on the device; only then does
-    # the host wait for N's sampled ids. Each sequence that samples in a step gets a placeholder token
-    # (PENDING) at once, so the scheduler sees the length it will have; the next step's input for that
-    # position is copied on the device from the ids just sampled (``StepArrays.fill_rows``; under tensor
-    # parallelism rank 0 broadcasts them on the device), and the host writes the
-    # real id over the placeholder when it arrives. A sequence that ends (EOS) at step N has already been
-    # scheduled into N+1: that one wasted row is the price. Block hashes and prefix-cache registration
-    # only ever see real ids: ``advance`` (which registers computed blocks) runs after the previous
-    # step's ids are in, and prefix matching never hashes the block holding a sequence's last token,
-    # which is where a placeholder always sits.
+    # -- asynchronous scheduling (engine/async_scheduling.py says how it works) ------------------
     # ``step()`` returns the outputs of the step it waited for; its first call, with nothing to wait
     # for yet, returns an idle step.
 
@@ -313,63 +287,30 @@ class LLMEngine:
         start = time.perf_counter()
         prev = self._inflight
         batch = self.scheduler.schedule()
-        launched: _InFlight | None = None
+        launched: InFlight | None = None
         if batch is not None:
             self._step += 1
             stats = self._begin(batch, start)
             arrays = build_step(batch.seqs, batch.num_new_tokens, self.config.block_size)
-            self._set_token_fill(batch, arrays)
+            set_token_fill(batch, arrays)
             logits, stats.graph_bucket, stats.graph_padding = self._execute(arrays)
-            sampling = [
-                s
-                for s, n in zip(batch.seqs, batch.num_new_tokens, strict=True)
-                if s.num_computed_tokens + n == s.num_tokens
-            ]
+            sampling = sampling_rows(batch)
             ids = self.sampler.sample(logits, [s.request_id for s in sampling], [s.params for s in sampling])
             try:
                 self.runner.share_sampled(ids, len(sampling))  # the other ranks receive them likewise
             except BaseException as e:
                 self._tp_failed(e)
-            launched = _InFlight(batch, sampling, stats, *self._copy_to_host(ids))
+            launched = InFlight.launch(batch, sampling, stats, ids)
         out = self._resolve(prev) if prev is not None else StepOutput(self._stats(start))
         if launched is not None:
-            self.scheduler.advance(launched.batch)
-            for j, seq in enumerate(launched.sampling):
-                if not seq.is_finished:  # one that ended in ``prev`` has no next token
-                    seq.pending_pos, seq.pending_src = seq.num_tokens, j
-                    seq.token_ids.append(PENDING)
+            self.scheduler.advance(launched.batch)  # after ``prev``'s ids are in: blocks hash real ids
+            mark_pending(launched.sampling)  # one that ended in ``prev`` gets no placeholder
         self._inflight = launched
         return self._end(out)
 
-    def _copy_to_host(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.cuda.Event | None]:
-        if ids.device.type != "cuda":
-            return ids, ids, None
-        host = torch.empty(ids.shape, dtype=ids.dtype, pin_memory=True)
-        host.copy_(ids, non_blocking=True)
-        event = torch.cuda.Event()
-        event.record()
-        return ids, host, event
-
-    @staticmethod
-    def _set_token_fill(batch: ScheduledBatch, arrays: StepArrays) -> None:
-        """Name this step's placeholder rows and where the last samples hold their tokens."""
-        arrays.share_ids = True
-        rows, src = [], []
-        qstart = arrays.query_start_loc
-        for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens, strict=True)):
-            pos = seq.pending_pos
-            if pos is not None and seq.num_computed_tokens <= pos < seq.num_computed_tokens + n:
-                rows.append(int(qstart[i]) + pos - seq.num_computed_tokens)
-                src.append(seq.pending_src)
-        if rows:
-            arrays.fill_rows = np.asarray(rows, dtype=np.int64)
-            arrays.fill_src = np.asarray(src, dtype=np.int64)
-
-    def _resolve(self, prev: _InFlight) -> StepOutput:
+    def _resolve(self, prev: InFlight) -> StepOutput:
         """Wait for ``prev``'s sampled ids and deliver them."""
-        if prev.event is not None:
-            prev.event.synchronize()
-        tokens = prev.host.tolist()
+        tokens = prev.wait()
         now = time.perf_counter()  # tokens are on the host now
         stats = prev.stats
         stats.start_time = max(stats.start_time, self._last_resolved)  # overlapped: from the last delivery

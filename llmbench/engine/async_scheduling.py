@@ -1,0 +1,91 @@
+"""The pieces of asynchronous scheduling that do not need the engine's state.
+
+Step N+1 is scheduled, built and launched while step N still runs on the device; only then does the
+host wait for N's sampled ids. Each sequence that samples in a step gets a placeholder token
+(``PENDING``) at once, so the scheduler sees the length it will have; the next step's input for that
+position is copied on the device from the ids just sampled (``StepArrays.fill_rows``; under tensor
+parallelism rank 0 broadcasts them on the device), and the host writes the real id over the placeholder
+when it arrives. A sequence that ends (EOS) at step N has already been scheduled into N+1: that one
+wasted row is the price. Block hashes and prefix-cache registration only ever see real ids: ``advance``
+(which registers computed blocks) runs after the previous step's ids are in, and prefix matching never
+hashes the block holding a sequence's last token, which is where a placeholder always sits.
+
+The loop itself is ``LLMEngine._step_async``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from llmbench.engine.outputs import StepStats
+from llmbench.engine.scheduler import ScheduledBatch
+from llmbench.engine.sequence import Sequence
+from llmbench.engine.step_inputs import StepArrays
+
+PENDING = -1  # placeholder id of a token sampled on the device but not yet on the host
+
+
+@dataclass
+class InFlight:
+    """A step launched on the device whose sampled ids the host has not read yet."""
+
+    batch: ScheduledBatch
+    sampling: list[Sequence]  # sequences that sample in it, in the order of ``ids``
+    stats: StepStats
+    ids: torch.Tensor  # (N,) int64 on the device: the next step's inputs are copied from here
+    host: torch.Tensor  # (N,) the same ids, copied to (pinned) host memory
+    event: torch.cuda.Event | None  # recorded after that copy; None on the CPU
+
+    @classmethod
+    def launch(
+        cls, batch: ScheduledBatch, sampling: list[Sequence], stats: StepStats, ids: torch.Tensor
+    ) -> InFlight:
+        """Start copying ``ids`` to the host without waiting for them."""
+        if ids.device.type != "cuda":
+            return cls(batch, sampling, stats, ids, ids, None)
+        host = torch.empty(ids.shape, dtype=ids.dtype, pin_memory=True)
+        host.copy_(ids, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        return cls(batch, sampling, stats, ids, host, event)
+
+    def wait(self) -> list[int]:
+        """The sampled ids, once they are on the host."""
+        if self.event is not None:
+            self.event.synchronize()
+        return self.host.tolist()
+
+
+def sampling_rows(batch: ScheduledBatch) -> list[Sequence]:
+    """The sequences whose step ends in a sample (``Scheduler.advance``'s answer, before it runs)."""
+    return [
+        s
+        for s, n in zip(batch.seqs, batch.num_new_tokens, strict=True)
+        if s.num_computed_tokens + n == s.num_tokens
+    ]
+
+
+def set_token_fill(batch: ScheduledBatch, arrays: StepArrays) -> None:
+    """Name this step's placeholder rows and where the last samples hold their tokens."""
+    arrays.share_ids = True
+    rows, src = [], []
+    qstart = arrays.query_start_loc
+    for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens, strict=True)):
+        pos = seq.pending_pos
+        if pos is not None and seq.num_computed_tokens <= pos < seq.num_computed_tokens + n:
+            rows.append(int(qstart[i]) + pos - seq.num_computed_tokens)
+            src.append(seq.pending_src)
+    if rows:
+        arrays.fill_rows = np.asarray(rows, dtype=np.int64)
+        arrays.fill_src = np.asarray(src, dtype=np.int64)
+
+
+def mark_pending(sampling: list[Sequence]) -> None:
+    """Give each sequence that sampled (and did not just end) its placeholder token."""
+    for j, seq in enumerate(sampling):
+        if not seq.is_finished:
+            seq.pending_pos, seq.pending_src = seq.num_tokens, j
+            seq.token_ids.append(PENDING)
