@@ -241,7 +241,7 @@ def paged_cache(env: Env, B: int, context: int, block_size: int, Hk: int, D: int
 def decode_case(
     env: Env, B: int, context: int, block_size: int, Hq: int, Hk: int, D: int,
     config: DecodeConfig | None = None, num_splits: int | None = None, with_ref_time: bool = False, check_it: bool = True,
-    mixed: bool = False,
+    mixed: bool = False, split_tokens: int | None = None,
 ) -> list[Row]:  # fmt: skip
     """``mixed``: context lengths uniform in [context/10, context] (a served batch) instead of all equal;
     bandwidth then counts the K/V actually read."""
@@ -254,13 +254,17 @@ def decode_case(
     )
     max_context = -(-context // block_size) * block_size
     splits = num_splits or choose_num_splits(B, Hk, max_context, config.block_n, torch.device(env.device))
+    if split_tokens:
+        splits = -(-max_context // split_tokens)
 
     def make() -> tuple[tuple, Callable[[], torch.Tensor]]:
         k_cache, v_cache, block_tables = paged_cache(env, B, context, block_size, Hk, D)
         q = env.t(B, Hq, D)
         seq_lens = lens.to(device=env.device, dtype=torch.int32)
         args = (q, k_cache, v_cache, block_tables, seq_lens, D**-0.5)
-        return args, lambda: decode_attention(*args, num_splits=splits, config=config)
+        return args, lambda: decode_attention(
+            *args, num_splits=splits, config=config, split_tokens=split_tokens
+        )
 
     args, run = make()
     q, block_tables, seq_lens = args[0], args[3], args[4]
@@ -274,7 +278,8 @@ def decode_case(
     more = [make()[1] for _ in range(rotations(kv_bytes) - 1)]
     flops = 4 * int(lens.sum()) * Hq * D
     ctx = f"ctx {context // 10}-{context}" if mixed else f"ctx={context}"
-    shape = f"B={B} {ctx} {Hq}/{Hk}x{D} page {block_size} splits {splits}"
+    cut = f"slices of {split_tokens}" if split_tokens else f"splits {splits}"
+    shape = f"B={B} {ctx} {Hq}/{Hk}x{D} page {block_size} {cut}"
     cfg = f" n{config.block_n}w{config.num_warps}s{config.num_stages}"
     rows = [
         row(
@@ -418,6 +423,7 @@ def main() -> None:
         main_rows += decode_case(env, 4, 100, 16, 4, 2, 64, with_ref_time=True)
         main_rows += decode_case(env, 1, 100, 8, 4, 2, 64)
         main_rows += decode_case(env, 5, 100, 8, 4, 2, 64, num_splits=2, mixed=True)
+        main_rows += decode_case(env, 5, 100, 8, 4, 2, 64, split_tokens=32, mixed=True)
         main_rows += prefill_case(env, 40, 0, 16, 4, 2, 64) + prefill_case(env, 20, 30, 16, 4, 2, 64)
     else:
         main_rows = small_kernels(env, T=8192, H=4096, inter=12288, Hq=32, Hk=8, D=128)
@@ -430,6 +436,8 @@ def main() -> None:
         # A served batch: mixed lengths leave some programs long after the rest; do slices even them out?
         for splits in (None, 2, 4, 8):
             main_rows += decode_case(env, 200, 2048, 16, 16, 8, 128, num_splits=splits, mixed=True)
+        for tokens in (256, 512, 1024):  # slices of a fixed length: long sequences get more of them
+            main_rows += decode_case(env, 200, 2048, 16, 16, 8, 128, split_tokens=tokens, mixed=True)
         main_rows += prefill_case(env, 2048, 0, 16, 32, 8, 128)  # Qwen3-8B heads
         main_rows += prefill_case(env, 2048, 2048, 16, 32, 8, 128)  # a second chunk after a prefix
     rows += main_rows

@@ -199,6 +199,23 @@ def random_paged_cache(
 DECODE_SHAPES = [(2, 2, 64, 8), (4, 2, 128, 16), (8, 2, 64, 16), (8, 1, 128, 8), (6, 2, 80, 8)]
 
 
+def test_paged_decode_in_fixed_length_slices_matches_reference(setting: Setting) -> None:
+    # Slices of a fixed length (a tile or two here): short sequences leave their last slices empty.
+    block_n = 32 if setting.dtype == torch.float32 else 64
+    seq_lens = [1, 5, block_n, block_n + 1, 3 * block_n + 7, 70]
+    if setting.big:
+        seq_lens += torch.randint(1, 2000, (40,)).tolist()
+    k_cache, v_cache, block_tables = random_paged_cache(setting, seq_lens, 8, 2, 64)
+    q = torch.randn(len(seq_lens), 4, 64, device=setting.device, dtype=setting.dtype)
+    sl = torch.tensor(seq_lens, device=setting.device, dtype=torch.int32)
+    ref = paged_attention_decode_ref(q, k_cache, v_cache, block_tables, sl, 0.125)
+    for split_tokens in (block_n, 2 * block_n):
+        out = decode_attention(q, k_cache, v_cache, block_tables, sl, 0.125, split_tokens=split_tokens)
+        check(f"decode split_tokens={split_tokens}", out, ref, setting)
+    with pytest.raises(ValueError, match="split_tokens must be a positive multiple"):
+        decode_attention(q, k_cache, v_cache, block_tables, sl, 0.125, split_tokens=block_n + 1)
+
+
 @pytest.mark.parametrize("num_splits", [None, 1, 3])
 @pytest.mark.parametrize("Hq,Hk,D,block_size", DECODE_SHAPES)
 def test_paged_decode_matches_reference(

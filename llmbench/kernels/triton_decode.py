@@ -57,11 +57,11 @@ def choose_num_splits(
     return 1 << (n.bit_length() - 1)  # a power of two at most n: few reduce-kernel variants
 
 
-@jit(do_not_specialize=("num_splits", "stride_bt"))
+@jit(do_not_specialize=("num_splits", "split_tokens", "stride_bt"))
 def _decode_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr,
     out_ptr, part_out_ptr, part_lse_ptr,
-    qk_scale, num_splits,
+    qk_scale, num_splits, split_tokens,
     stride_qb, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
     stride_bt, stride_ob, stride_oh,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
@@ -72,8 +72,13 @@ def _decode_kernel(
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + seq)
-    # Whole tiles per slice, so only a slice's last tile is ragged.
-    split_len = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
+    # Whole tiles per slice, so only a slice's last tile is ragged. By default each sequence is cut
+    # into num_splits equal slices; with split_tokens > 0 into slices of that length (a short sequence
+    # then leaves its last slices empty), which evens out a batch of mixed lengths.
+    if split_tokens > 0:
+        split_len = split_tokens
+    else:
+        split_len = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
     start = split * split_len
     end = tl.minimum(start + split_len, seq_len)
 
@@ -167,8 +172,13 @@ def decode_attention(
     scale: float,
     num_splits: int | None = None,
     config: DecodeConfig | None = None,
+    split_tokens: int | None = None,
 ) -> torch.Tensor:
-    """``paged_attention_decode`` with the split count and tile config exposed (tests, tuning)."""
+    """``paged_attention_decode`` with the split count and tile config exposed (tests, tuning).
+
+    ``split_tokens``: cut every context into slices of this many tokens (a multiple of the tile)
+    instead of ``num_splits`` equal slices per sequence; the grid then has one slice per
+    ``split_tokens`` of the longest context the block tables allow."""
     require_triton("paged_attention_decode")
     # q: (B, Hq, D); caches: (num_blocks, page_size, Hk, D); block_tables: (B, max_blocks); seq_lens: (B,)
     B, Hq, D = q.shape
@@ -182,8 +192,14 @@ def decode_attention(
         raise ValueError("caches must be contiguous in head_dim")
     q = q if q.stride(-1) == 1 else q.contiguous()
     config = config or default_decode_config(D, q.dtype)
-    if num_splits is None:
-        max_context = block_tables.shape[1] * page_size  # an upper bound known without a host sync
+    max_context = block_tables.shape[1] * page_size  # an upper bound known without a host sync
+    if split_tokens is not None:
+        if split_tokens < 1 or split_tokens % config.block_n:
+            raise ValueError(
+                f"split_tokens must be a positive multiple of {config.block_n}, got {split_tokens}"
+            )
+        num_splits = max(1, -(-max_context // split_tokens))
+    elif num_splits is None:
         num_splits = choose_num_splits(B, Hk, max_context, config.block_n, q.device)
     out = torch.empty((B, Hq, D), dtype=q.dtype, device=q.device)  # (B, Hq, D)
     if B == 0:
@@ -198,7 +214,7 @@ def decode_attention(
         part_out = part_lse = out  # placeholders, never touched when SPLIT is False
     _decode_kernel[(B, Hk, num_splits)](
         q, k_cache, v_cache, block_tables, seq_lens, out, part_out, part_lse,
-        scale * LOG2E, num_splits,
+        scale * LOG2E, num_splits, split_tokens or 0,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         block_tables.stride(0), out.stride(0), out.stride(1),
