@@ -57,6 +57,8 @@ for stage in "$@"; do
         --design one-at-a-time --repeats 3 --timeout 90 --out $R
       step ablate_batch8 200 $LB ablate scenarios/bench/batch8_0.6b.yaml --toggle cuda_graph --toggle torch_compile \
         --design one-at-a-time --repeats 3 --timeout 90 --out $R
+      step ablate_split 300 $LB ablate scenarios/bench/throughput.yaml --toggle decode_split_tokens=256,512,1024 \
+        --repeats 2 --set warmup=2 --timeout 100 --out $R
       step ablate_all 560 $LB ablate scenarios/bench/throughput.yaml --design one-at-a-time --repeats 1 \
         --set warmup=2 --timeout 100 --out $R \
         $(for t in paged_kv prefix_cache continuous_batching chunked_prefill triton_kernels attention_backend \

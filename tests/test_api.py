@@ -124,3 +124,12 @@ def test_presets_have_the_published_shapes():
     expected = {"qwen3-0.6b": 0.596e9, "qwen3-8b": 8.19e9, "llama3.2-1b": 1.236e9, "llama3.1-8b": 8.03e9}
     for name, n in expected.items():
         assert abs(PRESETS[name].config.num_params() - n) / n < 0.01, name
+
+
+def test_decode_split_tokens_is_checked_where_it_enters():
+    with pytest.raises(ConfigError, match="decode_split_tokens must be a positive multiple of 64, got 100"):
+        EngineConfig.from_options("qwen3-tiny", device="cpu", decode_split_tokens=100)
+    with pytest.raises(ConfigError, match="needs attention_backend='triton', got 'sdpa'"):
+        EngineConfig.from_options(
+            "qwen3-tiny", device="cpu", attention_backend="sdpa", decode_split_tokens=64
+        )

@@ -76,3 +76,12 @@ def test_bad_toggles_and_designs_are_errors(cpu_config):
         plan("random", [parse_toggle("tp")], cpu_config)
     with pytest.raises(BenchError, match="named twice"):
         plan("flip", [parse_toggle("tp"), parse_toggle("tp")], cpu_config)
+
+
+def test_a_knob_is_swept_over_the_values_given(cpu_config):
+    vs = plan("flip", [parse_toggle("max_num_seqs=128,256")], cpu_config)
+    assert [v.options for v in vs] == [{}, {"max_num_seqs": 128}]  # 256 is the baseline's own value
+    with pytest.raises(BenchError, match="max_num_seqs is a knob, not an on/off toggle: give its values"):
+        parse_toggle("max_num_seqs")
+    with pytest.raises(BenchError, match=r"knobs, with values \(NAME=A,B\): .*block_size"):
+        parse_toggle("warp_speed=1,2")

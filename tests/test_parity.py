@@ -86,6 +86,14 @@ def test_greedy_matches_transformers_per_attention_backend(arch_model, backend):
     assert attn.fused_prologue == fused
 
 
+def test_decode_in_fixed_length_slices_keeps_tokens(arch_model):
+    if not triton_usable("cuda" if torch.cuda.is_available() else "cpu"):
+        pytest.skip("triton is not installed")
+    _, folder, expected = arch_model
+    got, _ = _generate(folder, attention_backend="triton", triton_kernels=True, decode_split_tokens=64)
+    assert got == expected
+
+
 @pytest.mark.parametrize("async_", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("chunked", [True, False])
 def test_greedy_survives_forced_preemption(arch_model, chunked, async_):

@@ -76,6 +76,9 @@ class EngineConfig:
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     max_model_len: int | None = None
+    # Triton decode attention: cut contexts into slices of this many tokens (a multiple of 64), which
+    # evens out batches of mixed lengths; None: equal slices per sequence, chosen from the batch shape.
+    decode_split_tokens: int | None = None
 
     @classmethod
     def from_options(cls, model: str, **options: Any) -> EngineConfig:
@@ -171,6 +174,16 @@ class EngineConfig:
             backend in ("triton", "flash_attn") and self.block_size & (self.block_size - 1)
         ):
             raise ConfigError(f"block_size must be a positive power of two, got {self.block_size}")
+        if self.decode_split_tokens is not None:
+            if self.decode_split_tokens < 1 or self.decode_split_tokens % 64:
+                raise ConfigError(
+                    f"decode_split_tokens must be a positive multiple of 64, got {self.decode_split_tokens}"
+                )
+            if backend != "triton":
+                raise ConfigError(
+                    f"decode_split_tokens tunes the Triton decode kernel: it needs attention_backend='triton', "
+                    f"got {backend!r}"
+                )
         for name in ("max_num_seqs", "max_num_batched_tokens", "tp"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")

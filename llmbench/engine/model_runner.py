@@ -68,7 +68,7 @@ class ModelRunner:
         dtype = config.torch_dtype
 
         start = time.perf_counter()
-        backend = make_backend(config.attention_backend)
+        backend = make_backend(config.attention_backend, config.decode_split_tokens)
         if config.torch_compile:
             # Attention reads Python-side metadata; keeping it out of the compiled graphs avoids a guard
             # (and a recompile) per batch shape. The rest of each layer is compiled between these breaks.

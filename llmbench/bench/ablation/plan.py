@@ -50,15 +50,26 @@ class BackendVariant(NamedTuple):
 
 
 def parse_toggle(text: str) -> Toggle:
-    """``cuda_graph`` or ``attention_backend=sdpa,torch`` (values parsed as YAML scalars)."""
+    """``cuda_graph``, ``attention_backend=sdpa,torch``, or any other engine option with the values to
+    compare, ``max_num_seqs=128,256`` (values parsed as YAML scalars)."""
+    import dataclasses
+
     import yaml
 
-    from llmbench.engine.config import toggle_names
+    from llmbench.engine.config import EngineConfig, toggle_names
 
     name, sep, raw = text.partition("=")
     name = name.strip()
-    if name not in toggle_names():
-        raise BenchError(f"Unknown toggle: {name!r}. Toggles: {', '.join(toggle_names())}")
+    knobs = sorted({f.name for f in dataclasses.fields(EngineConfig)} - {"model", *toggle_names()})
+    if name not in toggle_names() and not (sep and name in knobs):
+        if name in knobs:
+            raise BenchError(
+                f"--toggle {name} is a knob, not an on/off toggle: give its values, e.g. {name}=A,B"
+            )
+        raise BenchError(
+            f"Unknown toggle: {name!r}. Toggles: {', '.join(toggle_names())}; "
+            f"knobs, with values (NAME=A,B): {', '.join(knobs)}"
+        )
     if not sep:
         return Toggle(name, None)
     values = tuple(yaml.safe_load(v.strip()) for v in raw.split(",") if v.strip())

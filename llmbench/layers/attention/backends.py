@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from llmbench.kernels import kv_store, paged_attention
 from llmbench.kernels.attention_prologue import attention_prologue
+from llmbench.kernels.triton_decode import decode_attention
 from llmbench.layers.attention.metadata import AttentionMetadata
 
 
@@ -141,8 +142,16 @@ class TritonBackend(CacheAttentionBackend):
     name = "triton"
     graph_safe = True
 
+    def __init__(self, decode_split_tokens: int | None = None) -> None:
+        self.decode_split_tokens = decode_split_tokens  # see EngineConfig.decode_split_tokens
+
     def attend(self, q, k_cache, v_cache, meta, scale):
         if meta.is_decode_only:
+            if self.decode_split_tokens:
+                return decode_attention(
+                    q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale,
+                    split_tokens=self.decode_split_tokens,
+                )  # fmt: skip
             return paged_attention.paged_attention_decode(
                 q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale
             )
@@ -158,13 +167,13 @@ class TritonBackend(CacheAttentionBackend):
         )
 
 
-def make_backend(name: str) -> AttentionBackend:
+def make_backend(name: str, decode_split_tokens: int | None = None) -> AttentionBackend:
     if name == "torch":
         return AttentionBackend()
     if name == "sdpa":
         return SDPABackend()
     if name == "triton":
-        return TritonBackend()
+        return TritonBackend(decode_split_tokens)
     if name == "flash_attn":
         from llmbench.layers.attention.flash import FlashAttnBackend
 
