@@ -41,3 +41,50 @@ def test_one_shared_buffer_unless_separate():
     apart = Staging(torch.device("cpu"), separate=True).upload(arrays)
     assert apart[0].untyped_storage().data_ptr() != apart[1].untyped_storage().data_ptr()
     assert all(t.data_ptr() % 16 == 0 for t in shared)  # 16-byte aligned views
+
+
+@st.composite
+def table_histories(draw):
+    """Per step: for some sequences, grow the table, replace it (preemption) or finish."""
+    return draw(
+        st.lists(
+            st.lists(
+                st.tuples(st.integers(0, 9), st.sampled_from(["grow", "replace", "finish"])), max_size=12
+            ),
+            min_size=1,
+            max_size=15,
+        )
+    )
+
+
+@settings(max_examples=80, deadline=None)
+@given(table_histories(), st.integers(0, 2**32 - 1))
+def test_block_table_rows_equal_the_tables_they_mirror(history, seed):
+    from llmbench.engine.sampling_params import SamplingParams
+    from llmbench.engine.sequence import Sequence
+    from llmbench.engine.step_inputs import BlockTables
+
+    rng = np.random.default_rng(seed)
+    mirror = BlockTables(max_blocks_per_seq=40)
+    seqs = {i: Sequence(f"r{i}", [1], SamplingParams(), 0.0) for i in range(10)}
+    for step in history:
+        for i, action in step:
+            seq = seqs[i]
+            if action == "grow" and len(seq.block_table) < 40:
+                seq.block_table.extend(
+                    rng.integers(0, 10_000, rng.integers(1, 3)).tolist()[: 40 - len(seq.block_table)]
+                )
+            elif action == "replace":  # a preempted and readmitted sequence gets a new list
+                seq.block_table = rng.integers(0, 10_000, rng.integers(0, 20)).tolist()
+            elif action == "finish":
+                mirror.forget(seq.request_id)
+                seq.block_table = []
+        batch = [s for s in seqs.values() if s.block_table]
+        if not batch:
+            continue
+        got = mirror.gather(batch)
+        width = max(len(s.block_table) for s in batch)
+        want = np.zeros((len(batch), width), dtype=np.int32)
+        for r, s in enumerate(batch):
+            want[r, : len(s.block_table)] = s.block_table
+        assert np.array_equal(got, want)

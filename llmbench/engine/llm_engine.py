@@ -23,7 +23,7 @@ from llmbench.engine.sampler import Sampler
 from llmbench.engine.sampling_params import SamplingParams
 from llmbench.engine.scheduler import ScheduledBatch, Scheduler, step_kind
 from llmbench.engine.sequence import Sequence, SequenceStatus
-from llmbench.engine.step_inputs import StepArrays, build_step
+from llmbench.engine.step_inputs import BlockTables, StepArrays, build_step
 from llmbench.engine.tp import (
     LaunchedRanks,
     TPError,
@@ -155,6 +155,7 @@ class LLMEngine:
         self.eos_token_ids = frozenset(eos)
         self._seqs: dict[str, Sequence] = {}
         self._step = 0
+        self.tables = BlockTables(-(-max_len // bs))  # rows of the running sequences' block tables
         self._inflight: InFlight | None = None  # asynchronous scheduling: the step still on the device
         self._last_resolved = 0.0
         dtype_size = config.torch_dtype.itemsize
@@ -235,7 +236,7 @@ class LLMEngine:
         if batch is None:
             return StepOutput(self._stats(start))
         stats = self._begin(batch, start)
-        arrays = build_step(batch.seqs, batch.num_new_tokens, self.config.block_size)
+        arrays = build_step(batch.seqs, batch.num_new_tokens, self.config.block_size, self.tables)
         logits, stats.graph_bucket, stats.graph_padding = self._execute(arrays)
         sampling = self.scheduler.advance(batch)
         tokens = self.sampler(logits, [s.request_id for s in sampling], [s.params for s in sampling])
@@ -291,7 +292,7 @@ class LLMEngine:
         if batch is not None:
             self._step += 1
             stats = self._begin(batch, start)
-            arrays = build_step(batch.seqs, batch.num_new_tokens, self.config.block_size)
+            arrays = build_step(batch.seqs, batch.num_new_tokens, self.config.block_size, self.tables)
             set_token_fill(batch, arrays)
             logits, stats.graph_bucket, stats.graph_padding = self._execute(arrays)
             sampling = sampling_rows(batch)
@@ -330,6 +331,7 @@ class LLMEngine:
             del seq.token_ids[seq.pending_pos :]
             seq.pending_pos = seq.pending_src = None
         self.scheduler.remove(seq)
+        self.tables.forget(seq.request_id)
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
         seq.finish_time = now

@@ -31,14 +31,66 @@ class StepArrays:
     share_ids: bool = False
 
 
-def build_step(seqs: list[Sequence], num_new_tokens: list[int], block_size: int) -> StepArrays:
-    """Flatten a batch. Runs every step: host work here is on the hot path."""
+class BlockTables:
+    """Every running sequence's block table kept as a row of one int32 matrix, written as the table
+    grows (a block every ``block_size`` tokens), so a step's (B, width) table is one gather rather than
+    B conversions of Python lists: at 256 sequences of ~60 blocks those took most of a step's host time.
+
+    A table the block manager replaces (admission, preemption) is a new list object: its row is
+    rewritten from the start. Rows past a table's length stay zero."""
+
+    def __init__(self, max_blocks_per_seq: int) -> None:
+        self.matrix = np.zeros((64, max_blocks_per_seq), dtype=np.int32)
+        self._rows: dict[str, list] = {}  # request id -> [row, the table list mirrored, entries written]
+        self._free: list[int] = list(range(63, -1, -1))
+
+    def gather(self, seqs: list[Sequence]) -> np.ndarray:
+        """(B, widest table of the batch) int32."""
+        idx = np.empty(len(seqs), dtype=np.int64)
+        width = 0
+        for i, seq in enumerate(seqs):
+            table = seq.block_table
+            entry = self._rows.get(seq.request_id)
+            if entry is None:
+                entry = self._rows[seq.request_id] = [self._take_row(), table, 0]
+            elif entry[1] is not table:  # replaced: start the row again
+                self.matrix[entry[0], : entry[2]] = 0
+                entry[1], entry[2] = table, 0
+            n = len(table)
+            if entry[2] < n:
+                self.matrix[entry[0], entry[2] : n] = table[entry[2] :]
+                entry[2] = n
+            idx[i] = entry[0]
+            width = max(width, n)
+        return self.matrix[idx, :width]
+
+    def forget(self, request_id: str) -> None:
+        entry = self._rows.pop(request_id, None)
+        if entry is not None:
+            self.matrix[entry[0], : entry[2]] = 0
+            self._free.append(entry[0])
+
+    def _take_row(self) -> int:
+        if not self._free:
+            rows = self.matrix.shape[0]
+            self.matrix = np.concatenate([self.matrix, np.zeros_like(self.matrix)])
+            self._free = list(range(2 * rows - 1, rows - 1, -1))
+        return self._free.pop()
+
+
+def build_step(
+    seqs: list[Sequence], num_new_tokens: list[int], block_size: int, mirror: BlockTables | None = None
+) -> StepArrays:
+    """Flatten a batch. Runs every step: host work here is on the hot path. ``mirror``: the engine's
+    running tables (without one, e.g. for warm-up batches, the tables are copied row by row)."""
     bs = block_size
     n = len(seqs)
-    width = max(len(s.block_table) for s in seqs)
-    tables = np.zeros((n, width), dtype=np.int32)
-    for i, s in enumerate(seqs):
-        tables[i, : len(s.block_table)] = s.block_table
+    if mirror is not None:
+        tables = mirror.gather(seqs)
+    else:
+        tables = np.zeros((n, max(len(s.block_table) for s in seqs)), dtype=np.int32)
+        for i, s in enumerate(seqs):
+            tables[i, : len(s.block_table)] = s.block_table
     if max(num_new_tokens) == 1:  # decode-shaped: one token per sequence, no per-token loops
         pos = np.fromiter((s.num_computed_tokens for s in seqs), dtype=np.int64, count=n)
         input_ids = np.fromiter(
