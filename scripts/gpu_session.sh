@@ -2,14 +2,14 @@
 # GPU-machine work in stages, each step under its own time limit, its log and a tarball of the result
 # folders left in $OUT after every step (so a stage cut short keeps what it measured).
 #
-#   bash scripts/gpu_session.sh STAGE...     stages: check tp peers bench ablate
+#   bash scripts/gpu_session.sh STAGE...     stages: check tp peers bench ablate ablate2 fa4a fa4b fa4
 #
 #   check   CUDA test suite (kernels at real sizes, parity in float32), then scripts/bench_kernels.py
 #   tp      (two GPUs) tensor-parallel tests, tp=1 vs tp=2 on qwen3-8b: one sequence and nano-vllm workload
 #   peers   engine vs transformers: single stream and the nano-vllm workload (issue 7's table)
 #   bench   every scenarios/bench/*.yaml through llmbench run (issue 4's targets)
-#   ablate  cuda_graph / torch_compile (/ async_scheduling) on batch 1 and 8, and every toggle one at a
-#           time on the nano-vllm workload
+#   ablate  cuda_graph and async_scheduling, then torch_compile, on batch 1 and batch 8 (qwen3-0.6b)
+#   ablate2 decode slices (decode_split_tokens), then every toggle one at a time on the nano-vllm workload
 #   fa4a, fa4b, fa4   flash-attn 4 carried in two calls (scripts/fetch_fa4_wheels.sh), then the flash_attn
 #           backend: parity tests, and against triton on the workload and one sequence
 #
@@ -51,18 +51,20 @@ for stage in "$@"; do
       for f in scenarios/bench/*.yaml; do
         step "bench_$(basename "$f" .yaml)" 150 $LB run "$f" --out $R
       done ;;
-    ablate)
-      step ablate_batch1 260 $LB ablate scenarios/bench/single_0.6b.yaml --toggle cuda_graph --toggle torch_compile \
-        --toggle async_scheduling \
-        --design one-at-a-time --repeats 3 --timeout 90 --out $R
-      step ablate_batch8 200 $LB ablate scenarios/bench/batch8_0.6b.yaml --toggle cuda_graph --toggle torch_compile \
-        --design one-at-a-time --repeats 3 --timeout 90 --out $R
-      step ablate_split 300 $LB ablate scenarios/bench/throughput.yaml --toggle decode_split_tokens=256,512,1024 \
-        --repeats 2 --set warmup=2 --timeout 100 --out $R
-      step ablate_all 560 $LB ablate scenarios/bench/throughput.yaml --design one-at-a-time --repeats 1 \
+    ablate)  # about 9 minutes
+      for b in single_0.6b batch8_0.6b; do
+        step "ablate_${b}" 200 $LB ablate scenarios/bench/$b.yaml --toggle cuda_graph --toggle async_scheduling \
+          --repeats 3 --timeout 60 --out $R
+        step "compile_${b}" 180 $LB ablate scenarios/bench/$b.yaml --toggle torch_compile \
+          --repeats 2 --timeout 120 --out $R
+      done ;;
+    ablate2)  # about 10 minutes: decode slices, then every toggle one at a time on the nano-vllm workload
+      step ablate_split 240 $LB ablate scenarios/bench/throughput.yaml --toggle decode_split_tokens=256,512,1024 \
+        --repeats 1 --set warmup=2 --timeout 100 --out $R
+      step ablate_all 340 $LB ablate scenarios/bench/throughput.yaml --design one-at-a-time --repeats 1 \
         --set warmup=2 --timeout 100 --out $R \
         $(for t in paged_kv prefix_cache continuous_batching chunked_prefill triton_kernels attention_backend \
-          cuda_graph torch_compile async_scheduling; do echo --toggle $t; done) ;;
+          cuda_graph async_scheduling; do echo --toggle $t; done) ;;
     fa4a)  # first half of the flash-attn 4 wheels (scripts/fetch_fa4_wheels.sh): kept in /tmp while warm
       mkdir -p /tmp/fa4 && cp .fa4a/* /tmp/fa4/ && ls /tmp/fa4 | wc -l ;;
     fa4b)  # second half: rebuild the large wheel, install all of them beside pydantic
@@ -78,6 +80,6 @@ for stage in "$@"; do
         --repeats 2 --timeout 120 --out $R
       step fa4_single 200 $LB ablate scenarios/bench/single_0.6b.yaml --toggle attention_backend=triton,flash_attn \
         --repeats 3 --timeout 90 --out $R ;;
-    *) echo "unknown stage $stage (check tp peers bench ablate fa4a fa4b fa4)"; exit 2 ;;
+    *) echo "unknown stage $stage (check tp peers bench ablate ablate2 fa4a fa4b fa4)"; exit 2 ;;
   esac
 done
