@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# GPU-machine work in stages, each step under its own time limit, its log and a tarball of the result
-# folders left in $OUT after every step (so a stage cut short keeps what it measured).
+# GPU-machine work in stages, each step under its own time limit; after every step the result folders
+# and the logs are packed into $OUT/results.tgz (so a stage cut short keeps what it measured).
 #
 #   bash scripts/gpu_session.sh STAGE...     stages: check tp peers bench ablate ablate2 fa4a fa4b fa4
 #
@@ -25,19 +25,20 @@ R=/tmp/results
 LB="python3 -m llmbench"
 PYTEST="python3 -m pytest -q -rs -p no:logging -p no:cacheprovider --timeout 150"
 
-step() {  # name, seconds, command...
+L=/tmp/logs; mkdir -p $L $R
+step() {  # name, seconds, command...  (logs and results travel in one tarball: $OUT takes 8 files)
   echo "== $1 ($(date +%T))"
-  timeout -k 10 "$2" "${@:3}" > "$OUT/$1.txt" 2>&1
+  timeout -k 10 "$2" "${@:3}" > "$L/$1.txt" 2>&1
   echo "rc=$?"
-  grep -E "passed|failed|tok/s|TPOT p50|TTFT p50|timed out|error" "$OUT/$1.txt" | grep -v DEBUG | cut -c1-170 | tail -12
-  tar czf "$OUT/results.tgz" -C /tmp results 2>/dev/null
+  grep -E "passed|failed|tok/s|TPOT p50|TTFT p50|timed out|error" "$L/$1.txt" | grep -v DEBUG | cut -c1-170 | tail -12
+  tar czf "$OUT/results.tgz" -C /tmp results logs 2>/dev/null
 }
 
 for stage in "$@"; do
   case $stage in
     check)
       step tests_cuda 300 $PYTEST tests/test_kernels.py tests/test_parity.py tests/test_staging.py
-      step kernels 150 python3 scripts/bench_kernels.py --json "$OUT/kernels.json" ;;
+      step kernels 150 python3 scripts/bench_kernels.py --json "$L/kernels.json" ;;
     tp)
       step tests_tp 240 $PYTEST tests/test_tensor_parallel.py
       step tp_single 200 $LB ablate scenarios/bench/single_8b.yaml --toggle tp --timeout 90 --out $R
