@@ -55,6 +55,7 @@ for stage in "$@"; do
     ablate)  # about 9 minutes
       for b in single_0.6b batch8_0.6b; do
         step "ablate_${b}" 200 $LB ablate scenarios/bench/$b.yaml --toggle cuda_graph --toggle async_scheduling \
+          --design one-at-a-time \
           --repeats 3 --timeout 60 --out $R
         step "compile_${b}" 180 $LB ablate scenarios/bench/$b.yaml --toggle torch_compile \
           --repeats 2 --timeout 120 --out $R
