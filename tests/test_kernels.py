@@ -376,3 +376,20 @@ print(rmsnorm.rms_norm_ref(x, torch.ones(8), 1e-6)[0].shape)
         [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.skipif(INTERPRET, reason="counts compiled kernel variants: needs the GPU compiler")
+def test_eager_decode_steps_compile_nothing_after_the_warm_up() -> None:
+    # A JIT compile inside a measured step is a ~1 s stall: the start-up warm-up must cover every
+    # split-KV variant an eager decode step can pick (batch and block-table width vary per step).
+    from llmbench import LLM, SamplingParams
+    from llmbench.kernels import triton_decode
+
+    def compiled() -> int:  # Triton 3.x: device_caches[device][0] is the compiled-kernel cache
+        return sum(len(entry[0]) for entry in triton_decode._decode_reduce_kernel.device_caches.values())
+
+    llm = LLM("qwen3-tiny", device="cuda", cuda_graph=False, max_model_len=2048, num_kv_blocks=512)
+    before = compiled()
+    params = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
+    llm.generate([[1] * n for n in (1, 30, 300, 1500)], params)  # widths and batch sizes that vary
+    assert compiled() == before, "a decode step compiled a kernel variant after start-up"

@@ -205,7 +205,25 @@ class ModelRunner:
             inputs, caches = self._dummy_inputs(tokens, n, None)
             hidden = self._forward(inputs.input_ids, inputs.positions, inputs.meta, caches)
             self.model.compute_logits(hidden[inputs.logits_indices]).float()
+        if self.config.attention_backend == "triton":
+            self._warm_up_decode_splits()
         torch.cuda.synchronize(self.device)
+
+    @torch.inference_mode()
+    def _warm_up_decode_splits(self) -> None:
+        """The split-KV decode variants: the merge kernel is compiled per power-of-two slice count, and
+        which counts a step needs depends on its batch and block-table width (eager decode steps, e.g.
+        with CUDA Graphs off or past the largest bucket, would otherwise compile them mid-run)."""
+        from llmbench.kernels.triton_decode import decode_attention
+
+        heads = self.model.model.layers[0].self_attn.num_heads
+        dtype = self.config.torch_dtype
+        q = torch.zeros(1, heads, self.head_dim, dtype=dtype, device=self.device)
+        cache = torch.zeros(2, self.block_size, self.kv_heads, self.head_dim, dtype=dtype, device=self.device)
+        table = torch.zeros(1, 2, dtype=torch.int32, device=self.device)
+        seq_lens = torch.ones(1, dtype=torch.int32, device=self.device)
+        for num_splits in (1, 2, 4, 8, 16, 32, 64, 128):
+            decode_attention(q, cache, cache, table, seq_lens, 1.0, num_splits=num_splits)
 
     @torch.inference_mode()
     def _warm_up_compile(self) -> None:
