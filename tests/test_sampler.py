@@ -70,3 +70,16 @@ def test_sampling_follows_the_distribution():
     )
     freq = counts.float() / n
     assert torch.allclose(freq, torch.tensor([0.7, 0.2, 0.1]), atol=0.035), freq
+
+
+def test_bf16_logits_sample_as_their_float32_upcast_would():
+    # The engine hands the sampler logits in the model dtype (no float copy of the vocabulary).
+    torch.manual_seed(0)
+    logits = (torch.randn(6, 1000) * 4).to(torch.bfloat16)
+    greedy = [SamplingParams(temperature=0.0)] * 6
+    ids = [f"r{i}" for i in range(6)]
+    assert Sampler(torch.device("cpu"))(logits, ids, greedy) == logits.float().argmax(-1).tolist()
+    seeded = [SamplingParams(temperature=0.7, top_k=50, seed=i) for i in range(6)]
+    a = Sampler(torch.device("cpu"))(logits, ids, seeded)
+    b = Sampler(torch.device("cpu"))(logits.float(), ids, seeded)
+    assert a == b

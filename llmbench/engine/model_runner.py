@@ -152,7 +152,7 @@ class ModelRunner:
 
     def _logits_forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata):
         hidden = self._forward(input_ids, positions, meta, self.kv_caches)
-        return self.model.compute_logits(hidden).float()
+        return self.model.compute_logits(hidden)
 
     def _dummy_inputs(self, num_tokens: int, seq_len: int, caches) -> tuple[StepInputs, list]:
         """A prefill batch of ``num_tokens`` tokens in sequences of ``seq_len``, on its own small pool."""
@@ -186,7 +186,7 @@ class ModelRunner:
         inputs, caches = self._dummy_inputs(tokens, min(tokens, self.max_model_len), None)
         hidden = self._forward(inputs.input_ids, inputs.positions, inputs.meta, caches)
         rows = min(self.config.max_num_seqs, hidden.shape[0])
-        self.model.compute_logits(hidden[:rows]).float()
+        self.model.compute_logits(hidden[:rows]).float()  # the peak includes the sampler's float copy
         torch.cuda.synchronize(self.device)
         peak = torch.cuda.max_memory_allocated(self.device)
         del inputs, caches, hidden
@@ -204,7 +204,7 @@ class ModelRunner:
             tokens = 2 if n == 1 else n  # two one-token sequences: a decode-shaped step
             inputs, caches = self._dummy_inputs(tokens, n, None)
             hidden = self._forward(inputs.input_ids, inputs.positions, inputs.meta, caches)
-            self.model.compute_logits(hidden[inputs.logits_indices]).float()
+            self.model.compute_logits(hidden[inputs.logits_indices])
         if self.config.attention_backend == "triton":
             self._warm_up_decode_splits()
         torch.cuda.synchronize(self.device)
@@ -297,7 +297,8 @@ class ModelRunner:
 
     @torch.inference_mode()
     def execute(self, step: StepArrays) -> tuple[torch.Tensor, int | None, int]:
-        """Run a step; return (logits of the sampling rows (N, V) float32, graph bucket or None, padding).
+        """Run a step; return (logits of the sampling rows (N, V) in the model dtype, graph bucket or None,
+        padding).
 
         Rows named by ``step.fill_rows`` (asynchronous scheduling) take their token from the previous
         step's samples (``share_sampled``), still on the device: no wait for the host.
@@ -319,7 +320,7 @@ class ModelRunner:
             )
             return logits[inputs.logits_indices], bucket, bucket - n
         hidden = self._forward(inputs.input_ids, inputs.positions, inputs.meta, self.kv_caches)
-        return self.model.compute_logits(hidden[inputs.logits_indices]).float(), None, 0
+        return self.model.compute_logits(hidden[inputs.logits_indices]), None, 0
 
 
 def _dynamo_graph_count() -> int:

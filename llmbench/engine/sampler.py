@@ -38,13 +38,17 @@ class Sampler:
         self, logits: torch.Tensor, request_ids: list[str], params: list[SamplingParams]
     ) -> torch.Tensor:
         """The sampled ids as a (N,) int64 tensor on the logits' device, without waiting for them."""
-        # logits: (N, V) float32
+        # logits: (N, V) in the model dtype. Greedy rows take the argmax as they are: a float32 copy
+        # would hold the same values (an exact upcast), so a copy of the whole vocabulary buys nothing.
         out = logits.argmax(dim=-1)
         if all(p.greedy for p in params):
             return out
         rows = [i for i, p in enumerate(params) if not p.greedy]
         idx = torch.tensor(rows, device=logits.device)
-        sub = logits[idx] / torch.tensor([params[i].temperature for i in rows], device=logits.device)[:, None]
+        sub = (
+            logits[idx].float()
+            / torch.tensor([params[i].temperature for i in rows], device=logits.device)[:, None]
+        )
         sub = apply_top_k_top_p(sub, [params[i].top_k for i in rows], [params[i].top_p for i in rows])
         probs = sub.softmax(dim=-1)
         noise = torch.empty_like(probs)
