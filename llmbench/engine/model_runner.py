@@ -318,6 +318,8 @@ class ModelRunner:
                 inputs.meta.seq_lens,
                 inputs.meta.block_tables,
             )
+            if len(step.logits_indices) == n:  # every row samples (the usual decode step): no gather
+                return logits, bucket, bucket - n
             return logits[inputs.logits_indices], bucket, bucket - n
         hidden = self._forward(inputs.input_ids, inputs.positions, inputs.meta, self.kv_caches)
         return self.model.compute_logits(hidden[inputs.logits_indices]), None, 0
