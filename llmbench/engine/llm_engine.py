@@ -104,9 +104,10 @@ class LLMEngine:
             why = check_divisible(model_config, config.tp)
             if why:
                 raise ConfigError(f"{why} of {config.model}")
-            if launched is not None:
-                launched_config(config, launched)  # tp must equal WORLD_SIZE: a clear error on every rank
-            if launched is not None and launched.rank > 0:  # torchrun's rank > 0: serve, never return
+            # Under torchrun: tp must equal WORLD_SIZE (a clear error on every rank); ranks > 0 serve
+            # rank 0's steps and never return.
+            own = launched_config(config, launched) if launched is not None else rank_config(config, 0)
+            if launched is not None and launched.rank > 0:
                 from llmbench.engine.tp_worker import serve_launched
 
                 serve_launched(config, model_config, folder, max_len, launched)
@@ -114,14 +115,12 @@ class LLMEngine:
             atexit.register(_close_at_exit, weakref.ref(self))
             try:
                 if launched is not None:  # torchrun's rank 0
-                    rank0 = launched_config(config, launched)
-                    group, control = init_launched_group(rank0, launched)
+                    group, control = init_launched_group(own, launched)
                     self.workers = LaunchedRanks(control)
                 else:
                     self.workers = TPWorkers(config, model_config, folder, max_len)
-                    rank0 = rank_config(config, 0)
-                    group = init_group(rank0, 0, self.workers.port)
-                self.runner = ModelRunner(rank0, model_config, folder, max_len, group)
+                    group = init_group(own, 0, self.workers.port)
+                self.runner = ModelRunner(own, model_config, folder, max_len, group)
             except ConfigError:
                 raise
             except BaseException as e:
@@ -364,10 +363,7 @@ class LLMEngine:
             raise error
         time.sleep(0.3)  # let the watchdog collect a worker's own message, if it sent one
         self.workers.terminate()
-        with teardown_guard(self.config):
-            if hasattr(self, "runner"):  # not yet there when rank 0's own start-up failed
-                self.runner.release_graphs()
-            close_group()
+        self._teardown_group()
         raise TPError(f"tensor-parallel run stopped on every rank: {self.workers.error or error}") from None
 
     def shutdown(self) -> None:
@@ -381,8 +377,14 @@ class LLMEngine:
             return
         workers, self.workers = self.workers, None
         workers.shutdown()
+        self._teardown_group(workers)
+
+    def _teardown_group(self, workers: TPWorkers | LaunchedRanks | None = None) -> None:
+        """This rank's CUDA Graphs go before its process group (NCCL's teardown waits for good on
+        communicators that live graphs captured), all under a guard against a teardown that blocks."""
         with teardown_guard(self.config):
-            if hasattr(self, "runner"):
+            if hasattr(self, "runner"):  # not yet there when rank 0's own start-up failed
                 self.runner.release_graphs()  # waits for this rank's stream: inside the guard
-            workers.before_teardown()
+            if workers is not None:
+                workers.before_teardown()
             close_group()
