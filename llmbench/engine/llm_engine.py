@@ -378,6 +378,10 @@ class LLMEngine:
         workers, self.workers = self.workers, None
         workers.shutdown()
         self._teardown_group(workers)
+        # The model's layers hold the process group: let it go now, while the process is whole, rather
+        # than at interpreter exit (gloo's threads, destroyed there, could abort the process).
+        if hasattr(self, "runner"):
+            del self.runner
 
     def _teardown_group(self, workers: TPWorkers | LaunchedRanks | None = None) -> None:
         """This rank's CUDA Graphs go before its process group (NCCL's teardown waits for good on
