@@ -70,7 +70,6 @@ def sampling_rows(batch: ScheduledBatch) -> list[Sequence]:
 
 def set_token_fill(batch: ScheduledBatch, arrays: StepArrays) -> None:
     """Name this step's placeholder rows and where the last samples hold their tokens."""
-    arrays.share_ids = True
     rows, src = [], []
     qstart = arrays.query_start_loc
     for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens, strict=True)):

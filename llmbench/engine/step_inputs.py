@@ -24,11 +24,9 @@ class StepArrays:
     logits_indices: np.ndarray  # (N,) int64: rows whose logits are sampled
     query_lens: list[int]  # (B,)
     # Asynchronous scheduling: input rows whose token is the previous step's sample, still on the device
-    # (``fill_src``: its row among those sampled ids), and whether this step's samples are shared with
-    # every tensor-parallel rank for the next step's fill.
+    # (``fill_src``: its row among those sampled ids).
     fill_rows: np.ndarray | None = None  # (K,) int64
     fill_src: np.ndarray | None = None  # (K,) int64
-    share_ids: bool = False
 
 
 class BlockTables:

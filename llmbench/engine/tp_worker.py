@@ -44,7 +44,7 @@ def serve(runner, receive: Callable[[], tuple[str, object]]) -> None:
         if kind == "stop":
             break
         runner.execute(payload)
-        if payload.share_ids:  # asynchronous scheduling: rank 0's samples feed the next step's inputs
+        if runner.config.async_scheduling:  # rank 0's samples feed the next step's inputs
             runner.share_sampled(None, len(payload.logits_indices))
     runner.release_graphs()
 

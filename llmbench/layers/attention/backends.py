@@ -146,15 +146,11 @@ class TritonBackend(CacheAttentionBackend):
         self.decode_split_tokens = decode_split_tokens  # see EngineConfig.decode_split_tokens
 
     def attend(self, q, k_cache, v_cache, meta, scale):
-        if meta.is_decode_only:
-            if self.decode_split_tokens:
-                return decode_attention(
-                    q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale,
-                    split_tokens=self.decode_split_tokens,
-                )  # fmt: skip
-            return paged_attention.paged_attention_decode(
-                q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale
-            )
+        if meta.is_decode_only:  # split_tokens None: equal slices chosen from the batch shape
+            return decode_attention(
+                q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale,
+                split_tokens=self.decode_split_tokens,
+            )  # fmt: skip
         return paged_attention.paged_attention_prefill(
             q,
             k_cache,
