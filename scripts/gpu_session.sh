@@ -2,8 +2,9 @@
 # GPU-machine work in stages, each step under its own time limit; after every step the result folders
 # and the logs are packed into $OUT/results.tgz (so a stage cut short keeps what it measured).
 #
-#   bash scripts/gpu_session.sh STAGE...     stages: check tp peers bench ablate ablate2 fa4a fa4b fa4
+#   bash scripts/gpu_session.sh STAGE...     stages: check tp tp_async peers bench ablate ablate2 fa4a fa4b fa4
 #
+#   tests   CUDA test suite (kernels at real sizes, parity in float32)
 #   check   CUDA test suite (kernels at real sizes, parity in float32), then scripts/bench_kernels.py
 #   tp      (two GPUs) tensor-parallel tests, tp=1 vs tp=2 on qwen3-8b: one sequence and nano-vllm workload
 #   peers   engine vs transformers: single stream and the nano-vllm workload (issue 7's table)
@@ -36,13 +37,17 @@ step() {  # name, seconds, command...  (logs and results travel in one tarball: 
 
 for stage in "$@"; do
   case $stage in
-    check)
-      step tests_cuda 300 $PYTEST tests/test_kernels.py tests/test_parity.py tests/test_staging.py
+    check|tests)
+      step tests_cuda 250 $PYTEST tests/test_kernels.py tests/test_parity.py tests/test_staging.py
+      [ "$stage" = tests ] && continue
       step kernels 150 python3 scripts/bench_kernels.py --json "$L/kernels.json" ;;
+    tp_async)  # (two GPUs) tp x async_scheduling on one qwen3-8b sequence: does overlapping host work help tp?
+      step tp_async 180 $LB ablate scenarios/bench/single_8b.yaml --toggle tp --toggle async_scheduling \
+        --design factorial --repeats 2 --timeout 60 --out $R ;;
     tp)
-      step tests_tp 240 $PYTEST tests/test_tensor_parallel.py
-      step tp_single 200 $LB ablate scenarios/bench/single_8b.yaml --toggle tp --timeout 90 --out $R
-      step tp_throughput 260 $LB ablate scenarios/bench/throughput.yaml --set model=qwen3-8b \
+      step tests_tp 200 $PYTEST tests/test_tensor_parallel.py
+      step tp_single 150 $LB ablate scenarios/bench/single_8b.yaml --toggle tp --timeout 90 --out $R
+      step tp_throughput 220 $LB ablate scenarios/bench/throughput.yaml --set model=qwen3-8b \
         --set name=bench-throughput-8b --set warmup=4 --toggle tp --repeats 1 --timeout 120 --out $R ;;
     peers)
       step peers_single 150 $LB ablate scenarios/peers/single_stream.yaml --repeats 3 --timeout 60 --out $R
@@ -82,6 +87,6 @@ for stage in "$@"; do
         --repeats 2 --timeout 120 --out $R
       step fa4_single 200 $LB ablate scenarios/bench/single_0.6b.yaml --toggle attention_backend=triton,flash_attn \
         --repeats 3 --timeout 90 --out $R ;;
-    *) echo "unknown stage $stage (check tp peers bench ablate ablate2 fa4a fa4b fa4)"; exit 2 ;;
+    *) echo "unknown stage $stage (check tp tp_async peers bench ablate ablate2 fa4a fa4b fa4)"; exit 2 ;;
   esac
 done

@@ -99,14 +99,16 @@ def _prologue_kernel(
         kc = kc_ptr + (slot // BLOCK_SIZE) * stride_kcb + (slot % BLOCK_SIZE) * stride_kcs
         vc = vc_ptr + (slot // BLOCK_SIZE) * stride_vcb + (slot % BLOCK_SIZE) * stride_vcs
         k_row = row + HQ * D
-        o1, o2, offs, mask = _norm_rotate(
+        # New names: Triton refuses a variable that an `if` block redefines with another shape (the
+        # interpreter does not check this, so only a GPU run catches it).
+        k1, k2, k_offs, k_mask = _norm_rotate(
             k_row, kw_ptr, HK, HALF, eps, cos, sin, HAS_NORM, BLOCK_HK, BLOCK_HALF
         )
-        tl.store(kc + offs, o1.to(dtype), mask=mask)
-        tl.store(kc + offs + HALF, o2.to(dtype), mask=mask)
+        tl.store(kc + k_offs, k1.to(dtype), mask=k_mask)
+        tl.store(kc + k_offs + HALF, k2.to(dtype), mask=k_mask)
         v_row = k_row + HK * D
-        tl.store(vc + offs, tl.load(v_row + offs, mask=mask), mask=mask)
-        tl.store(vc + offs + HALF, tl.load(v_row + offs + HALF, mask=mask), mask=mask)
+        tl.store(vc + k_offs, tl.load(v_row + k_offs, mask=k_mask), mask=k_mask)
+        tl.store(vc + k_offs + HALF, tl.load(v_row + k_offs + HALF, mask=k_mask), mask=k_mask)
 
 
 def attention_prologue(

@@ -71,7 +71,7 @@ def _decode_kernel(
     seq = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
-    seq_len = tl.load(seq_lens_ptr + seq)
+    seq_len = tl.load(seq_lens_ptr + seq).to(tl.int32)  # int32 like split_tokens: both branches below agree
     # Whole tiles per slice, so only a slice's last tile is ragged. By default each sequence is cut
     # into num_splits equal slices; with split_tokens > 0 into slices of that length (a short sequence
     # then leaves its last slices empty), which evens out a batch of mixed lengths.
