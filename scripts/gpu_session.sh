@@ -2,11 +2,13 @@
 # GPU-machine work in stages, each step under its own time limit; after every step the result folders
 # and the logs are packed into $OUT/results.tgz (so a stage cut short keeps what it measured).
 #
-#   bash scripts/gpu_session.sh STAGE...     stages: check tp tp_async peers bench ablate ablate2 fa4a fa4b fa4
+#   bash scripts/gpu_session.sh STAGE...     stages: check tp tp2 tp_async peers bench ablate ablate2 fa4a fa4b fa4
 #
 #   tests   CUDA test suite (kernels at real sizes, parity in float32)
 #   check   CUDA test suite (kernels at real sizes, parity in float32), then scripts/bench_kernels.py
 #   tp      (two GPUs) tensor-parallel tests, tp=1 vs tp=2 on qwen3-8b: one sequence and nano-vllm workload
+#   tp2     (two GPUs) all-reduce latency (NCCL vs one-shot), a per-rank step trace, tp_all_reduce ablation
+#   tp_async (two GPUs) tp x async_scheduling on one qwen3-8b sequence
 #   peers   engine vs transformers: single stream and the nano-vllm workload (issue 7's table)
 #   bench   every scenarios/bench/*.yaml through llmbench run (issue 4's targets)
 #   ablate  cuda_graph and async_scheduling, then torch_compile, on batch 1 and batch 8 (qwen3-0.6b)
@@ -41,6 +43,13 @@ for stage in "$@"; do
       step tests_cuda 250 $PYTEST tests/test_kernels.py tests/test_parity.py tests/test_staging.py
       [ "$stage" = tests ] && continue
       step kernels 150 python3 scripts/bench_kernels.py --json "$L/kernels.json" ;;
+    tp2)  # (two GPUs) where tp=2's time goes: all-reduce latency, every rank's step timeline, symm_mem
+      step allreduce 90 python3 scripts/allreduce_probe.py
+      step tests_tp2 200 $PYTEST tests/test_tensor_parallel.py -k "tp2"
+      step tp_trace 120 python3 scripts/tp_probe.py --model qwen3-8b --tp 2 --trace --set async_scheduling=true
+      step tp_symm 240 $LB ablate scenarios/bench/single_8b.yaml --set engine.tp=2 \
+        --toggle tp_all_reduce=nccl,symm_mem --toggle async_scheduling --design factorial --repeats 2 \
+        --timeout 60 --out $R ;;
     tp_async)  # (two GPUs) tp x async_scheduling on one qwen3-8b sequence: does overlapping host work help tp?
       step tp_async 180 $LB ablate scenarios/bench/single_8b.yaml --toggle tp --toggle async_scheduling \
         --design factorial --repeats 2 --timeout 60 --out $R ;;
@@ -87,6 +96,6 @@ for stage in "$@"; do
         --repeats 2 --timeout 120 --out $R
       step fa4_single 200 $LB ablate scenarios/bench/single_0.6b.yaml --toggle attention_backend=triton,flash_attn \
         --repeats 3 --timeout 90 --out $R ;;
-    *) echo "unknown stage $stage (check tp tp_async peers bench ablate ablate2 fa4a fa4b fa4)"; exit 2 ;;
+    *) echo "unknown stage $stage (check tp tp2 tp_async peers bench ablate ablate2 fa4a fa4b fa4)"; exit 2 ;;
   esac
 done

@@ -133,3 +133,13 @@ def test_decode_split_tokens_is_checked_where_it_enters():
         EngineConfig.from_options(
             "qwen3-tiny", device="cpu", attention_backend="sdpa", decode_split_tokens=64
         )
+
+
+def test_tp_all_reduce_is_checked_where_it_enters():
+    with pytest.raises(
+        ConfigError, match=r"Unsupported tp_all_reduce: 'mpi'. Supported: \['nccl', 'symm_mem'\]"
+    ):
+        EngineConfig.from_options("qwen3-tiny", device="cpu", tp_all_reduce="mpi")
+    with pytest.raises(ConfigError, match="needs tp > 1 on CUDA devices \\(got tp=2 on 'cpu'\\)"):
+        EngineConfig.from_options("qwen3-tiny", device="cpu", tp=2, tp_all_reduce="symm_mem")
+    assert EngineConfig.from_options("qwen3-tiny", device="cpu", tp=2).tp_all_reduce == "nccl"

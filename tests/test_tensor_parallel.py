@@ -42,11 +42,25 @@ def _workers_of(pid: int) -> list[psutil.Process]:
         return []
 
 
-@pytest.mark.parametrize("tp,async_", [(2, False), (4, False), (2, True)], ids=["tp2", "tp4", "tp2-async"])
-def test_greedy_tokens_at_tp_equal_transformers(model, tp, async_):
+@pytest.mark.parametrize(
+    "tp,async_,all_reduce",
+    [
+        (2, False, "nccl"),
+        (4, False, "nccl"),
+        (2, True, "nccl"),
+        (2, False, "symm_mem"),
+        (2, True, "symm_mem"),
+    ],
+    ids=["tp2", "tp4", "tp2-async", "tp2-symm_mem", "tp2-async-symm_mem"],
+)
+def test_greedy_tokens_at_tp_equal_transformers(model, tp, async_, all_reduce, tmp_path, monkeypatch):
     if DEVICE == "cuda" and torch.cuda.device_count() < tp:
         pytest.skip(f"needs {tp} GPUs")
+    if all_reduce == "symm_mem" and DEVICE != "cuda":
+        pytest.skip("symmetric memory (one-shot all-reduce over NVLink) needs CUDA GPUs")
     folder, expected = model
+    if async_:  # also the step trace (scripts/tp_probe.py --trace): every rank's timeline of every step
+        monkeypatch.setenv("LLMBENCH_TP_TRACE", str(tmp_path / "trace"))
     llm = LLM(
         str(folder),
         tp=tp,
@@ -55,6 +69,7 @@ def test_greedy_tokens_at_tp_equal_transformers(model, tp, async_):
         block_size=8,
         device=DEVICE,
         async_scheduling=async_,  # the sampled ids then reach ranks 1.. by a broadcast on the device
+        tp_all_reduce=all_reduce,
     )
     try:
         got = [o.token_ids for o in llm.generate(PROMPTS, GREEDY)]
@@ -62,6 +77,14 @@ def test_greedy_tokens_at_tp_equal_transformers(model, tp, async_):
         llm.engine.shutdown()
     assert got == expected
     assert not _workers_of(os.getpid()), "worker processes outlived shutdown"
+    if async_:
+        sends = json.loads((tmp_path / "trace" / "rank0.json").read_text())["rows"]
+        worker = json.loads((tmp_path / "trace" / "rank1.json").read_text())["rows"]
+        # one row per step on each rank (one prefill step, then decodes up to max_tokens)
+        assert len(sends) == len(worker) >= GREEDY.max_tokens
+        for (send, sent), (wait, got, launched, shared) in zip(sends, worker, strict=True):
+            assert send <= sent and wait <= got <= launched <= shared
+            assert got >= send, "a worker started a step before rank 0 sent it"
 
 
 def test_tp_that_does_not_divide_the_heads_is_a_clear_error(model):
@@ -327,3 +350,22 @@ def test_a_teardown_that_blocks_ends_the_process_with_a_message():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and time.monotonic() - start < 20
     assert "tensor-parallel teardown (gloo) still blocked" in done.stderr
+
+
+def test_all_reduce_takes_the_fast_path_only_for_what_fits(monkeypatch):
+    from llmbench.layers import parallel
+
+    class Fast:  # stands in for OneShotAllReduce: takes tensors of up to 8 elements
+        def fits(self, x):
+            return x.numel() <= 8
+
+        def __call__(self, x):
+            return x * 2  # the sum over two ranks holding the same x
+
+    through_dist = []
+    monkeypatch.setattr(parallel.dist, "all_reduce", lambda x, group: through_dist.append(x.numel()))
+    group = parallel.TPGroup(rank=0, size=2, group=object(), fast=Fast())
+    small, large = torch.ones(2, 4), torch.ones(3, 4)
+    assert torch.equal(group.all_reduce(small), torch.full((2, 4), 2.0)) and through_dist == []
+    assert group.all_reduce(large) is large and through_dist == [12]
+    assert parallel.TPGroup().all_reduce(small) is small  # a single rank reduces nothing

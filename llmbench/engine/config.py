@@ -79,6 +79,9 @@ class EngineConfig:
     # Triton decode attention: cut contexts into slices of this many tokens (a multiple of 64), which
     # evens out batches of mixed lengths; None: equal slices per sequence, chosen from the batch shape.
     decode_split_tokens: int | None = None
+    # Tensor parallelism: "nccl" (torch.distributed) or "symm_mem" (one-shot over NVLink for small
+    # messages, NCCL for the rest; CUDA only): engine/symm_all_reduce.py.
+    tp_all_reduce: str = "nccl"
 
     @classmethod
     def from_options(cls, model: str, **options: Any) -> EngineConfig:
@@ -184,6 +187,15 @@ class EngineConfig:
                     f"decode_split_tokens tunes the Triton decode kernel: it needs attention_backend='triton', "
                     f"got {backend!r}"
                 )
+        if self.tp_all_reduce not in TP_ALL_REDUCE:
+            raise ConfigError(
+                f"Unsupported tp_all_reduce: {self.tp_all_reduce!r}. Supported: {list(TP_ALL_REDUCE)}"
+            )
+        if self.tp_all_reduce == "symm_mem" and not (cuda and self.tp > 1):
+            raise ConfigError(
+                "tp_all_reduce='symm_mem' reads the other GPUs' memory over NVLink: it needs tp > 1 on CUDA "
+                f"devices (got tp={self.tp} on {device!r})"
+            )
         for name in ("max_num_seqs", "max_num_batched_tokens", "tp"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -215,6 +227,9 @@ class EngineConfig:
         if d["cuda_graph_buckets"] is not None:
             d["cuda_graph_buckets"] = list(d["cuda_graph_buckets"])
         return d
+
+
+TP_ALL_REDUCE = ("nccl", "symm_mem")
 
 
 def toggle_names() -> tuple[str, ...]:

@@ -105,6 +105,12 @@ def launched_config(config: EngineConfig, launched: LaunchedRank) -> EngineConfi
             f"torchrun started {launched.world_size} processes (WORLD_SIZE) but tp={config.tp}: "
             f"they must be equal (set tp={launched.world_size}, or start {config.tp} processes)"
         )
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", launched.world_size))
+    if config.tp_all_reduce == "symm_mem" and local != launched.world_size:
+        raise ConfigError(
+            f"tp_all_reduce='symm_mem' needs every rank on one host (NVLink); torchrun placed "
+            f"{local} of {launched.world_size} ranks here: use tp_all_reduce='nccl' across hosts"
+        )
     if config.is_cuda:
         return dataclasses.replace(config, device=f"cuda:{launched.local_rank}")
     return config
@@ -122,7 +128,9 @@ def init_launched_group(config: EngineConfig, launched: LaunchedRank) -> tuple[T
         timeout=_INIT_TIMEOUT,
     )
     control = dist.new_group(backend="gloo") if config.is_cuda else dist.group.WORLD
-    return TPGroup(launched.rank, launched.world_size, dist.group.WORLD), control
+    return with_fast_all_reduce(
+        config, TPGroup(launched.rank, launched.world_size, dist.group.WORLD)
+    ), control
 
 
 class LaunchedRanks:
@@ -174,7 +182,17 @@ def init_group(config: EngineConfig, rank: int, port: int) -> TPGroup:
     dist.init_process_group(
         backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=config.tp, timeout=_INIT_TIMEOUT
     )
-    return TPGroup(rank, config.tp, dist.group.WORLD)
+    return with_fast_all_reduce(config, TPGroup(rank, config.tp, dist.group.WORLD))
+
+
+def with_fast_all_reduce(config: EngineConfig, group: TPGroup) -> TPGroup:
+    """``group`` with the all-reduce ``config.tp_all_reduce`` asks for (every rank calls this together)."""
+    if config.tp_all_reduce != "symm_mem":
+        return group
+    from llmbench.engine.symm_all_reduce import OneShotAllReduce
+
+    fast = OneShotAllReduce(group.group, config.torch_dtype, torch.device(config.device))
+    return dataclasses.replace(group, fast=fast)
 
 
 @contextlib.contextmanager
@@ -247,6 +265,7 @@ class TPWorkers:
             listener.close()
         self.error: str | None = None
         self._closed = False
+        self.trace: list[tuple[float, float]] | None = [] if os.environ.get("LLMBENCH_TP_TRACE") else None
         self._watchdog = threading.Thread(target=self._watch, daemon=True, name="llmbench-tp-watchdog")
         self._watchdog.start()
 
@@ -282,8 +301,17 @@ class TPWorkers:
 
     def step(self, payload) -> None:
         self.check()
+        t_send = time.time()
         for conn in self.conns:
             conn.send(("step", payload))
+        if self.trace is not None:  # LLMBENCH_TP_TRACE: see tp_worker.serve
+            self.trace.append((t_send, time.time()))
+
+    def write_trace(self) -> None:
+        if self.trace is not None:
+            from llmbench.engine.tp_worker import write_trace
+
+            write_trace(os.environ["LLMBENCH_TP_TRACE"], 0, ["send", "sent"], self.trace)
 
     def terminate(self) -> None:
         self._closed = True
@@ -301,6 +329,7 @@ class TPWorkers:
         if self._closed:
             return
         self._closed = True
+        self.write_trace()
         for conn in self.conns:
             try:
                 conn.send(("stop", None))

@@ -6,12 +6,15 @@ out of the package's imports so that running it as ``__main__`` imports it once.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Client
+from pathlib import Path
 from typing import NoReturn
 
 import torch.distributed as dist
@@ -38,15 +41,35 @@ def _die_with_parent() -> None:
 
 
 def serve(runner, receive: Callable[[], tuple[str, object]]) -> None:
-    """Run every step rank 0 sends until it says stop; then drop the CUDA Graphs (they hold NCCL)."""
+    """Run every step rank 0 sends until it says stop; then drop the CUDA Graphs (they hold NCCL).
+
+    With ``LLMBENCH_TP_TRACE=DIR`` each rank writes DIR/rank<N>.json: per step, when it started waiting
+    for the step, when the step arrived, when its launch returned and when the sample broadcast returned
+    (``time.time()``, comparable across the ranks of one host; ``scripts/tp_probe.py --trace`` reads them)."""
+    trace_dir = os.environ.get("LLMBENCH_TP_TRACE")
+    trace: list[tuple[float, float, float, float]] = []
     while True:
+        t_wait = time.time()
         kind, payload = receive()
         if kind == "stop":
             break
+        t_got = time.time()
         runner.execute(payload)
+        t_launched = time.time()
         if runner.config.async_scheduling:  # rank 0's samples feed the next step's inputs
             runner.share_sampled(None, len(payload.logits_indices))
+        if trace_dir:
+            trace.append((t_wait, t_got, t_launched, time.time()))
     runner.release_graphs()
+    if trace_dir:
+        write_trace(trace_dir, runner.tp.rank, ["wait", "got", "launched", "shared"], trace)
+
+
+def write_trace(folder: str, rank: int, columns: list[str], rows: list) -> None:
+    """One rank's step timestamps, as JSON (a debugging aid: see ``serve``)."""
+    path = Path(folder) / f"rank{rank}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"columns": columns, "rows": rows}))
 
 
 def serve_launched(config, model_config, folder, max_model_len, launched) -> NoReturn:

@@ -14,10 +14,16 @@ class TPGroup:
     rank: int = 0
     size: int = 1
     group: Any = None  # a torch.distributed ProcessGroup when size > 1
+    # A faster path for small messages (engine/symm_all_reduce.py, tp_all_reduce="symm_mem"), else NCCL/gloo.
+    fast: Any = None
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
-        if self.size > 1:
-            dist.all_reduce(x, group=self.group)
+        """The sum over the group: in place through torch.distributed, or a new tensor through ``fast``."""
+        if self.size == 1:
+            return x
+        if self.fast is not None and self.fast.fits(x):
+            return self.fast(x)
+        dist.all_reduce(x, group=self.group)
         return x
 
     def all_gather_last_dim(self, x: torch.Tensor) -> torch.Tensor:
