@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("triton")
+triton = pytest.importorskip("triton")
+if tuple(int(p) for p in triton.__version__.split(".")[:2]) < (3, 3):
+    pytest.skip("compiling for a GPU target by hand takes Triton 3.3's ASTSource", allow_module_level=True)
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "compile_kernels.py"
