@@ -7,7 +7,7 @@ CPU tensors of the engine's real shapes with the launches intercepted, then comp
 launch (same signature, constexprs and launch options) through Triton's whole pipeline, down to a
 cubin for the target (ptxas ships with Triton), without running anything.
 
-    python scripts/compile_kernels.py               # sm_90 (H100/H200), bf16 and float32; exit 1 on a failure
+    python scripts/compile_kernels.py               # sm_90 (H100/H200), bf16, float32, fp16; exit 1 on a failure
     python scripts/compile_kernels.py --arch 100 --dtype bf16   # another compute capability, one dtype
 """
 
@@ -181,8 +181,8 @@ def main() -> int:
     )
     parser.add_argument(
         "--dtype",
-        default="bf16,fp32",
-        help="model dtypes, comma-separated: bf16 (the engine's), fp32 (parity tests)",
+        default="bf16,fp32,fp16",
+        help="model dtypes, comma-separated: bf16 (the GPU default), fp32 (parity tests), fp16",
     )
     args = parser.parse_args()
     names = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
