@@ -47,6 +47,10 @@ for stage in "$@"; do
       step allreduce 90 python3 scripts/allreduce_probe.py
       step tests_tp2 200 $PYTEST tests/test_tensor_parallel.py -k "tp2"
       step tp_trace 120 python3 scripts/tp_probe.py --model qwen3-8b --tp 2 --trace --set async_scheduling=true
+      # the same without NCCL's support for graph-captured and eager operations outstanding together
+      # (async scheduling adds an eager broadcast between graph replays): is that the 40 ms stall?
+      step tp_trace_nomix 120 env NCCL_GRAPH_MIXING_SUPPORT=0 python3 scripts/tp_probe.py --model qwen3-8b \
+        --tp 2 --trace --set async_scheduling=true
       step tp_symm 240 $LB ablate scenarios/bench/single_8b.yaml --set engine.tp=2 \
         --toggle tp_all_reduce=nccl,symm_mem --toggle async_scheduling --design factorial --repeats 2 \
         --timeout 60 --out $R ;;
