@@ -289,14 +289,19 @@ def test_ranks_started_by_torchrun_give_the_same_tokens(model, tmp_path):
     assert json.loads(lines[0].split(" ", 1)[1]) == expected
 
 
-@pytest.mark.slow
-def test_torchrun_world_size_and_tp_must_agree(tmp_path):
+def _llmbench_run_under_torchrun(tmp_path: Path, tp: int, extra: str, workload: str):
+    """``llmbench run`` of a tiny offline scenario (engine tp ``tp``) under torchrun with two processes."""
     scenario = tmp_path / "s.yaml"
     scenario.write_text(
-        "name: s\nmodel: qwen3-tiny\nengine: {device: cpu, tp: 4}\n"
-        "workload: {num_requests: 2, input_len: 8, output_len: 2}\narrival: {kind: offline}\n"
+        f"name: s\nmodel: qwen3-tiny\nengine: {{device: cpu, tp: {tp}}}\n{extra}"
+        f"workload: {{{workload}}}\narrival: {{kind: offline}}\n"
     )
-    done = _torchrun(2, "-m", "llmbench", "run", str(scenario), "--out", str(tmp_path / "r"))
+    return _torchrun(2, "-m", "llmbench", "run", str(scenario), "--out", str(tmp_path / "r"))
+
+
+@pytest.mark.slow
+def test_torchrun_world_size_and_tp_must_agree(tmp_path):
+    done = _llmbench_run_under_torchrun(tmp_path, 4, "", "num_requests: 2, input_len: 8, output_len: 2")
     assert done.returncode != 0
     assert "torchrun started 2 processes (WORLD_SIZE) but tp=4" in done.stdout + done.stderr
     # torchrun reports its failed children with a traceback of its own; ours must print none.
@@ -306,12 +311,9 @@ def test_torchrun_world_size_and_tp_must_agree(tmp_path):
 
 @pytest.mark.slow
 def test_llmbench_run_under_torchrun_writes_one_run_from_rank_0(tmp_path):
-    scenario = tmp_path / "s.yaml"
-    scenario.write_text(
-        "name: s\nmodel: qwen3-tiny\nengine: {device: cpu, tp: 2}\nwarmup: 0\n"
-        "workload: {num_requests: 3, input_len: 8, output_len: 4}\narrival: {kind: offline}\n"
+    done = _llmbench_run_under_torchrun(
+        tmp_path, 2, "warmup: 0\n", "num_requests: 3, input_len: 8, output_len: 4"
     )
-    done = _torchrun(2, "-m", "llmbench", "run", str(scenario), "--out", str(tmp_path / "r"))
     assert done.returncode == 0, done.stderr[-3000:]
     runs = sorted(p.name for p in (tmp_path / "r" / "s").iterdir())
     assert len(runs) == 1 and not runs[0].startswith(".tmp"), runs  # rank 1 wrote nothing

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import json
 import os
 import secrets
 import socket
@@ -195,6 +196,13 @@ def with_fast_all_reduce(config: EngineConfig, group: TPGroup) -> TPGroup:
     return dataclasses.replace(group, fast=fast)
 
 
+def write_trace(folder: str, rank: int, columns: list[str], rows: list) -> None:
+    """One rank's step timestamps, as JSON (``LLMBENCH_TP_TRACE``: see ``tp_worker.serve``)."""
+    path = Path(folder) / f"rank{rank}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"columns": columns, "rows": rows}))
+
+
 @contextlib.contextmanager
 def teardown_guard(config: EngineConfig, timeout_s: float = 60.0):
     """Bound a tensor-parallel teardown: should it block (NCCL waiting on a rank that is gone, a graph
@@ -309,8 +317,6 @@ class TPWorkers:
 
     def write_trace(self) -> None:
         if self.trace is not None:
-            from llmbench.engine.tp_worker import write_trace
-
             write_trace(os.environ["LLMBENCH_TP_TRACE"], 0, ["send", "sent"], self.trace)
 
     def terminate(self) -> None:

@@ -6,7 +6,6 @@ out of the package's imports so that running it as ``__main__`` imports it once.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -14,7 +13,6 @@ import time
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Client
-from pathlib import Path
 from typing import NoReturn
 
 import torch.distributed as dist
@@ -27,6 +25,7 @@ from llmbench.engine.tp import (
     rank_config,
     receive_broadcast,
     teardown_guard,
+    write_trace,
 )
 
 
@@ -63,13 +62,6 @@ def serve(runner, receive: Callable[[], tuple[str, object]]) -> None:
     runner.release_graphs()
     if trace_dir:
         write_trace(trace_dir, runner.tp.rank, ["wait", "got", "launched", "shared"], trace)
-
-
-def write_trace(folder: str, rank: int, columns: list[str], rows: list) -> None:
-    """One rank's step timestamps, as JSON (a debugging aid: see ``serve``)."""
-    path = Path(folder) / f"rank{rank}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"columns": columns, "rows": rows}))
 
 
 def serve_launched(config, model_config, folder, max_model_len, launched) -> NoReturn:
