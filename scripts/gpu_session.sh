@@ -7,20 +7,23 @@
 #   tests   CUDA test suite (kernels at real sizes, parity in float32)
 #   check   CUDA test suite (kernels at real sizes, parity in float32), then scripts/bench_kernels.py
 #   tp      (two GPUs) tensor-parallel tests, tp=1 vs tp=2 on qwen3-8b: one sequence and nano-vllm workload
-#   tp2     (two GPUs) all-reduce latency (NCCL vs one-shot), a per-rank step trace, tp_all_reduce ablation
-#   tp_async (two GPUs) tp x async_scheduling on one qwen3-8b sequence
+#   tp2     (two GPUs) per-rank step traces (with and without Nagle on the step socket, NCCL and one-shot
+#           all-reduce), then tp_all_reduce, tp x async_scheduling and tp on the workload as ablations
+#   tp_async (two GPUs) tp x async_scheduling on one qwen3-8b sequence (NCCL all-reduce)
 #   peers   engine vs transformers: single stream and the nano-vllm workload (issue 7's table)
 #   bench   every scenarios/bench/*.yaml through llmbench run (issue 4's targets)
-#   ablate  cuda_graph and async_scheduling, then torch_compile, on batch 1 and batch 8 (qwen3-0.6b)
-#   ablate2 decode slices (decode_split_tokens), then every toggle one at a time on the nano-vllm workload
+#   ablate  async_scheduling and torch_compile one at a time, on batch 1 and batch 8 (qwen3-0.6b)
+#   ablate2 every toggle one at a time on the nano-vllm workload
 #   fa4a, fa4b, fa4   flash-attn 4 carried in two calls (scripts/fetch_fa4_wheels.sh), then the flash_attn
 #           backend: parity tests, and against triton on the workload and one sequence
 #
 # pydantic travels as wheels in .whl (shared/GPU.md); pass `carry: [".whl"]` to the device call.
+# One-GPU stages can run side by side on a two-GPU machine, each with its own tarball:
+#   TAG=-a CUDA_VISIBLE_DEVICES=0 bash scripts/gpu_session.sh ablate & TAG=-b CUDA_VISIBLE_DEVICES=1 bash ... & wait
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-if [ -d .whl ]; then
+if [ -d .whl ] && [ ! -d /tmp/site/pydantic ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 fi
 export PYTHONPATH=/tmp/site:$PWD:$PWD/scripts
@@ -34,7 +37,7 @@ step() {  # name, seconds, command...  (logs and results travel in one tarball: 
   timeout -k 10 "$2" "${@:3}" > "$L/$1.txt" 2>&1
   echo "rc=$?"
   grep -E "passed|failed|tok/s|TPOT p50|TTFT p50|timed out|error" "$L/$1.txt" | grep -v DEBUG | cut -c1-170 | tail -12
-  tar czf "$OUT/results.tgz" -C /tmp results logs 2>/dev/null
+  tar czf "$OUT/results${TAG:-}.tgz" -C /tmp results logs 2>/dev/null
 }
 
 for stage in "$@"; do
@@ -43,17 +46,19 @@ for stage in "$@"; do
       step tests_cuda 250 $PYTEST tests/test_kernels.py tests/test_parity.py tests/test_staging.py
       [ "$stage" = tests ] && continue
       step kernels 150 python3 scripts/bench_kernels.py --json "$L/kernels.json" ;;
-    tp2)  # (two GPUs) where tp=2's time goes: all-reduce latency, every rank's step timeline, symm_mem
-      step allreduce 90 python3 scripts/allreduce_probe.py
-      step tests_tp2 200 $PYTEST tests/test_tensor_parallel.py -k "tp2"
-      step tp_trace 120 python3 scripts/tp_probe.py --model qwen3-8b --tp 2 --trace --set async_scheduling=true
-      # the same without NCCL's support for graph-captured and eager operations outstanding together
-      # (async scheduling adds an eager broadcast between graph replays): is that the 40 ms stall?
-      step tp_trace_nomix 120 env NCCL_GRAPH_MIXING_SUPPORT=0 python3 scripts/tp_probe.py --model qwen3-8b \
-        --tp 2 --trace --set async_scheduling=true
-      step tp_symm 240 $LB ablate scenarios/bench/single_8b.yaml --set engine.tp=2 \
-        --toggle tp_all_reduce=nccl,symm_mem --toggle async_scheduling --design factorial --repeats 2 \
-        --timeout 60 --out $R ;;
+    tp2)  # (two GPUs) the tp=2 stall traced (Nagle on the step socket?), one-shot all-reduce in whole runs
+      T="python3 scripts/tp_probe.py --model qwen3-8b --tp 2 --trace"
+      step tp_trace_nagle 120 env LLMBENCH_TP_NODELAY=0 $T --set async_scheduling=true
+      step tp_trace 120 $T --set async_scheduling=true
+      step tp_trace_symm 120 $T --set async_scheduling=true --set tp_all_reduce=symm_mem
+      step tp_trace_sync_symm 120 $T --set tp_all_reduce=symm_mem
+      step tp_symm 150 $LB ablate scenarios/bench/single_8b.yaml --set engine.tp=2 \
+        --set engine.async_scheduling=true --toggle tp_all_reduce=nccl,symm_mem --repeats 2 --timeout 60 --out $R
+      step tp_async 240 $LB ablate scenarios/bench/single_8b.yaml --set engine.tp_all_reduce=auto --toggle tp \
+        --toggle async_scheduling --design factorial --repeats 2 --timeout 60 --out $R
+      step tp_throughput 150 $LB ablate scenarios/bench/throughput.yaml --set model=qwen3-8b \
+        --set name=bench-throughput-8b --set warmup=4 --set engine.tp_all_reduce=auto --toggle tp \
+        --repeats 1 --timeout 120 --out $R ;;
     tp_async)  # (two GPUs) tp x async_scheduling on one qwen3-8b sequence: does overlapping host work help tp?
       step tp_async 180 $LB ablate scenarios/bench/single_8b.yaml --toggle tp --toggle async_scheduling \
         --design factorial --repeats 2 --timeout 60 --out $R ;;
@@ -70,18 +75,13 @@ for stage in "$@"; do
       for f in scenarios/bench/*.yaml; do
         step "bench_$(basename "$f" .yaml)" 150 $LB run "$f" --out $R
       done ;;
-    ablate)  # about 9 minutes
-      for b in single_0.6b batch8_0.6b; do
-        step "ablate_${b}" 200 $LB ablate scenarios/bench/$b.yaml --toggle cuda_graph --toggle async_scheduling \
-          --design one-at-a-time \
-          --repeats 3 --timeout 60 --out $R
-        step "compile_${b}" 180 $LB ablate scenarios/bench/$b.yaml --toggle torch_compile \
-          --repeats 2 --timeout 120 --out $R
-      done ;;
-    ablate2)  # about 10 minutes: decode slices, then every toggle one at a time on the nano-vllm workload
-      step ablate_split 240 $LB ablate scenarios/bench/throughput.yaml --toggle decode_split_tokens=256,512,1024 \
-        --repeats 1 --set warmup=2 --timeout 100 --out $R
-      step ablate_all 340 $LB ablate scenarios/bench/throughput.yaml --design one-at-a-time --repeats 1 \
+    ablate)  # about 6 minutes: async scheduling and torch.compile, one at a time, at batch 1 and batch 8
+      step ablate_single_0.6b 250 $LB ablate scenarios/bench/single_0.6b.yaml --toggle async_scheduling \
+        --toggle torch_compile --design one-at-a-time --repeats 3 --timeout 120 --out $R
+      step ablate_batch8_0.6b 200 $LB ablate scenarios/bench/batch8_0.6b.yaml --toggle async_scheduling \
+        --toggle torch_compile --design one-at-a-time --repeats 2 --timeout 120 --out $R ;;
+    ablate2)  # about 7 minutes: every toggle one at a time on the nano-vllm workload
+      step ablate_all 500 $LB ablate scenarios/bench/throughput.yaml --design one-at-a-time --repeats 1 \
         --set warmup=2 --timeout 100 --out $R \
         $(for t in paged_kv prefix_cache continuous_batching chunked_prefill triton_kernels attention_backend \
           cuda_graph async_scheduling; do echo --toggle $t; done) ;;

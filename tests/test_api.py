@@ -137,7 +137,7 @@ def test_decode_split_tokens_is_checked_where_it_enters():
 
 def test_tp_all_reduce_is_checked_where_it_enters():
     with pytest.raises(
-        ConfigError, match=r"Unsupported tp_all_reduce: 'mpi'. Supported: \['nccl', 'symm_mem'\]"
+        ConfigError, match=r"Unsupported tp_all_reduce: 'mpi'. Supported: \['nccl', 'symm_mem', 'auto'\]"
     ):
         EngineConfig.from_options("qwen3-tiny", device="cpu", tp_all_reduce="mpi")
     with pytest.raises(ConfigError, match="needs tp > 1 on CUDA devices \\(got tp=2 on 'cpu'\\)"):

@@ -47,11 +47,11 @@ def _workers_of(pid: int) -> list[psutil.Process]:
     [
         (2, False, "nccl"),
         (4, False, "nccl"),
-        (2, True, "nccl"),
+        (2, True, "auto"),
         (2, False, "symm_mem"),
         (2, True, "symm_mem"),
     ],
-    ids=["tp2", "tp4", "tp2-async", "tp2-symm_mem", "tp2-async-symm_mem"],
+    ids=["tp2", "tp4", "tp2-async-auto", "tp2-symm_mem", "tp2-async-symm_mem"],
 )
 def test_greedy_tokens_at_tp_equal_transformers(model, tp, async_, all_reduce, tmp_path, monkeypatch):
     if DEVICE == "cuda" and torch.cuda.device_count() < tp:
@@ -77,6 +77,8 @@ def test_greedy_tokens_at_tp_equal_transformers(model, tp, async_, all_reduce, t
         llm.engine.shutdown()
     assert got == expected
     assert not _workers_of(os.getpid()), "worker processes outlived shutdown"
+    used = {"nccl": "nccl", "symm_mem": "symm_mem", "auto": "symm_mem"}[all_reduce] if DEVICE == "cuda" else "gloo"
+    assert llm.engine.startup.all_reduce == used
     if async_:
         sends = json.loads((tmp_path / "trace" / "rank0.json").read_text())["rows"]
         worker = json.loads((tmp_path / "trace" / "rank1.json").read_text())["rows"]
@@ -352,6 +354,52 @@ def test_a_teardown_that_blocks_ends_the_process_with_a_message():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and time.monotonic() - start < 20
     assert "tensor-parallel teardown (gloo) still blocked" in done.stderr
+
+
+def test_auto_all_reduce_is_the_one_shot_only_on_one_hosts_gpus(monkeypatch):
+    from llmbench.engine.config import EngineConfig
+    from llmbench.engine.tp import LaunchedRank, launched_config, rank_config
+
+    gpus = EngineConfig(model="m", device="cuda", tp=2, tp_all_reduce="auto")
+    assert rank_config(gpus, 1).tp_all_reduce == "symm_mem" and rank_config(gpus, 1).device == "cuda:1"
+    cpu = EngineConfig(model="m", device="cpu", tp=2, tp_all_reduce="auto")
+    assert rank_config(cpu, 1).tp_all_reduce == "nccl"  # (gloo on the CPU: no fast path)
+    assert rank_config(EngineConfig(model="m", device="cuda", tp=2), 1).tp_all_reduce == "nccl"
+    launched = LaunchedRank(rank=1, world_size=2, local_rank=0)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # torchrun put the other rank on another host
+    assert launched_config(gpus, launched).tp_all_reduce == "nccl"
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert launched_config(gpus, launched).tp_all_reduce == "symm_mem"
+
+
+def test_step_messages_are_sent_without_nagles_delay(monkeypatch):
+    """rank 0's step messages leave at once (TCP_NODELAY): with Nagle a small message written before the
+    previous one's acknowledgement waited up to 40 ms (delayed ACK) when rank 0 ran ahead."""
+    import socket
+    import threading
+    from multiprocessing.connection import Client, Listener
+
+    from llmbench.engine.tp import no_delay
+
+    def nodelay(conn) -> int:
+        with socket.socket(fileno=os.dup(conn.fileno())) as sock:
+            return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+
+    for env, expected in (("1", 1), ("0", 0)):  # LLMBENCH_TP_NODELAY=0 keeps Nagle (for the trace)
+        monkeypatch.setenv("LLMBENCH_TP_NODELAY", env)
+        with Listener(("127.0.0.1", 0)) as listener:
+            client: list = []
+            thread = threading.Thread(target=lambda: client.append(Client(listener.address)))
+            thread.start()
+            server = listener.accept()
+            thread.join()
+            no_delay(server)
+            no_delay(client[0])
+            assert nodelay(server) == nodelay(client[0]) == expected
+            server.send("step")
+            assert client[0].recv() == "step"  # the connection still works through its own handle
+            server.close()
+            client[0].close()
 
 
 def test_all_reduce_takes_the_fast_path_only_for_what_fits(monkeypatch):

@@ -79,8 +79,9 @@ class EngineConfig:
     # Triton decode attention: cut contexts into slices of this many tokens (a multiple of 64), which
     # evens out batches of mixed lengths; None: equal slices per sequence, chosen from the batch shape.
     decode_split_tokens: int | None = None
-    # Tensor parallelism: "nccl" (torch.distributed) or "symm_mem" (one-shot over NVLink for small
-    # messages, NCCL for the rest; CUDA only): engine/symm_all_reduce.py.
+    # Tensor parallelism: "nccl" (torch.distributed), "symm_mem" (one-shot over NVLink for small
+    # messages, NCCL for the rest; CUDA, one host: engine/symm_all_reduce.py) or "auto" (symm_mem where
+    # it applies, nccl elsewhere; each rank records the one it used in its startup stats).
     tp_all_reduce: str = "nccl"
 
     @classmethod
@@ -229,7 +230,7 @@ class EngineConfig:
         return d
 
 
-TP_ALL_REDUCE = ("nccl", "symm_mem")
+TP_ALL_REDUCE = ("nccl", "symm_mem", "auto")
 
 
 def toggle_names() -> tuple[str, ...]:

@@ -76,4 +76,5 @@ class StartupStats:
     graph_capture_time: float = 0.0
     graph_memory_bytes: int = 0
     graph_buckets: list[int] = field(default_factory=list)
+    all_reduce: str = ""  # tp > 1: "nccl", "gloo" or "symm_mem" (one-shot for small messages, NCCL above)
     recompiles: int = 0  # torch.compile graphs built after the warm-up (kept current while the engine runs)

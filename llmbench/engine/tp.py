@@ -52,6 +52,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def no_delay(conn) -> None:
+    """Send each step the moment it is written (TCP_NODELAY on a ``multiprocessing`` connection's socket).
+
+    With Nagle's algorithm a small message written while the previous one is still unacknowledged waits
+    for that acknowledgement, which the receiver delays by up to 40 ms: rank 0 running a step ahead
+    (``async_scheduling``) wrote exactly that pattern. ``LLMBENCH_TP_NODELAY=0`` keeps Nagle, for
+    ``scripts/tp_probe.py --trace`` to show the difference."""
+    if os.environ.get("LLMBENCH_TP_NODELAY", "1") == "0":
+        return
+    with socket.socket(fileno=os.dup(conn.fileno())) as sock:  # a second handle on the same socket
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
 def check_divisible(model_config: ModelConfig, tp: int) -> str | None:
     """Why ``tp`` cannot split this model, or None."""
     heads, kv, inter = (
@@ -76,9 +89,19 @@ def first_gpu(config: EngineConfig) -> int:
 def rank_config(config: EngineConfig, rank: int) -> EngineConfig:
     """The options as rank ``rank`` sees them (its own GPU; the config passed must be rank 0's view or
     the user's)."""
+    config = resolved_all_reduce(config, one_host=True)
     if config.is_cuda:
         return dataclasses.replace(config, device=f"cuda:{first_gpu(config) + rank}")
     return config
+
+
+def resolved_all_reduce(config: EngineConfig, one_host: bool) -> EngineConfig:
+    """``tp_all_reduce="auto"`` made concrete: the one-shot all-reduce on one host's GPUs, NCCL (or gloo)
+    otherwise."""
+    if config.tp_all_reduce != "auto":
+        return config
+    fast = config.is_cuda and config.tp > 1 and one_host
+    return dataclasses.replace(config, tp_all_reduce="symm_mem" if fast else "nccl")
 
 
 _LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -107,6 +130,7 @@ def launched_config(config: EngineConfig, launched: LaunchedRank) -> EngineConfi
             f"they must be equal (set tp={launched.world_size}, or start {config.tp} processes)"
         )
     local = int(os.environ.get("LOCAL_WORLD_SIZE", launched.world_size))
+    config = resolved_all_reduce(config, one_host=local == launched.world_size)
     if config.tp_all_reduce == "symm_mem" and local != launched.world_size:
         raise ConfigError(
             f"tp_all_reduce='symm_mem' needs every rank on one host (NVLink); torchrun placed "
@@ -263,6 +287,7 @@ class TPWorkers:
                 )
                 listener._listener._socket.settimeout(_INIT_TIMEOUT.total_seconds())
                 conn = listener.accept()
+                no_delay(conn)
                 conn.send((rank, config, model_config, folder, max_model_len, self.port))
                 self.conns.append(conn)
         except BaseException:

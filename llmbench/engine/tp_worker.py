@@ -22,6 +22,7 @@ from llmbench.engine.tp import (
     init_group,
     init_launched_group,
     launched_config,
+    no_delay,
     rank_config,
     receive_broadcast,
     teardown_guard,
@@ -92,6 +93,7 @@ def worker_main() -> None:  # pragma: no cover  (a child process; exercised by t
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     host, port = os.environ["LLMBENCH_TP_ADDR"].rsplit(":", 1)
     conn = Client((host, int(port)), authkey=bytes.fromhex(os.environ["LLMBENCH_TP_AUTH"]))
+    no_delay(conn)
     rank, config, model_config, folder, max_model_len, dist_port = conn.recv()
     from llmbench.engine.model_runner import ModelRunner
 
