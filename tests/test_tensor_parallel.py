@@ -77,7 +77,11 @@ def test_greedy_tokens_at_tp_equal_transformers(model, tp, async_, all_reduce, t
         llm.engine.shutdown()
     assert got == expected
     assert not _workers_of(os.getpid()), "worker processes outlived shutdown"
-    used = {"nccl": "nccl", "symm_mem": "symm_mem", "auto": "symm_mem"}[all_reduce] if DEVICE == "cuda" else "gloo"
+    used = (
+        {"nccl": "nccl", "symm_mem": "symm_mem", "auto": "symm_mem"}[all_reduce]
+        if DEVICE == "cuda"
+        else "gloo"
+    )
     assert llm.engine.startup.all_reduce == used
     if async_:
         sends = json.loads((tmp_path / "trace" / "rank0.json").read_text())["rows"]
