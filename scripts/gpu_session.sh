@@ -2,7 +2,7 @@
 # GPU-machine work in stages, each step under its own time limit; after every step the result folders
 # and the logs are packed into $OUT/results.tgz (so a stage cut short keeps what it measured).
 #
-#   bash scripts/gpu_session.sh STAGE...     stages: check tp tp2 tp_async peers bench ablate ablate2 fa4a fa4b fa4
+#   bash scripts/gpu_session.sh STAGE...     stages: check tp tp2 tp_async peers bench ablate ablate2 fa4a fa4b fa4c fa4
 #
 #   tests   CUDA test suite (kernels at real sizes, parity in float32)
 #   check   CUDA test suite (kernels at real sizes, parity in float32), then scripts/bench_kernels.py
@@ -14,7 +14,7 @@
 #   bench   every scenarios/bench/*.yaml through llmbench run (issue 4's targets)
 #   ablate  async_scheduling and torch_compile one at a time, on batch 1 and batch 8 (qwen3-0.6b)
 #   ablate2 every toggle one at a time on the nano-vllm workload
-#   fa4a, fa4b, fa4   flash-attn 4 carried in two calls (scripts/fetch_fa4_wheels.sh), then the flash_attn
+#   fa4a, fa4b, fa4c, fa4   flash-attn 4 carried in three calls (scripts/fetch_fa4_wheels.sh), then the flash_attn
 #           backend: parity tests, and against triton on the workload and one sequence
 #
 # pydantic travels as wheels in .whl (shared/GPU.md); pass `carry: [".whl"]` to the device call.
@@ -85,14 +85,14 @@ for stage in "$@"; do
         --set warmup=2 --timeout 100 --out $R \
         $(for t in paged_kv prefix_cache continuous_batching chunked_prefill triton_kernels attention_backend \
           cuda_graph async_scheduling; do echo --toggle $t; done) ;;
-    fa4a)  # first half of the flash-attn 4 wheels (scripts/fetch_fa4_wheels.sh): kept in /tmp while warm
-      mkdir -p /tmp/fa4 && cp .fa4a/* /tmp/fa4/ && ls /tmp/fa4 | wc -l ;;
-    fa4b)  # second half: rebuild the large wheel, install all of them beside pydantic
-      cp .fa4b/cu13.part.* /tmp/fa4/ && cat /tmp/fa4/cu13.part.* > "/tmp/fa4/$(cat .fa4b/cu13.name)" \
+    fa4a|fa4b)  # a part of the flash-attn 4 wheels (scripts/fetch_fa4_wheels.sh): kept in /tmp while warm
+      mkdir -p /tmp/fa4 && cp .$stage/* /tmp/fa4/ && ls /tmp/fa4 | wc -l ;;
+    fa4c)  # the last part: rebuild the large wheel, install all of them beside pydantic
+      cp .fa4c/cu13.part.* /tmp/fa4/ && cat /tmp/fa4/cu13.part.* > "/tmp/fa4/$(cat .fa4c/cu13.name)" \
         && rm /tmp/fa4/cu13.part.* \
         && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site /tmp/fa4/*.whl \
         && echo "flash-attn 4 installed" ;;
-    fa4)  # the flash_attn backend inside the engine (needs fa4b in this call or a warm machine's /tmp/site)
+    fa4)  # the flash_attn backend inside the engine (needs fa4c in this call or a warm machine's /tmp/site)
       export PYTHONPATH=$PYTHONPATH:/tmp/site/nvidia_cutlass_dsl/dsl_packages  # what its .pth would add
       python3 -c "import flash_attn.cute; print('flash_attn.cute imports')" 2>&1 | tail -1
       step tests_fa4 200 $PYTEST tests/test_parity.py -k "flash_attn"
@@ -100,6 +100,6 @@ for stage in "$@"; do
         --repeats 2 --timeout 120 --out $R
       step fa4_single 200 $LB ablate scenarios/bench/single_0.6b.yaml --toggle attention_backend=triton,flash_attn \
         --repeats 3 --timeout 90 --out $R ;;
-    *) echo "unknown stage $stage (check tp tp2 tp_async peers bench ablate ablate2 fa4a fa4b fa4)"; exit 2 ;;
+    *) echo "unknown stage $stage (check tp tp2 tp_async peers bench ablate ablate2 fa4a fa4b fa4c fa4)"; exit 2 ;;
   esac
 done

@@ -393,7 +393,7 @@ def test_step_messages_are_sent_without_nagles_delay(monkeypatch):
         monkeypatch.setenv("LLMBENCH_TP_NODELAY", env)
         with Listener(("127.0.0.1", 0)) as listener:
             client: list = []
-            thread = threading.Thread(target=lambda: client.append(Client(listener.address)))
+            thread = threading.Thread(target=lambda c=client, a=listener.address: c.append(Client(a)))
             thread.start()
             server = listener.accept()
             thread.join()
