@@ -95,7 +95,7 @@ for stage in "$@"; do
     fa4)  # the flash_attn backend inside the engine (needs fa4c in this call or a warm machine's /tmp/site)
       export PYTHONPATH=$PYTHONPATH:/tmp/site/nvidia_cutlass_dsl/dsl_packages  # what its .pth would add
       python3 -c "import flash_attn.cute; print('flash_attn.cute imports')" 2>&1 | tail -1
-      step tests_fa4 200 $PYTEST tests/test_parity.py -k "flash_attn"
+      step tests_fa4 200 $PYTEST tests/test_kernels.py -k "flash_attn"
       step fa4_throughput 300 $LB ablate scenarios/bench/throughput.yaml --toggle attention_backend=triton,flash_attn \
         --repeats 2 --timeout 120 --out $R
       step fa4_single 200 $LB ablate scenarios/bench/single_0.6b.yaml --toggle attention_backend=triton,flash_attn \

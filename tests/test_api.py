@@ -135,6 +135,20 @@ def test_decode_split_tokens_is_checked_where_it_enters():
         )
 
 
+def test_flash_attn_in_float32_is_a_clear_error():
+    with pytest.raises(
+        ConfigError, match="runs in float16 or bfloat16 only \\(flash-attn has no float32 kernels\\)"
+    ):
+        EngineConfig.from_options("qwen3-tiny", device="cpu", dtype="float32", attention_backend="flash_attn")
+
+
+def test_async_scheduling_is_on_by_default_only_where_it_can_overlap():
+    assert EngineConfig.from_options("qwen3-tiny", device="cpu").async_scheduling is False
+    assert (
+        EngineConfig.from_options("qwen3-tiny", device="cpu", async_scheduling=True).async_scheduling is True
+    )
+
+
 def test_tp_all_reduce_is_checked_where_it_enters():
     with pytest.raises(
         ConfigError, match=r"Unsupported tp_all_reduce: 'mpi'. Supported: \['nccl', 'symm_mem', 'auto'\]"
@@ -142,4 +156,4 @@ def test_tp_all_reduce_is_checked_where_it_enters():
         EngineConfig.from_options("qwen3-tiny", device="cpu", tp_all_reduce="mpi")
     with pytest.raises(ConfigError, match="needs tp > 1 on CUDA devices \\(got tp=2 on 'cpu'\\)"):
         EngineConfig.from_options("qwen3-tiny", device="cpu", tp=2, tp_all_reduce="symm_mem")
-    assert EngineConfig.from_options("qwen3-tiny", device="cpu", tp=2).tp_all_reduce == "nccl"
+    assert EngineConfig.from_options("qwen3-tiny", device="cpu", tp=2).tp_all_reduce == "auto"

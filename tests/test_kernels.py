@@ -20,6 +20,7 @@ from torch.utils._device import _device_constructors
 
 pytest.importorskip("triton")
 
+from llmbench.engine.config import flash_attn_available  # noqa: E402
 from llmbench.kernels.activation import silu_and_mul, silu_and_mul_ref  # noqa: E402
 from llmbench.kernels.attention_prologue import attention_prologue, attention_prologue_ref  # noqa: E402
 from llmbench.kernels.kv_store import store_kv, store_kv_ref  # noqa: E402
@@ -33,6 +34,8 @@ from llmbench.kernels.rmsnorm import rms_norm, rms_norm_ref  # noqa: E402
 from llmbench.kernels.rotary import apply_rotary, apply_rotary_ref  # noqa: E402
 from llmbench.kernels.triton_decode import decode_attention  # noqa: E402
 from llmbench.kernels.triton_prefill import PrefillConfig, prefill_attention  # noqa: E402
+from llmbench.layers.attention.flash import FlashAttnBackend  # noqa: E402
+from llmbench.layers.attention.metadata import AttentionMetadata  # noqa: E402
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 # Under the interpreter Triton only runs on CPU tensors; compiled, only on CUDA ones.
@@ -323,6 +326,38 @@ def test_paged_prefill_long_prompt_matches_reference(setting: Setting) -> None:
 
 
 # --- contracts around the kernels --------------------------------------------------------------------
+
+
+@pytest.mark.skipif(
+    INTERPRET or not (torch.cuda.is_available() and flash_attn_available()),
+    reason="flash-attn needs a GPU and the package",
+)
+@pytest.mark.parametrize("block_size", [16, 128])
+def test_flash_attn_backend_matches_reference(block_size: int) -> None:
+    # flash-attn has no float32 kernels, so the engine's float32 parity suite cannot cover this backend:
+    # here it reads the same paged cache as the reference, in bf16 (decodes, a fresh prompt, chunks after
+    # a prefix, page-boundary lengths; 16 query / 8 KV heads of 128 as qwen3-8b).
+    s = Setting("cuda", torch.bfloat16, 2e-2, big=True)
+    query_lens = [1, 300, 1, block_size + 1, 64, 1]
+    context_lens = [900, 0, 4 * block_size, 2 * block_size - 1, 1000, 0]
+    seq_lens = [q + c for q, c in zip(query_lens, context_lens, strict=True)]
+    k_cache, v_cache, block_tables = random_paged_cache(s, seq_lens, block_size, 8, 128)
+    q = torch.randn(sum(query_lens), 16, 128, device="cuda", dtype=s.dtype)
+    qsl = torch.tensor([0, *torch.tensor(query_lens).cumsum(0).tolist()], device="cuda", dtype=torch.int32)
+    sl = torch.tensor(seq_lens, device="cuda", dtype=torch.int32)
+    meta = AttentionMetadata(
+        slot_mapping=torch.full((sum(query_lens),), -1, device="cuda", dtype=torch.int64),
+        query_start_loc=qsl,
+        seq_lens=sl,
+        block_tables=block_tables,
+        max_query_len=max(query_lens),
+        max_seq_len=max(seq_lens),
+        query_lens_cpu=query_lens,
+        seq_lens_cpu=seq_lens,
+    )
+    out = FlashAttnBackend().attend(q, k_cache, v_cache, meta, 128**-0.5)
+    ref = paged_attention_prefill_ref(q, k_cache, v_cache, block_tables, qsl, sl, max(query_lens), 128**-0.5)
+    check(f"flash_attn block_size={block_size}", out, ref, s)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")

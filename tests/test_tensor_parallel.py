@@ -368,12 +368,34 @@ def test_auto_all_reduce_is_the_one_shot_only_on_one_hosts_gpus(monkeypatch):
     assert rank_config(gpus, 1).tp_all_reduce == "symm_mem" and rank_config(gpus, 1).device == "cuda:1"
     cpu = EngineConfig(model="m", device="cpu", tp=2, tp_all_reduce="auto")
     assert rank_config(cpu, 1).tp_all_reduce == "nccl"  # (gloo on the CPU: no fast path)
-    assert rank_config(EngineConfig(model="m", device="cuda", tp=2), 1).tp_all_reduce == "nccl"
+    assert (
+        rank_config(EngineConfig(model="m", device="cuda", tp=2, tp_all_reduce="nccl"), 1).tp_all_reduce
+        == "nccl"
+    )
     launched = LaunchedRank(rank=1, world_size=2, local_rank=0)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # torchrun put the other rank on another host
     assert launched_config(gpus, launched).tp_all_reduce == "nccl"
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     assert launched_config(gpus, launched).tp_all_reduce == "symm_mem"
+
+
+def test_one_shot_all_reduce_is_set_up_once_per_rank_0_process(monkeypatch):
+    """A second engine in one process would hang in PyTorch's symmetric-memory rendezvous (its fresh
+    ranks count exchanges from the first; seen on two H200s): auto falls back to NCCL, symm_mem says why."""
+    from llmbench.engine import symm_all_reduce
+    from llmbench.engine.config import EngineConfig
+    from llmbench.engine.tp import spawned_config
+
+    auto = EngineConfig(model="m", device="cuda", tp=2, tp_all_reduce="auto")
+    explicit = EngineConfig(model="m", device="cuda", tp=2, tp_all_reduce="symm_mem")
+    monkeypatch.setattr(symm_all_reduce, "rendezvous_count", 0)
+    assert spawned_config(auto).tp_all_reduce == spawned_config(explicit).tp_all_reduce == "symm_mem"
+    monkeypatch.setattr(symm_all_reduce, "rendezvous_count", 1)
+    assert spawned_config(auto).tp_all_reduce == "nccl"
+    with pytest.raises(
+        ConfigError, match="can be set up once per process .* start this engine in a new process"
+    ):
+        spawned_config(explicit)
 
 
 def test_step_messages_are_sent_without_nagles_delay(monkeypatch):

@@ -66,7 +66,9 @@ class EngineConfig:
     cuda_graph: bool | None = None
     cuda_graph_buckets: tuple[int, ...] | None = None
     tp: int = 1
-    async_scheduling: bool = False  # schedule and launch step N+1 before reading step N's tokens
+    # Schedule and launch step N+1 before reading step N's tokens; None: on for CUDA, off on the CPU
+    # (where host and "device" are the same cores, nothing overlaps).
+    async_scheduling: bool | None = None
 
     # memory and batch knobs
     gpu_memory_utilization: float = 0.9
@@ -81,8 +83,8 @@ class EngineConfig:
     decode_split_tokens: int | None = None
     # Tensor parallelism: "nccl" (torch.distributed), "symm_mem" (one-shot over NVLink for small
     # messages, NCCL for the rest; CUDA, one host: engine/symm_all_reduce.py) or "auto" (symm_mem where
-    # it applies, nccl elsewhere; each rank records the one it used in its startup stats).
-    tp_all_reduce: str = "nccl"
+    # it applies, nccl elsewhere; the engine records the one it used in its startup stats).
+    tp_all_reduce: str = "auto"
 
     @classmethod
     def from_options(cls, model: str, **options: Any) -> EngineConfig:
@@ -132,6 +134,11 @@ class EngineConfig:
             raise ConfigError(
                 "attention_backend='triton' needs the triton package and a CUDA device "
                 "(or TRITON_INTERPRET=1 to run its kernels on the CPU, slowly)"
+            )
+        if backend == "flash_attn" and dtype not in ("float16", "bfloat16"):
+            raise ConfigError(
+                f"attention_backend='flash_attn' runs in float16 or bfloat16 only (flash-attn has no {dtype} "
+                "kernels): set dtype='bfloat16' or choose another attention backend"
             )
         if backend == "flash_attn":
             if not cuda:
@@ -221,6 +228,7 @@ class EngineConfig:
             triton_kernels=bool(triton_kernels),
             cuda_graph=bool(cuda_graph),
             prefix_cache=bool(prefix_cache),
+            async_scheduling=cuda if self.async_scheduling is None else bool(self.async_scheduling),
         )
 
     def to_dict(self) -> dict[str, Any]:

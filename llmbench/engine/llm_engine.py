@@ -35,6 +35,7 @@ from llmbench.engine.tp import (
     launched_config,
     launched_rank,
     rank_config,
+    spawned_config,
     teardown_guard,
 )
 from llmbench.models.config import ModelConfig
@@ -106,6 +107,8 @@ class LLMEngine:
                 raise ConfigError(f"{why} of {config.model}")
             # Under torchrun: tp must equal WORLD_SIZE (a clear error on every rank); ranks > 0 serve
             # rank 0's steps and never return.
+            if launched is None:
+                config = spawned_config(config)
             own = launched_config(config, launched) if launched is not None else rank_config(config, 0)
             if launched is not None and launched.rank > 0:
                 from llmbench.engine.tp_worker import serve_launched

@@ -19,6 +19,11 @@ import torch
 
 DEFAULT_MAX_BYTES = 4 << 20  # a decode step of 512 rows of 4096 bf16 values; one-shot suits small messages
 
+# Buffers this process has rendezvoused. PyTorch numbers its symmetric-memory exchanges per process, so a
+# second engine whose ranks 1.. are fresh processes would wait for keys they never write (measured: a
+# 60 s store timeout on two H200s); ``tp.spawned_config`` keeps rank 0 from trying.
+rendezvous_count = 0
+
 
 class OneShotAllReduce:
     def __init__(
@@ -29,6 +34,8 @@ class OneShotAllReduce:
         self.group_name = group.group_name
         self.buffer = symm_mem.empty(max_bytes // dtype.itemsize, dtype=dtype, device=device)
         self.buffer.zero_()
+        global rendezvous_count
+        rendezvous_count += 1
         handle = symm_mem.rendezvous(self.buffer, self.group_name)
         if handle is None:
             raise RuntimeError("symmetric memory: the rendezvous of the all-reduce buffer failed")

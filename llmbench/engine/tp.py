@@ -104,6 +104,28 @@ def resolved_all_reduce(config: EngineConfig, one_host: bool) -> EngineConfig:
     return dataclasses.replace(config, tp_all_reduce="symm_mem" if fast else "nccl")
 
 
+def spawned_config(config: EngineConfig) -> EngineConfig:
+    """The options rank 0 sends to the ranks it spawns, ``auto`` made concrete first (so that every rank
+    makes the same choice).
+
+    The one-shot all-reduce can be set up once per rank-0 process: PyTorch numbers symmetric-memory
+    exchanges per process, and freshly spawned ranks would wait for the first exchange while this
+    process is at a later one. A later engine in the same process gets NCCL under ``auto`` and a clear
+    error when it asks for ``symm_mem`` (torchrun's ranks live as long as rank 0 and stay in step)."""
+    from llmbench.engine import symm_all_reduce
+
+    used = symm_all_reduce.rendezvous_count > 0
+    if config.tp_all_reduce == "auto" and used:
+        return dataclasses.replace(config, tp_all_reduce="nccl")
+    if config.tp_all_reduce == "symm_mem" and used:
+        raise ConfigError(
+            "tp_all_reduce='symm_mem' can be set up once per process (PyTorch numbers its symmetric-memory "
+            "exchanges per process, and this engine's new ranks would start again from the first): start "
+            "this engine in a new process, or use tp_all_reduce='nccl' or 'auto'"
+        )
+    return resolved_all_reduce(config, one_host=True)
+
+
 _LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
