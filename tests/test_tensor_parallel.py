@@ -361,17 +361,18 @@ def test_a_teardown_that_blocks_ends_the_process_with_a_message():
 
 
 def test_auto_all_reduce_is_the_one_shot_only_on_one_hosts_gpus(monkeypatch):
+    from llmbench.engine import symm_all_reduce
     from llmbench.engine.config import EngineConfig
-    from llmbench.engine.tp import LaunchedRank, launched_config, rank_config
+    from llmbench.engine.tp import LaunchedRank, launched_config, rank_config, spawned_config
 
+    monkeypatch.setattr(symm_all_reduce, "rendezvous_count", 0)
     gpus = EngineConfig(model="m", device="cuda", tp=2, tp_all_reduce="auto")
-    assert rank_config(gpus, 1).tp_all_reduce == "symm_mem" and rank_config(gpus, 1).device == "cuda:1"
+    assert spawned_config(gpus).tp_all_reduce == "symm_mem"
+    assert rank_config(spawned_config(gpus), 1).device == "cuda:1"
     cpu = EngineConfig(model="m", device="cpu", tp=2, tp_all_reduce="auto")
-    assert rank_config(cpu, 1).tp_all_reduce == "nccl"  # (gloo on the CPU: no fast path)
-    assert (
-        rank_config(EngineConfig(model="m", device="cuda", tp=2, tp_all_reduce="nccl"), 1).tp_all_reduce
-        == "nccl"
-    )
+    assert spawned_config(cpu).tp_all_reduce == "nccl"  # (gloo on the CPU: no fast path)
+    nccl = EngineConfig(model="m", device="cuda", tp=2, tp_all_reduce="nccl")
+    assert spawned_config(nccl).tp_all_reduce == "nccl"
     launched = LaunchedRank(rank=1, world_size=2, local_rank=0)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # torchrun put the other rank on another host
     assert launched_config(gpus, launched).tp_all_reduce == "nccl"

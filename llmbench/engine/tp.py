@@ -89,7 +89,6 @@ def first_gpu(config: EngineConfig) -> int:
 def rank_config(config: EngineConfig, rank: int) -> EngineConfig:
     """The options as rank ``rank`` sees them (its own GPU; the config passed must be rank 0's view or
     the user's)."""
-    config = resolved_all_reduce(config, one_host=True)
     if config.is_cuda:
         return dataclasses.replace(config, device=f"cuda:{first_gpu(config) + rank}")
     return config
