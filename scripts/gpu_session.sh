@@ -9,7 +9,7 @@
 #   tp      (two GPUs) tensor-parallel tests, tp=1 vs tp=2 on qwen3-8b: one sequence and nano-vllm workload
 #   tp2     (two GPUs) per-rank step traces (with and without Nagle on the step socket, NCCL and one-shot
 #           all-reduce), then tp_all_reduce, tp x async_scheduling and tp on the workload as ablations
-#   tp_async (two GPUs) tp x async_scheduling on one qwen3-8b sequence (NCCL all-reduce)
+#   tp_async (two GPUs) tp x async_scheduling on one qwen3-8b sequence
 #   peers   engine vs transformers: single stream and the nano-vllm workload (issue 7's table)
 #   bench   every scenarios/bench/*.yaml through llmbench run (issue 4's targets)
 #   ablate  async_scheduling and torch_compile one at a time, on batch 1 and batch 8 (qwen3-0.6b)
