@@ -2,13 +2,15 @@
 # GPU-machine work in stages, each step under its own time limit; after every step the result folders
 # and the logs are packed into $OUT/results.tgz (so a stage cut short keeps what it measured).
 #
-#   bash scripts/gpu_session.sh STAGE...     stages: check tp tp2 tp_async peers bench ablate ablate2 fa4a fa4b fa4c fa4
+#   bash scripts/gpu_session.sh STAGE...     stages: check tp tp2 prof tp_async peers bench ablate ablate2 fa4a fa4b fa4c fa4
 #
 #   tests   CUDA test suite (kernels at real sizes, parity in float32)
 #   check   CUDA test suite (kernels at real sizes, parity in float32), then scripts/bench_kernels.py
 #   tp      (two GPUs) tensor-parallel tests, tp=1 vs tp=2 on qwen3-8b: one sequence and nano-vllm workload
 #   tp2     (two GPUs) per-rank step traces (with and without Nagle on the step socket, NCCL and one-shot
 #           all-reduce), then tp_all_reduce, tp x async_scheduling and tp on the workload as ablations
+#   prof    (two GPUs) torch.profiler over one sequence's decode steps, kernels by kind: qwen3-8b at tp=1 and
+#           tp=2 (NCCL and one-shot all-reduce), qwen3-0.6b (scripts/profile_engine.py)
 #   tp_async (two GPUs) tp x async_scheduling on one qwen3-8b sequence
 #   peers   engine vs transformers: single stream and the nano-vllm workload (issue 7's table)
 #   bench   every scenarios/bench/*.yaml through llmbench run (issue 4's targets)
@@ -59,6 +61,13 @@ for stage in "$@"; do
       step tp_throughput 150 $LB ablate scenarios/bench/throughput.yaml --set model=qwen3-8b \
         --set name=bench-throughput-8b --set warmup=4 --set engine.tp_all_reduce=auto --toggle tp \
         --repeats 1 --timeout 120 --out $R ;;
+    prof)  # (two GPUs) where a decode step's time goes, by kind of kernel: one sequence, qwen3-8b at tp=1
+      # and tp=2 (both all-reduces), qwen3-0.6b
+      P="python3 scripts/profile_engine.py --workload single --skip 30 --steps 150"
+      step prof_8b_tp1 120 $P --model qwen3-8b
+      step prof_8b_tp2_nccl 120 $P --model qwen3-8b --set tp=2 --set tp_all_reduce=nccl
+      step prof_8b_tp2_symm 120 $P --model qwen3-8b --set tp=2 --set tp_all_reduce=symm_mem
+      step prof_0.6b 90 $P --model qwen3-0.6b ;;
     tp_async)  # (two GPUs) tp x async_scheduling on one qwen3-8b sequence: does overlapping host work help tp?
       step tp_async 180 $LB ablate scenarios/bench/single_8b.yaml --toggle tp --toggle async_scheduling \
         --design factorial --repeats 2 --timeout 60 --out $R ;;
@@ -100,6 +109,6 @@ for stage in "$@"; do
         --repeats 2 --timeout 120 --out $R
       step fa4_single 200 $LB ablate scenarios/bench/single_0.6b.yaml --toggle attention_backend=triton,flash_attn \
         --repeats 3 --timeout 90 --out $R ;;
-    *) echo "unknown stage $stage (check tp tp2 tp_async peers bench ablate ablate2 fa4a fa4b fa4c fa4)"; exit 2 ;;
+    *) echo "unknown stage $stage (check tp tp2 prof tp_async peers bench ablate ablate2 fa4a fa4b fa4c fa4)"; exit 2 ;;
   esac
 done
