@@ -63,8 +63,10 @@ class ModelRunner:
             torch.cuda.set_device(self.device)
         self.startup = StartupStats()
         self.tp = tp
-        if tp.size > 1:
-            self.startup.all_reduce = config.tp_all_reduce if config.is_cuda else "gloo"
+        if tp.size > 1:  # what the group was built with, not what was asked for
+            self.startup.all_reduce = (
+                "symm_mem" if tp.fast is not None else ("nccl" if config.is_cuda else "gloo")
+            )
         self.last_ids: torch.Tensor | None = None  # the last step's samples (asynchronous scheduling)
         self._staging = Staging(self.device, separate=config.torch_compile)
         dtype = config.torch_dtype

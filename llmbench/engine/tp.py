@@ -87,8 +87,8 @@ def first_gpu(config: EngineConfig) -> int:
 
 
 def rank_config(config: EngineConfig, rank: int) -> EngineConfig:
-    """The options as rank ``rank`` sees them (its own GPU; the config passed must be rank 0's view or
-    the user's)."""
+    """The options as rank ``rank`` sees them: its own GPU. The config passed is ``spawned_config``'s
+    (rank 0's device, the all-reduce already chosen)."""
     if config.is_cuda:
         return dataclasses.replace(config, device=f"cuda:{first_gpu(config) + rank}")
     return config
