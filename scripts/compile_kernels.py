@@ -40,6 +40,7 @@ from llmbench.kernels.attention_prologue import attention_prologue  # noqa: E402
 from llmbench.kernels.kv_store import store_kv  # noqa: E402
 from llmbench.kernels.rmsnorm import rms_norm  # noqa: E402
 from llmbench.kernels.rotary import apply_rotary  # noqa: E402
+from llmbench.kernels.skinny_matmul import skinny_matmul, skinny_norm_matmul, skinny_silu_matmul  # noqa: E402
 from llmbench.kernels.triton_decode import decode_attention  # noqa: E402
 from llmbench.kernels.triton_prefill import prefill_attention  # noqa: E402
 
@@ -135,6 +136,12 @@ def engine_calls(dtype: torch.dtype = torch.bfloat16) -> None:
         silu_and_mul(t(T, 2 * inter))
         rms_norm(t(T, hidden), t(hidden), 1e-6)
         rms_norm(t(T, hidden), t(hidden), 1e-6, residual=t(T, hidden))
+        qkv = (hq + 2 * hk) * d
+        for rows in (1, 2, 8):  # decode at small batches: the skinny matmuls, plain and fused
+            skinny_matmul(t(rows, hidden), t(qkv, hidden))
+            skinny_silu_matmul(t(rows, 2 * inter), t(hidden, inter))
+            skinny_norm_matmul(t(rows, hidden), None, t(hidden), 1e-6, t(qkv, hidden))
+            skinny_norm_matmul(t(rows, hidden), t(rows, hidden), t(hidden), 1e-6, t(2 * inter, hidden))
         cos_sin = t(4096, d, dt=torch.float32)
         positions = t(T, dt=torch.int64)
         apply_rotary(t(T, hq, d), t(T, hk, d), positions, cos_sin)

@@ -2,7 +2,7 @@
 # GPU-machine work in stages, each step under its own time limit; after every step the result folders
 # and the logs are packed into $OUT/results.tgz (so a stage cut short keeps what it measured).
 #
-#   bash scripts/gpu_session.sh STAGE...     stages: check tp tp2 prof tp_async peers bench ablate ablate2 fa4a fa4b fa4c fa4
+#   bash scripts/gpu_session.sh STAGE...     stages: check tp tp2 prof skinny final fusion tp_async peers bench ablate ablate2 fa4a fa4b fa4c fa4
 #
 #   tests   CUDA test suite (kernels at real sizes, parity in float32)
 #   check   CUDA test suite (kernels at real sizes, parity in float32), then scripts/bench_kernels.py
@@ -11,6 +11,10 @@
 #           all-reduce), then tp_all_reduce, tp x async_scheduling and tp on the workload as ablations
 #   prof    (two GPUs) torch.profiler over one sequence's decode steps, kernels by kind: qwen3-8b at tp=1 and
 #           tp=2 (NCCL and one-shot all-reduce), qwen3-0.6b (scripts/profile_engine.py)
+#   skinny  (two GPUs) the skinny Triton matmul against cuBLAS: kernel sweep at 2-8 rows (GPU 1) beside one
+#           sequence of qwen3-8b and qwen3-0.6b (GPU 0); then tp=1 vs tp=2 with it, and profiles
+#   final   (two GPUs) the skinny kernels' tests, fused against unfused profiles, every bench scenario, tp
+#   fusion  one sequence (qwen3-8b, qwen3-0.6b) with skinny_fusion all, silu, none
 #   tp_async (two GPUs) tp x async_scheduling on one qwen3-8b sequence
 #   peers   engine vs transformers: single stream and the nano-vllm workload (issue 7's table)
 #   bench   every scenarios/bench/*.yaml through llmbench run (issue 4's targets)
@@ -68,6 +72,40 @@ for stage in "$@"; do
       step prof_8b_tp2_nccl 120 $P --model qwen3-8b --set tp=2 --set tp_all_reduce=nccl
       step prof_8b_tp2_symm 120 $P --model qwen3-8b --set tp=2 --set tp_all_reduce=symm_mem
       step prof_0.6b 90 $P --model qwen3-0.6b ;;
+    skinny)  # (two GPUs) about 8 minutes
+      A="$LB ablate --toggle skinny_matmul_rows=0,1 --timeout 60 --out $R"
+      ( CUDA_VISIBLE_DEVICES=1 timeout 200 python3 scripts/bench_gemv.py --sweep --rows 2 4 8 \
+          --json $L/gemv_rows.json > $L/gemv_rows.txt 2>&1 &
+        CUDA_VISIBLE_DEVICES=0 step skinny_8b 200 $A scenarios/bench/single_8b.yaml --repeats 3
+        CUDA_VISIBLE_DEVICES=0 step skinny_0.6b 100 $A scenarios/bench/single_0.6b.yaml --repeats 3
+        wait )
+      grep -v "^  Tiles" $L/gemv_rows.txt | tail -40
+      step skinny_tp 300 $LB ablate scenarios/bench/single_8b.yaml --toggle tp --repeats 3 --timeout 60 --out $R
+      P="python3 scripts/profile_engine.py --workload single --skip 30 --steps 150"
+      step prof_8b_tp1_skinny 100 $P --model qwen3-8b
+      step prof_8b_tp2_skinny 100 $P --model qwen3-8b --set tp=2 ;;
+    final)  # (two GPUs) about 6 minutes: the fusions profiled, the bench targets, tp, the skinny toggle
+      P="python3 scripts/profile_engine.py --workload single --skip 30 --steps 150"
+      ( { CUDA_VISIBLE_DEVICES=1 step tests_skinny 200 $PYTEST tests/test_kernels.py tests/test_parity.py \
+            -k "skinny or (per_attention_backend and triton)"
+          CUDA_VISIBLE_DEVICES=1 step skinny_0.6b 150 $LB ablate scenarios/bench/single_0.6b.yaml \
+            --toggle skinny_matmul_rows=0,1 --repeats 3 --timeout 60 --out $R; } &
+        CUDA_VISIBLE_DEVICES=0 step prof_8b_fused 100 $P --model qwen3-8b --set skinny_fusion=all
+        CUDA_VISIBLE_DEVICES=0 step prof_8b_unfused 100 $P --model qwen3-8b --set skinny_fusion=none
+        CUDA_VISIBLE_DEVICES=0 step prof_0.6b_fused 80 $P --model qwen3-0.6b --set skinny_fusion=all
+        CUDA_VISIBLE_DEVICES=0 step prof_0.6b_unfused 80 $P --model qwen3-0.6b --set skinny_fusion=none
+        for f in scenarios/bench/*.yaml; do
+          CUDA_VISIBLE_DEVICES=0 step "bench_$(basename "$f" .yaml)" 150 $LB run "$f" --out $R
+        done
+        wait )
+      step tp_single 200 $LB ablate scenarios/bench/single_8b.yaml --toggle tp --repeats 3 --timeout 60 --out $R ;;
+    fusion)  # which fusions pay: one sequence of qwen3-8b and qwen3-0.6b with each LLMBENCH_SKINNY_FUSION
+      for fu in all silu none; do
+        for m in 8b 0.6b; do
+          step "fusion_${fu}_$m" 100 $LB run scenarios/bench/single_$m.yaml --set engine.skinny_fusion=$fu \
+            --set name=fusion-$fu-$m --out $R
+        done
+      done ;;
     tp_async)  # (two GPUs) tp x async_scheduling on one qwen3-8b sequence: does overlapping host work help tp?
       step tp_async 180 $LB ablate scenarios/bench/single_8b.yaml --toggle tp --toggle async_scheduling \
         --design factorial --repeats 2 --timeout 60 --out $R ;;
@@ -109,6 +147,6 @@ for stage in "$@"; do
         --repeats 2 --timeout 120 --out $R
       step fa4_single 200 $LB ablate scenarios/bench/single_0.6b.yaml --toggle attention_backend=triton,flash_attn \
         --repeats 3 --timeout 90 --out $R ;;
-    *) echo "unknown stage $stage (check tp tp2 prof tp_async peers bench ablate ablate2 fa4a fa4b fa4c fa4)"; exit 2 ;;
+    *) echo "unknown stage $stage (check tp tp2 prof skinny final fusion tp_async peers bench ablate ablate2 fa4a fa4b fa4c fa4)"; exit 2 ;;
   esac
 done

@@ -28,7 +28,8 @@ KINDS = [
     ("all-reduce / collectives", ("allreduce", "all_reduce", "allgather", "broadcast", "nccl", "one_shot")),
     ("attention", ("_decode_kernel", "_decode_reduce", "_prefill_kernel", "flash", "fmha", "attention")),
     ("attention prologue (q/k norm, RoPE, KV store)", ("_prologue_kernel", "_rotary", "_store_kv")),
-    ("GEMM", ("nvjet", "gemm", "gemv", "cutlass", "xmma", "sm90_", "splitk")),
+    # the skinny matmul with a norm or the SiLU-and-multiply fused in counts as GEMM: it is read-bound
+    ("GEMM", ("nvjet", "gemm", "gemv", "cutlass", "xmma", "sm90_", "splitk", "_skinny_matmul")),
     ("RMSNorm", ("_rms_norm",)),
     ("SiLU-mul", ("_silu_and_mul",)),
     ("copies", ("memcpy", "memset", "copy")),

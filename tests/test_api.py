@@ -135,6 +135,20 @@ def test_decode_split_tokens_is_checked_where_it_enters():
         )
 
 
+def test_skinny_matmul_rows_is_checked_and_follows_triton_kernels():
+    with pytest.raises(ConfigError, match="skinny_matmul_rows must be in 0..8, got 9"):
+        EngineConfig.from_options("qwen3-tiny", device="cpu", skinny_matmul_rows=9)
+    with pytest.raises(ConfigError, match="needs triton_kernels=True \\(or skinny_matmul_rows=0\\)"):
+        EngineConfig.from_options("qwen3-tiny", device="cpu", triton_kernels=False, skinny_matmul_rows=1)
+    assert EngineConfig.from_options("qwen3-tiny", device="cpu", triton_kernels=False).skinny_matmul_rows == 0
+    with pytest.raises(
+        ConfigError, match="Unsupported skinny_fusion: 'norm'. Supported: \\['auto', 'all', 'silu', 'none'\\]"
+    ):
+        EngineConfig.from_options("qwen3-tiny", device="cpu", skinny_fusion="norm")
+    with pytest.raises(ConfigError, match="skinny_fusion='silu' fuses into the skinny matmul, which is off"):
+        EngineConfig.from_options("qwen3-tiny", device="cpu", triton_kernels=False, skinny_fusion="silu")
+
+
 def test_flash_attn_in_float32_is_a_clear_error():
     with pytest.raises(
         ConfigError, match="runs in float16 or bfloat16 only \\(flash-attn has no float32 kernels\\)"

@@ -32,6 +32,16 @@ from llmbench.kernels.paged_attention import (  # noqa: E402
 )
 from llmbench.kernels.rmsnorm import rms_norm, rms_norm_ref  # noqa: E402
 from llmbench.kernels.rotary import apply_rotary, apply_rotary_ref  # noqa: E402
+from llmbench.kernels.skinny_matmul import (  # noqa: E402
+    MAX_ROWS,
+    Tiles,
+    skinny_matmul,
+    skinny_matmul_ref,
+    skinny_norm_matmul,
+    skinny_norm_matmul_ref,
+    skinny_silu_matmul,
+    skinny_silu_matmul_ref,
+)
 from llmbench.kernels.triton_decode import decode_attention  # noqa: E402
 from llmbench.kernels.triton_prefill import PrefillConfig, prefill_attention  # noqa: E402
 from llmbench.layers.attention.flash import FlashAttnBackend  # noqa: E402
@@ -82,6 +92,83 @@ def check(name: str, out: torch.Tensor, ref: torch.Tensor, s: Setting) -> None:
     print(f"{name}: max |triton - ref| = {diff:.3g} (allowed {bound:.3g})")
     assert torch.isfinite(ref).all(), f"{name}: the reference itself is not finite"
     assert diff <= bound, f"{name}: max |triton - ref| = {diff:.3g} > {bound:.3g}"
+
+
+# --- the skinny matmul of decode steps ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 8])
+@pytest.mark.parametrize("N,K,bias", [(64, 256, False), (37, 100, True), (96, 1024, False), (5, 17, True)])
+def test_skinny_matmul_matches_reference(setting: Setting, rows: int, N: int, K: int, bias: bool) -> None:
+    # N, K not multiples of the tiles (masked loads), one row and several, with and without bias
+    if setting.big:
+        N, K = N * 64, K * 4
+    kw = dict(device=setting.device, dtype=setting.dtype)
+    x = torch.randn(rows, K + 5, **kw)[:, 2 : K + 2]  # rows K + 5 apart
+    weight = torch.randn(N, K, **kw) / K**0.5
+    b = torch.randn(N, **kw) if bias else None
+    check("skinny_matmul", skinny_matmul(x, weight, b), skinny_matmul_ref(x, weight, b), setting)
+
+
+@pytest.mark.parametrize("tiles", [Tiles(2, 16, 1, 1), Tiles(4, 64, 2, 2), Tiles(16, 32, 4, 3)])
+def test_skinny_matmul_any_tiling_matches_reference(setting: Setting, tiles: Tiles) -> None:
+    # tiles that divide N and K (no masks) and ones that do not, as scripts/bench_gemv.py --sweep tries them
+    for N, K in ((64, 128), (50, 90)):
+        x = torch.randn(1, K, device=setting.device, dtype=setting.dtype)
+        weight = torch.randn(N, K, device=setting.device, dtype=setting.dtype) / K**0.5
+        check(
+            f"skinny_matmul {tiles} {N}x{K}",
+            skinny_matmul(x, weight, tiles=tiles),
+            skinny_matmul_ref(x, weight),
+            setting,
+        )
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+@pytest.mark.parametrize("N,K,bias", [(64, 256, False), (37, 100, True)])
+def test_skinny_silu_matmul_matches_reference(
+    setting: Setting, rows: int, N: int, K: int, bias: bool
+) -> None:
+    # the gated MLP's down projection: silu(gate) * up computed on the loads
+    if setting.big:
+        N, K = N * 64, K * 12
+    kw = dict(device=setting.device, dtype=setting.dtype)
+    x = torch.randn(rows, 2 * K, **kw) * 2
+    weight = torch.randn(N, K, **kw) / K**0.5
+    b = torch.randn(N, **kw) if bias else None
+    check(
+        "skinny_silu_matmul", skinny_silu_matmul(x, weight, b), skinny_silu_matmul_ref(x, weight, b), setting
+    )
+
+
+@pytest.mark.parametrize("with_residual", [False, True])
+@pytest.mark.parametrize("rows", [1, 2, 5])
+@pytest.mark.parametrize("N,K", [(64, 256), (37, 100)])
+def test_skinny_norm_matmul_matches_reference(
+    setting: Setting, with_residual: bool, rows: int, N: int, K: int
+) -> None:
+    # residual add + RMSNorm on the loads: the product and the new residual (written by one program)
+    if setting.big:
+        N, K = N * 64, K * 16
+    kw = dict(device=setting.device, dtype=setting.dtype)
+    x = torch.randn(rows, K, **kw) * 3
+    residual = torch.randn(rows, K, **kw) if with_residual else None
+    norm_weight = torch.rand(K, **kw) + 0.5
+    weight = torch.randn(N, K, **kw) / K**0.5
+    y, h = skinny_norm_matmul(x, residual, norm_weight, 1e-6, weight)
+    ref_y, ref_h = skinny_norm_matmul_ref(x, residual, norm_weight, 1e-6, weight)
+    check("skinny_norm_matmul", y, ref_y, setting)
+    check("skinny_norm_matmul residual", h, ref_h, setting)
+
+
+def test_skinny_matmul_hands_larger_inputs_to_torch(setting: Setting) -> None:
+    x = torch.randn(MAX_ROWS + 1, 64, device=setting.device, dtype=setting.dtype)
+    weight = torch.randn(32, 64, device=setting.device, dtype=setting.dtype)
+    assert torch.equal(skinny_matmul(x, weight), skinny_matmul_ref(x, weight))
+    with pytest.raises(ValueError, match="x has 64 input features, the weight 63"):
+        skinny_matmul(x[:1], weight[:, :63])
+    with pytest.raises(ValueError, match=f"the skinny kernels take 1 to {MAX_ROWS} rows, got {MAX_ROWS + 1}"):
+        skinny_silu_matmul(torch.cat([x, x], 1), weight)
 
 
 # --- small kernels -----------------------------------------------------------------------------------
@@ -390,11 +477,12 @@ def test_kernel_modules_import_without_triton_and_say_so_when_called() -> None:
 import sys
 sys.modules["triton"] = None  # makes `import triton` raise ImportError
 import torch
-from llmbench.kernels import activation, attention_prologue, kv_store, paged_attention, rmsnorm, rotary
+from llmbench.kernels import activation, attention_prologue, kv_store, paged_attention, rmsnorm, rotary, skinny_matmul
 x = torch.zeros(2, 8)
 calls = [
     lambda: rmsnorm.rms_norm(x, torch.ones(8), 1e-6),
     lambda: activation.silu_and_mul(x),
+    lambda: skinny_matmul.skinny_matmul(x, x),
     lambda: rotary.apply_rotary(x.view(2, 1, 8), x.view(2, 1, 8), torch.zeros(2, dtype=torch.long), torch.zeros(4, 8)),
     lambda: kv_store.store_kv(x.view(2, 1, 8), x.view(2, 1, 8), x.view(1, 2, 1, 8), x.view(1, 2, 1, 8), torch.zeros(2, dtype=torch.long)),
     lambda: paged_attention.paged_attention_decode(x.view(2, 1, 8), x.view(1, 2, 1, 8), x.view(1, 2, 1, 8), None, None, 1.0),

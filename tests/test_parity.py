@@ -77,12 +77,35 @@ def test_greedy_matches_transformers_per_attention_backend(arch_model, backend):
         pytest.skip("triton is not installed")
     _, folder, expected = arch_model
     fused = backend == "triton"
-    got, llm = _generate(folder, attention_backend=backend, triton_kernels=fused, max_num_batched_tokens=24)
+    skinny = 8 if fused else 0  # every decode step of these prompts through the skinny matmul
+    got, llm = _generate(
+        folder,
+        attention_backend=backend,
+        triton_kernels=fused,
+        skinny_matmul_rows=skinny,
+        max_num_batched_tokens=24,
+    )
     assert got == expected
+    layer = llm.engine.runner.model.model.layers[0]
+    assert layer.mlp.down_proj.skinny_rows == layer.mlp.fused_rows == skinny  # norms, SiLU fused in
     # Backends that read K/V from the cache run the fused attention prologue (q/k norm, RoPE, KV store in
     # one kernel); the others do not.
     attn = llm.engine.runner.model.model.layers[0].self_attn
     assert attn.fused_prologue == fused
+
+
+@pytest.mark.parametrize("fusion", ["all", "silu", "none"])
+def test_greedy_matches_transformers_with_each_skinny_fusion(arch_model, fusion):
+    # every decode step through the skinny matmul, with the norms and the SiLU fused in or not
+    if not triton_usable("cuda" if torch.cuda.is_available() else "cpu"):
+        pytest.skip("triton is not installed")
+    _, folder, expected = arch_model
+    got, llm = _generate(
+        folder, attention_backend="triton", triton_kernels=True, skinny_matmul_rows=8, skinny_fusion=fusion
+    )
+    assert got == expected
+    layer = llm.engine.runner.model.model.layers[0]
+    assert (layer.norm_rows, layer.mlp.fused_rows) == {"all": (8, 8), "silu": (0, 8), "none": (0, 0)}[fusion]
 
 
 def test_decode_in_fixed_length_slices_keeps_tokens(arch_model):

@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from llmbench.kernels import skinny_matmul
+
 ATTENTION_BACKENDS = ("torch", "sdpa", "triton", "flash_attn")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -85,6 +87,14 @@ class EngineConfig:
     # messages, NCCL for the rest; CUDA, one host: engine/symm_all_reduce.py) or "auto" (symm_mem where
     # it applies, nccl elsewhere; the engine records the one it used in its startup stats).
     tp_all_reduce: str = "auto"
+    # Linear layers: inputs of up to this many rows (decode at small batches) take the skinny Triton
+    # matmul (kernels/skinny_matmul.py), larger ones cuBLAS; 0: cuBLAS always. None: the default from the
+    # H200 sweep with triton_kernels, 0 without.
+    skinny_matmul_rows: int | None = None
+    # What the skinny matmul does on its input's loads: "all" (the RMSNorm before it, with the residual
+    # add, and the SiLU-and-multiply before the down projection), "silu" (the latter only), "none", or
+    # "auto": "all" for hidden sizes up to 2048, "silu" above (models/llama.py; numbers in BENCHMARKS.md).
+    skinny_fusion: str = "auto"
 
     @classmethod
     def from_options(cls, model: str, **options: Any) -> EngineConfig:
@@ -195,6 +205,25 @@ class EngineConfig:
                     f"decode_split_tokens tunes the Triton decode kernel: it needs attention_backend='triton', "
                     f"got {backend!r}"
                 )
+        skinny_rows = self.skinny_matmul_rows
+        if skinny_rows is None:
+            skinny_rows = SKINNY_MATMUL_ROWS if triton_kernels else 0
+        elif not 0 <= skinny_rows <= skinny_matmul.MAX_ROWS:
+            raise ConfigError(f"skinny_matmul_rows must be in 0..{skinny_matmul.MAX_ROWS}, got {skinny_rows}")
+        elif skinny_rows and not triton_kernels:
+            raise ConfigError(
+                f"skinny_matmul_rows={skinny_rows} asks for a Triton kernel: it needs triton_kernels=True "
+                "(or skinny_matmul_rows=0)"
+            )
+        if self.skinny_fusion not in SKINNY_FUSIONS:
+            raise ConfigError(
+                f"Unsupported skinny_fusion: {self.skinny_fusion!r}. Supported: {list(SKINNY_FUSIONS)}"
+            )
+        if self.skinny_fusion in ("all", "silu") and not skinny_rows:
+            raise ConfigError(
+                f"skinny_fusion={self.skinny_fusion!r} fuses into the skinny matmul, which is off "
+                "(skinny_matmul_rows=0 or triton_kernels=False)"
+            )
         if self.tp_all_reduce not in TP_ALL_REDUCE:
             raise ConfigError(
                 f"Unsupported tp_all_reduce: {self.tp_all_reduce!r}. Supported: {list(TP_ALL_REDUCE)}"
@@ -229,6 +258,7 @@ class EngineConfig:
             cuda_graph=bool(cuda_graph),
             prefix_cache=bool(prefix_cache),
             async_scheduling=cuda if self.async_scheduling is None else bool(self.async_scheduling),
+            skinny_matmul_rows=skinny_rows,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -239,6 +269,8 @@ class EngineConfig:
 
 
 TP_ALL_REDUCE = ("nccl", "symm_mem", "auto")
+SKINNY_FUSIONS = ("auto", "all", "silu", "none")
+SKINNY_MATMUL_ROWS = 1  # where the skinny kernel beat cuBLAS on every layer of the H200 sweep
 
 
 def toggle_names() -> tuple[str, ...]:

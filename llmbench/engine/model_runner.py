@@ -79,7 +79,14 @@ class ModelRunner:
             backend.forward = torch._dynamo.disable(backend.forward)  # type: ignore[method-assign]
             if backend.attends_from_cache:
                 backend.forward_qkv = torch._dynamo.disable(backend.forward_qkv)  # type: ignore[attr-defined]
-        opts = BuildOptions(backend, max_positions=max_model_len, tp=tp, use_triton=config.triton_kernels)
+        opts = BuildOptions(
+            backend,
+            max_positions=max_model_len,
+            tp=tp,
+            use_triton=config.triton_kernels,
+            skinny_rows=config.skinny_matmul_rows,
+            skinny_fusion=config.skinny_fusion,
+        )
         previous = torch.get_default_dtype()
         torch.set_default_dtype(dtype)
         try:

@@ -2,7 +2,8 @@
 
 Each parameter carries ``weight_loader(param, loaded, shard_id)``: the loader hands it the full tensor
 from the checkpoint and the layer keeps its own slice, so a rank only ever holds its shard. With one
-rank every slice is the whole tensor.
+rank every slice is the whole tensor. An input of up to ``skinny_rows`` rows (a decode step at a small
+batch) runs the skinny Triton kernel (kernels/skinny_matmul.py), a larger one cuBLAS.
 """
 
 from __future__ import annotations
@@ -11,13 +12,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from llmbench.kernels.skinny_matmul import skinny_matmul, skinny_norm_matmul, skinny_silu_matmul
 from llmbench.layers.parallel import SINGLE, TPGroup
 
 
 class _Linear(nn.Module):
-    def __init__(self, in_features: int, out_features: int, bias: bool, tp: TPGroup) -> None:
+    def __init__(
+        self, in_features: int, out_features: int, bias: bool, tp: TPGroup, skinny_rows: int = 0
+    ) -> None:
         super().__init__()
         self.tp = tp
+        self.skinny_rows = skinny_rows  # inputs of up to this many rows go to the skinny Triton kernel
         self.weight = nn.Parameter(torch.empty(out_features, in_features), requires_grad=False)
         self.weight.weight_loader = self.weight_loader
         if bias:
@@ -27,7 +32,12 @@ class _Linear(nn.Module):
             self.register_parameter("bias", None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return self._matmul(x, self.weight, self.bias)
+
+    def _matmul(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        if x.shape[0] <= self.skinny_rows:  # x: (T, in) -> (T, out)
+            return skinny_matmul(x, weight, bias)
+        return F.linear(x, weight, bias)
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
         _copy_checked(param.data, loaded)
@@ -46,8 +56,22 @@ class ReplicatedLinear(_Linear):
 class ColumnParallelLinear(_Linear):
     """Output features split over ranks; no communication."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = False, tp: TPGroup = SINGLE) -> None:
-        super().__init__(in_features, tp.split(out_features, "output features"), bias, tp)
+    def forward_normed(
+        self, x: torch.Tensor, residual: torch.Tensor | None, norm: nn.Module
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``norm`` (an RMSNorm with its residual add) and this layer in one skinny kernel, for inputs of up
+        to ``skinny_rows`` rows: ``(self(norm(x + residual)), x + residual)``."""
+        return skinny_norm_matmul(x, residual, norm.weight, norm.eps, self.weight, self.bias)
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = False,
+        tp: TPGroup = SINGLE,
+        skinny_rows: int = 0,
+    ) -> None:
+        super().__init__(in_features, tp.split(out_features, "output features"), bias, tp, skinny_rows)
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
         n = param.shape[0]
@@ -58,10 +82,15 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
     """Several column-parallel outputs in one matmul (gate and up); ``shard_id`` is the part index."""
 
     def __init__(
-        self, in_features: int, out_sizes: list[int], bias: bool = False, tp: TPGroup = SINGLE
+        self,
+        in_features: int,
+        out_sizes: list[int],
+        bias: bool = False,
+        tp: TPGroup = SINGLE,
+        skinny_rows: int = 0,
     ) -> None:
         self.out_sizes = [tp.split(s, "output features") for s in out_sizes]
-        super().__init__(in_features, sum(out_sizes), bias, tp)
+        super().__init__(in_features, sum(out_sizes), bias, tp, skinny_rows)
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
         assert isinstance(shard_id, int)
@@ -76,7 +105,14 @@ class QKVParallelLinear(ColumnParallelLinear):
     """q, k and v projections in one matmul, split by heads; KV heads are replicated when fewer than ranks."""
 
     def __init__(
-        self, hidden: int, head_dim: int, num_heads: int, num_kv_heads: int, bias: bool, tp: TPGroup = SINGLE
+        self,
+        hidden: int,
+        head_dim: int,
+        num_heads: int,
+        num_kv_heads: int,
+        bias: bool,
+        tp: TPGroup = SINGLE,
+        skinny_rows: int = 0,
     ) -> None:
         self.head_dim = head_dim
         self.num_heads = tp.split(num_heads, "attention heads")
@@ -91,7 +127,7 @@ class QKVParallelLinear(ColumnParallelLinear):
             self.num_kv_heads = 1
             self.kv_replicas = tp.size // num_kv_heads
         out = (self.num_heads + 2 * self.num_kv_heads) * head_dim
-        _Linear.__init__(self, hidden, out, bias, tp)
+        _Linear.__init__(self, hidden, out, bias, tp, skinny_rows)
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
         q = self.num_heads * self.head_dim
@@ -111,11 +147,20 @@ class QKVParallelLinear(ColumnParallelLinear):
 class RowParallelLinear(_Linear):
     """Input features split over ranks; partial sums all-reduced. The bias is added once, after."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = False, tp: TPGroup = SINGLE) -> None:
-        super().__init__(tp.split(in_features, "input features"), out_features, bias, tp)
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = False,
+        tp: TPGroup = SINGLE,
+        skinny_rows: int = 0,
+    ) -> None:
+        super().__init__(tp.split(in_features, "input features"), out_features, bias, tp, skinny_rows)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.linear(x, self.weight, self.bias if self.tp.rank == 0 else None)
+    def forward(self, x: torch.Tensor, gated: bool = False) -> torch.Tensor:
+        """``gated``: x is the gated MLP's gate | up, the SiLU-and-multiply done in the skinny kernel."""
+        bias = self.bias if self.tp.rank == 0 else None
+        y = skinny_silu_matmul(x, self.weight, bias) if gated else self._matmul(x, self.weight, bias)
         return self.tp.all_reduce(y)
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:

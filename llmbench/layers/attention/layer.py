@@ -28,13 +28,18 @@ class Attention(nn.Module):
         backend: AttentionBackend,
         tp: TPGroup,
         use_triton: bool,
+        skinny_rows: int = 0,
     ) -> None:
         super().__init__()
-        self.qkv_proj = QKVParallelLinear(hidden, head_dim, num_heads, num_kv_heads, qkv_bias, tp)
+        self.qkv_proj = QKVParallelLinear(
+            hidden, head_dim, num_heads, num_kv_heads, qkv_bias, tp, skinny_rows
+        )
         self.num_heads = self.qkv_proj.num_heads
         self.num_kv_heads = self.qkv_proj.num_kv_heads
         self.head_dim = head_dim
-        self.o_proj = RowParallelLinear(num_heads * head_dim, hidden, bias=False, tp=tp)
+        self.o_proj = RowParallelLinear(
+            num_heads * head_dim, hidden, bias=False, tp=tp, skinny_rows=skinny_rows
+        )
         self.q_norm = RMSNorm(head_dim, rms_norm_eps, use_triton) if qk_norm else None
         self.k_norm = RMSNorm(head_dim, rms_norm_eps, use_triton) if qk_norm else None
         self.rotary = rotary
@@ -52,11 +57,20 @@ class Attention(nn.Module):
         meta: AttentionMetadata,
         kv_cache: tuple[torch.Tensor, torch.Tensor],
     ) -> torch.Tensor:
-        T = x.shape[0]
+        return self.forward_projected(positions, self.qkv_proj(x), meta, kv_cache)
+
+    def forward_projected(
+        self,
+        positions: torch.Tensor,  # (T,)
+        qkv: torch.Tensor,  # (T, (Hq + 2 Hk) D): the q/k/v projection's output
+        meta: AttentionMetadata,
+        kv_cache: tuple[torch.Tensor, torch.Tensor],
+    ) -> torch.Tensor:
+        T = qkv.shape[0]
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         if self.fused_prologue:
             o = self.backend.forward_qkv(  # type: ignore[attr-defined]
-                self.qkv_proj(x),
+                qkv,
                 positions,
                 self.rotary.cos_sin_cache,
                 None if self.q_norm is None else self.q_norm.weight,
@@ -70,7 +84,7 @@ class Attention(nn.Module):
                 self.scale,
             )
             return self.o_proj(o.reshape(T, q_size))
-        q, k, v = self.qkv_proj(x).split([q_size, kv_size, kv_size], dim=-1)
+        q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
         q = q.reshape(T, self.num_heads, self.head_dim)
         k = k.reshape(T, self.num_kv_heads, self.head_dim)
         v = v.reshape(T, self.num_kv_heads, self.head_dim)

@@ -1,0 +1,269 @@
+"""``x @ weight.T (+ bias)`` for a few rows: a decode step's linear layers at one sequence.
+
+At one sequence a decode step is one matrix-vector product per linear layer, and its time is the time
+to read the weight once. cuBLAS picks tile shapes made for matrices: on an H200 it reads qwen3-8b's
+4096x4096 output projection at 2.6 TB/s, with a split-K reduction kernel after it, and qwen3-0.6b's
+1024x2048 one at 0.3 TB/s (BENCHMARKS.md, fifth GPU session). Here each program owns ``BLOCK_N`` output
+features, walks the whole K dimension with wide contiguous loads, keeps the products in float32 and sums
+them once at the end: no split-K, no second kernel, the weight read once at full width.
+
+Two fused forms do the layer before the product on the input's loads:
+``skinny_silu_matmul`` (the gated MLP's SiLU-and-multiply, then the down projection) and
+``skinny_norm_matmul`` (residual add and RMSNorm, then the q/k/v or gate/up projection; every program
+sums the row's squares itself). Each has a ``_ref`` of the same signature built from the unfused
+references, and rounds to the model dtype where the unfused layers do.
+
+``skinny_matmul`` takes up to ``MAX_ROWS`` rows and hands larger inputs to ``F.linear`` (prefill,
+decode batches: from two rows on cuBLAS' tiles win, hence ``EngineConfig.skinny_matmul_rows=1``). The
+sum runs in another order than cuBLAS', so bf16 results may differ in the last bit; float32 ones agree
+to rounding.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from llmbench.kernels._triton import cdiv, jit, require_triton, tl
+from llmbench.kernels.activation import silu_and_mul_ref
+from llmbench.kernels.rmsnorm import rms_norm_ref
+
+MAX_ROWS = 8  # above this the input goes to F.linear
+
+
+class Tiles(NamedTuple):
+    block_n: int  # output features per program
+    block_k: int  # input features per loop step
+    num_warps: int
+    num_stages: int
+
+
+def skinny_matmul_ref(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    # x: (M, K), weight: (N, K), bias: (N,) -> (M, N)
+    return F.linear(x, weight, bias)
+
+
+@jit
+def _input_chunk(
+    x_ptr, r_ptr, nw_ptr, h_ptr, rows, k, mask, K, stride_xm, stride_rm, stride_hm, rstd, store_h,
+    GATED: tl.constexpr, NORM: tl.constexpr, HAS_RES: tl.constexpr,
+):  # fmt: skip
+    # rows (BM, 1), k (1, BK), mask (BM, BK) -> the input chunk (BM, BK) in float32, rounded to the model
+    # dtype at each step as the unfused layers round their outputs
+    dt = x_ptr.dtype.element_ty
+    if GATED:  # x is (M, 2K): silu(gate) * up
+        g = tl.load(x_ptr + rows * stride_xm + k, mask=mask, other=0.0).to(tl.float32)
+        u = tl.load(x_ptr + rows * stride_xm + K + k, mask=mask, other=0.0).to(tl.float32)
+        act = (g / (1.0 + tl.exp(-g))).to(dt).to(tl.float32)
+        return (act * u).to(dt).to(tl.float32)
+    x = tl.load(x_ptr + rows * stride_xm + k, mask=mask, other=0.0)
+    if HAS_RES:  # h = x + residual, in the model dtype; one program writes it out
+        x = (
+            x.to(tl.float32) + tl.load(r_ptr + rows * stride_rm + k, mask=mask, other=0.0).to(tl.float32)
+        ).to(dt)
+        if store_h:
+            tl.store(h_ptr + rows * stride_hm + k, x, mask=mask)
+    xf = x.to(tl.float32)
+    if NORM:  # rmsnorm(h) * weight: normalised value rounded, then the weight multiply rounded
+        nw = tl.load(nw_ptr + k, mask=k < K, other=0.0).to(tl.float32)
+        xf = ((xf * rstd).to(dt).to(tl.float32) * nw).to(dt).to(tl.float32)
+    return xf
+
+
+@jit
+def _skinny_matmul_kernel(
+    x_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, y_ptr,
+    M, N, K, stride_xm, stride_rm, stride_hm, stride_wn, stride_ym, eps,
+    HAS_BIAS: tl.constexpr,
+    EVEN: tl.constexpr,  # N % BLOCK_N == 0 and K % BLOCK_K == 0: no masks on the weight
+    GATED: tl.constexpr,  # the input is gate | up, multiplied after a SiLU on the gate
+    NORM: tl.constexpr,  # the input is RMS-normalised (after the residual add with HAS_RES)
+    HAS_RES: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    # Grid (cdiv(N, BLOCK_N),): one program per BLOCK_N output features, all M rows, all of K.
+    pid = tl.program_id(0)
+    offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)  # (BN,)
+    offs_k = tl.arange(0, BLOCK_K)[None, :]  # (1, BK)
+    n_mask = offs_n < N
+    w_rows = w_ptr + offs_n.to(tl.int64)[:, None] * stride_wn  # (BN, 1)
+    if BLOCK_M == 1:
+        rows = tl.zeros((1, 1), dtype=tl.int32)  # (BM, 1)
+    else:
+        rows = tl.arange(0, BLOCK_M)[:, None]
+    m_mask = rows < M
+    rstd = 1.0
+    if NORM:  # every program sums the squares of the whole row (a few KB, from L2) for itself
+        ss = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            k = k0 + offs_k
+            h = _input_chunk(
+                x_ptr, r_ptr, nw_ptr, h_ptr, rows, k, m_mask & (k < K), K, stride_xm, stride_rm, stride_hm,
+                1.0, False, GATED=False, NORM=False, HAS_RES=HAS_RES,
+            )  # fmt: skip
+            ss += h * h
+        rstd = 1.0 / tl.sqrt(tl.sum(ss, axis=1)[:, None] / K + eps)  # (BM, 1)
+    if BLOCK_M == 1:
+        acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)  # summed across lanes once, after the loop
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k = k0 + offs_k  # (1, BK)
+        if EVEN:
+            w = tl.load(w_rows + k)  # (BN, BK)
+        else:
+            w = tl.load(w_rows + k, mask=n_mask[:, None] & (k < K), other=0.0)
+        x = _input_chunk(
+            x_ptr, r_ptr, nw_ptr, h_ptr, rows, k, m_mask & (k < K), K, stride_xm, stride_rm, stride_hm,
+            rstd, pid == 0, GATED=GATED, NORM=NORM, HAS_RES=HAS_RES,
+        )  # fmt: skip  # (BM, BK)
+        if BLOCK_M == 1:
+            acc += w.to(tl.float32) * x
+        else:
+            acc += x[:, None, :] * w.to(tl.float32)[None, :, :]  # (BM, BN, BK)
+    if BLOCK_M == 1:
+        y = tl.sum(acc, axis=1)[None, :]  # (1, BN)
+    else:
+        y = tl.sum(acc, axis=2)  # (BM, BN)
+    if HAS_BIAS:
+        y += tl.load(b_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+    tl.store(
+        y_ptr + rows * stride_ym + offs_n[None, :],
+        y.to(y_ptr.dtype.element_ty),
+        mask=m_mask & n_mask[None, :],
+    )
+
+
+def tiles_for(rows: int, n: int, k: int) -> Tiles:
+    """Tile sizes for an (rows x k) @ (k x n) product, from the sweep on an H200 (BENCHMARKS.md,
+    ``scripts/bench_gemv.py --sweep``): at one row 4 x 1024 is within 5% of the best of 96 tilings on
+    every qwen3-8b (tp=1, tp=2) and qwen3-0.6b layer."""
+    block_m = _block_m(rows)
+    block_k = min(1024 // block_m, _pow2_at_least(k))
+    block_n = 2 if n <= 1024 or block_m > 2 else 4
+    return Tiles(block_n, max(block_k, 16), 4, 2)
+
+
+def _block_m(rows: int) -> int:
+    return 1 if rows <= 1 else _pow2_at_least(rows)
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def skinny_matmul(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, tiles: Tiles | None = None
+) -> torch.Tensor:
+    require_triton("skinny_matmul")
+    # x: (M, K), weight: (N, K), bias: (N,) -> (M, N); more than MAX_ROWS rows go to F.linear
+    if not 0 < x.shape[0] <= MAX_ROWS:
+        _check(x, weight, x.shape[-1])
+        return F.linear(x, weight, bias)
+    return _launch(x, weight, bias, tiles)
+
+
+def skinny_silu_matmul_ref(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    # x: (M, 2K) gate | up, weight: (N, K) -> (M, N): the gated MLP's down projection
+    return F.linear(silu_and_mul_ref(x), weight, bias)
+
+
+def skinny_silu_matmul(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, tiles: Tiles | None = None
+) -> torch.Tensor:
+    """``skinny_silu_matmul_ref`` in one kernel: the SiLU-and-multiply done on the input's loads."""
+    require_triton("skinny_silu_matmul")
+    return _launch(x, weight, bias, tiles, gated=True)
+
+
+def skinny_norm_matmul_ref(
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    norm_weight: torch.Tensor,
+    eps: float,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    # x, residual: (M, K) -> (rmsnorm(x + residual) @ weight.T + bias (M, N), x + residual (M, K))
+    out, h = rms_norm_ref(x, norm_weight, eps, residual)
+    return F.linear(out, weight, bias), (x if h is None else h)
+
+
+def skinny_norm_matmul(
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    norm_weight: torch.Tensor,
+    eps: float,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    tiles: Tiles | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``skinny_norm_matmul_ref`` in one kernel: the residual add and the RMSNorm done on the input's loads
+    (each program sums the row's squares itself; the first one writes ``x + residual``)."""
+    require_triton("skinny_norm_matmul")
+    if residual is None:
+        return _launch(x, weight, bias, tiles, norm=(norm_weight, eps)), x
+    h = torch.empty_like(x)
+    return _launch(x, weight, bias, tiles, norm=(norm_weight, eps), residual=residual, h=h), h
+
+
+def _check(x: torch.Tensor, weight: torch.Tensor, k: int) -> None:
+    if weight.shape[1] != k:
+        raise ValueError(f"x has {k} input features, the weight {weight.shape[1]}")
+
+
+def _launch(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    tiles: Tiles | None,
+    gated: bool = False,
+    norm: tuple[torch.Tensor, float] | None = None,
+    residual: torch.Tensor | None = None,
+    h: torch.Tensor | None = None,
+) -> torch.Tensor:
+    M = x.shape[0]
+    K = x.shape[1] // 2 if gated else x.shape[1]
+    N = weight.shape[0]
+    _check(x, weight, K)
+    if not 0 < M <= MAX_ROWS:
+        raise ValueError(f"the skinny kernels take 1 to {MAX_ROWS} rows, got {M}")
+    x = x if x.stride(-1) == 1 else x.contiguous()
+    weight = weight if weight.stride(-1) == 1 else weight.contiguous()
+    t = tiles or tiles_for(M, N, K)
+    y = torch.empty((M, N), dtype=x.dtype, device=x.device)  # (M, N)
+    _skinny_matmul_kernel[(cdiv(N, t.block_n),)](
+        x,
+        residual if residual is not None else x,
+        norm[0] if norm is not None else x,
+        h if h is not None else x,
+        weight,
+        bias if bias is not None else y,
+        y,
+        M,
+        N,
+        K,
+        x.stride(0),
+        residual.stride(0) if residual is not None else 0,
+        h.stride(0) if h is not None else 0,
+        weight.stride(0),
+        y.stride(0),
+        norm[1] if norm is not None else 0.0,
+        HAS_BIAS=bias is not None,
+        EVEN=N % t.block_n == 0 and K % t.block_k == 0,
+        GATED=gated,
+        NORM=norm is not None,
+        HAS_RES=residual is not None,
+        BLOCK_M=_block_m(M),
+        BLOCK_N=t.block_n,
+        BLOCK_K=t.block_k,
+        num_warps=t.num_warps,
+        num_stages=t.num_stages,
+    )
+    return y

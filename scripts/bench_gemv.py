@@ -1,0 +1,134 @@
+"""The decode step's linear layers at 1 to 8 rows: cuBLAS (F.linear) against the skinny Triton kernel.
+
+Every product runs inside a CUDA graph (as in the engine's decode steps), over enough copies of the
+weight that none stays in the 50 MB L2 cache, so each figure is a read from HBM. With ``--sweep`` the
+kernel's tile sizes are swept and the best per shape printed beside today's rule (``tiles_for``).
+
+    python scripts/bench_gemv.py                     # qwen3-8b at tp=1 and tp=2, qwen3-0.6b; rows 1, 2, 4, 8
+    python scripts/bench_gemv.py --sweep --rows 1 --json gemv.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from llmbench.kernels.skinny_matmul import Tiles, skinny_matmul, tiles_for  # noqa: E402
+
+SHAPES = {  # name: (N, K) of each decode-step linear layer
+    "8b.qkv": (6144, 4096),
+    "8b.o": (4096, 4096),
+    "8b.gate_up": (24576, 4096),
+    "8b.down": (4096, 12288),
+    "8b-tp2.qkv": (3072, 4096),
+    "8b-tp2.o": (4096, 2048),
+    "8b-tp2.gate_up": (12288, 4096),
+    "8b-tp2.down": (4096, 6144),
+    "0.6b.qkv": (4096, 1024),
+    "0.6b.o": (1024, 2048),
+    "0.6b.gate_up": (6144, 1024),
+    "0.6b.down": (1024, 3072),
+}
+FLUSH_BYTES = 600e6  # copies of the weight per graph: several times the L2 cache
+
+
+def time_per_call(fn, weights, replays: int = 15) -> float:
+    """Median seconds per call of fn(w) over one graph that calls it once per weight copy."""
+    fn(weights[0])  # compile outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for w in weights:
+            fn(w)
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3 / len(weights))
+    del graph
+    return statistics.median(times)
+
+
+def sweep_tiles(rows: int, k: int) -> list[Tiles]:
+    block_m = 1 if rows == 1 else 1 << (rows - 1).bit_length()
+    out = []
+    for bn, bk, warps, stages in itertools.product((2, 4, 8, 16), (128, 256, 512, 1024), (4, 8), (1, 2, 3)):
+        if bk > max(128, 1 << (k - 1).bit_length()) or block_m * bn * bk > 16384 or bn * bk < 32 * warps:
+            continue
+        out.append(Tiles(bn, bk, warps, stages))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, nargs="+", default=[1, 2, 4, 8])
+    ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    ap.add_argument("--sweep", action="store_true", help="every tile size, best one reported")
+    ap.add_argument("--json", type=Path, help="write every measurement here")
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    rows_out = []
+    print(
+        f"{'shape':>15} {'rows':>4} {'cuBLAS us':>9} {'TB/s':>5} {'triton us':>9} {'TB/s':>5} {'ratio':>6}  tiles"
+    )
+    for name in args.shapes:
+        n, k = SHAPES[name]
+        nbytes = n * k * 2
+        copies = max(2, int(FLUSH_BYTES // nbytes))
+        weights = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5 for _ in range(copies)]
+        for rows in args.rows:
+            x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
+            ref = F.linear(x.float(), weights[0].float())
+            err = (skinny_matmul(x, weights[0]).float() - ref).abs().max().item() / ref.abs().max().item()
+            if err > 2e-2:
+                raise SystemExit(f"{name} rows={rows}: relative error {err:.1e} against float32")
+            cublas = time_per_call(lambda w, x=x: F.linear(x, w), weights)
+            candidates = [tiles_for(rows, n, k)] + (sweep_tiles(rows, k) if args.sweep else [])
+            timed = []
+            for t in candidates:
+                try:
+                    timed.append(
+                        (time_per_call(lambda w, x=x, t=t: skinny_matmul(x, w, tiles=t), weights), t)
+                    )
+                except Exception as e:  # a tile size the compiler cannot fit (registers, shared memory)
+                    print(f"  {t}: {type(e).__name__}: {str(e)[:100]}")
+            rule = timed[0][0]
+            best, tiles = min(timed, key=lambda p: p[0])
+            print(
+                f"{name:>15} {rows:>4} {cublas * 1e6:>9.2f} {nbytes / cublas / 1e12:>5.2f} "
+                f"{best * 1e6:>9.2f} {nbytes / best / 1e12:>5.2f} {cublas / best:>5.2f}x  {tuple(tiles)}"
+                + (f"  (rule {rule * 1e6:.2f} us)" if args.sweep else "")
+            )
+            rows_out.append(
+                {
+                    "shape": name,
+                    "n": n,
+                    "k": k,
+                    "rows": rows,
+                    "cublas_s": cublas,
+                    "rule_s": rule,
+                    "best_s": best,
+                    "best_tiles": list(tiles),
+                    "all": [[s, list(t)] for s, t in timed],
+                }
+            )
+        del weights
+        torch.cuda.empty_cache()
+    if args.json:
+        args.json.write_text(json.dumps(rows_out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
