@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from llmbench import LLM, SamplingParams
-from llmbench.engine.config import ConfigError
+from llmbench.engine.config import ConfigError, triton_usable
 from llmbench.engine.tp import TPError
 
 from tiny_models import hf_greedy, make_tiny
@@ -126,6 +126,32 @@ def test_greedy_tokens_at_tp_equal_transformers(model, tp, async_, all_reduce, t
         for (send, sent), (wait, got, launched, shared) in zip(sends, worker, strict=True):
             assert send <= sent and wait <= got <= launched <= shared
             assert got >= send, "a worker started a step before rank 0 sent it"
+
+
+def test_greedy_tokens_at_tp2_with_triton_kernels_and_the_fused_skinny_matmul(model):
+    # each rank's shard through the skinny kernels (norms and SiLU fused in), all-reduced after
+    if not triton_usable(DEVICE):
+        pytest.skip("triton is not installed")
+    folder, expected = model
+    options = dict(
+        tp=2,
+        dtype="float32",
+        num_kv_blocks=64,
+        block_size=8,
+        device=DEVICE,
+        attention_backend="triton",
+        triton_kernels=True,
+        skinny_matmul_rows=8,
+        skinny_fusion="all",
+        tp_all_reduce="nccl",
+    )
+    llm = LLM(str(folder), **options)
+    try:
+        assert llm.engine.runner.model.model.layers[0].norm_rows == 8  # rank 0's model: fused path on
+        got = [o.token_ids for o in llm.generate(PROMPTS, GREEDY)]
+    finally:
+        llm.engine.shutdown()
+    assert got == expected
 
 
 def test_tp_that_does_not_divide_the_heads_is_a_clear_error(model):

@@ -56,13 +56,6 @@ class ReplicatedLinear(_Linear):
 class ColumnParallelLinear(_Linear):
     """Output features split over ranks; no communication."""
 
-    def forward_normed(
-        self, x: torch.Tensor, residual: torch.Tensor | None, norm: nn.Module
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``norm`` (an RMSNorm with its residual add) and this layer in one skinny kernel, for inputs of up
-        to ``skinny_rows`` rows: ``(self(norm(x + residual)), x + residual)``."""
-        return skinny_norm_matmul(x, residual, norm.weight, norm.eps, self.weight, self.bias)
-
     def __init__(
         self,
         in_features: int,
@@ -72,6 +65,13 @@ class ColumnParallelLinear(_Linear):
         skinny_rows: int = 0,
     ) -> None:
         super().__init__(in_features, tp.split(out_features, "output features"), bias, tp, skinny_rows)
+
+    def forward_normed(
+        self, x: torch.Tensor, residual: torch.Tensor | None, norm: nn.Module
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``norm`` (an RMSNorm with its residual add) and this layer in one skinny kernel, for inputs of up
+        to ``skinny_rows`` rows: ``(self(norm(x + residual)), x + residual)``."""
+        return skinny_norm_matmul(x, residual, norm.weight, norm.eps, self.weight, self.bias)
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
         n = param.shape[0]
