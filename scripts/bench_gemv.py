@@ -1,11 +1,12 @@
 """The decode step's linear layers at 1 to 8 rows: cuBLAS (F.linear) against the skinny Triton kernel.
 
 Every product runs inside a CUDA graph (as in the engine's decode steps), over enough copies of the
-weight that none stays in the 50 MB L2 cache, so each figure is a read from HBM. With ``--sweep`` the
+weight that none stays in the L2 cache, so each figure is a read from HBM (``bench_kernels.time_us``). With ``--sweep`` the
 kernel's tile sizes are swept and the best per shape printed beside today's rule (``tiles_for``).
 
     python scripts/bench_gemv.py                     # qwen3-8b at tp=1 and tp=2, qwen3-0.6b; rows 1, 2, 4, 8
     python scripts/bench_gemv.py --sweep --rows 1 --json gemv.json
+    TRITON_INTERPRET=1 python scripts/bench_gemv.py --smoke --sweep --rows 1 3   # exercises this script
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench_kernels import Env, check, time_us  # noqa: E402  (scripts/, this script's folder)
 
 from llmbench.kernels.skinny_matmul import Tiles, skinny_matmul, tiles_for  # noqa: E402
 
@@ -41,24 +43,10 @@ SHAPES = {  # name: (N, K) of each decode-step linear layer
 FLUSH_BYTES = 600e6  # copies of the weight per graph: several times the L2 cache
 
 
-def time_per_call(fn, weights, replays: int = 15) -> float:
-    """Median seconds per call of fn(w) over one graph that calls it once per weight copy."""
-    fn(weights[0])  # compile outside the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for w in weights:
-            fn(w)
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3 / len(weights))
-    del graph
-    return statistics.median(times)
+def time_per_call(env: Env, fn, weights) -> float:
+    """Median seconds per call of fn(w), from one CUDA graph that calls it once per weight copy."""
+    calls = [lambda w=w: fn(w) for w in weights]
+    return time_us(env, calls[0], more=calls[1:]) / 1e6
 
 
 def sweep_tiles(rows: int, k: int) -> list[Tiles]:
@@ -77,30 +65,31 @@ def main() -> None:
     ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     ap.add_argument("--sweep", action="store_true", help="every tile size, best one reported")
     ap.add_argument("--json", type=Path, help="write every measurement here")
+    ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU under TRITON_INTERPRET=1")
     args = ap.parse_args()
+    env = Env(
+        "cpu" if args.smoke else "cuda", torch.float32 if args.smoke else torch.bfloat16, args.smoke, 50, 200
+    )
+    shapes = {"smoke": (48, 96)} if args.smoke else {name: SHAPES[name] for name in args.shapes}
     torch.manual_seed(0)
     rows_out = []
     print(
         f"{'shape':>15} {'rows':>4} {'cuBLAS us':>9} {'TB/s':>5} {'triton us':>9} {'TB/s':>5} {'ratio':>6}  tiles"
     )
-    for name in args.shapes:
-        n, k = SHAPES[name]
-        nbytes = n * k * 2
-        copies = max(2, int(FLUSH_BYTES // nbytes))
-        weights = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5 for _ in range(copies)]
+    for name, (n, k) in shapes.items():
+        nbytes = n * k * env.dtype.itemsize
+        copies = 2 if args.smoke else max(2, int(FLUSH_BYTES // nbytes))
+        weights = [env.t(n, k) / k**0.5 for _ in range(copies)]
         for rows in args.rows:
-            x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
-            ref = F.linear(x.float(), weights[0].float())
-            err = (skinny_matmul(x, weights[0]).float() - ref).abs().max().item() / ref.abs().max().item()
-            if err > 2e-2:
-                raise SystemExit(f"{name} rows={rows}: relative error {err:.1e} against float32")
-            cublas = time_per_call(lambda w, x=x: F.linear(x, w), weights)
+            x = env.t(rows, k)
+            check(f"{name} rows={rows}", skinny_matmul(x, weights[0]), F.linear(x, weights[0]), 2e-2)
+            cublas = time_per_call(env, lambda w, x=x: F.linear(x, w), weights)
             candidates = [tiles_for(rows, n, k)] + (sweep_tiles(rows, k) if args.sweep else [])
             timed = []
             for t in candidates:
                 try:
                     timed.append(
-                        (time_per_call(lambda w, x=x, t=t: skinny_matmul(x, w, tiles=t), weights), t)
+                        (time_per_call(env, lambda w, x=x, t=t: skinny_matmul(x, w, tiles=t), weights), t)
                     )
                 except Exception as e:  # a tile size the compiler cannot fit (registers, shared memory)
                     print(f"  {t}: {type(e).__name__}: {str(e)[:100]}")
@@ -125,7 +114,6 @@ def main() -> None:
                 }
             )
         del weights
-        torch.cuda.empty_cache()
     if args.json:
         args.json.write_text(json.dumps(rows_out, indent=1))
 

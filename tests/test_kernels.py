@@ -167,8 +167,12 @@ def test_skinny_matmul_hands_larger_inputs_to_torch(setting: Setting) -> None:
     assert torch.equal(skinny_matmul(x, weight), skinny_matmul_ref(x, weight))
     with pytest.raises(ValueError, match="x has 64 input features, the weight 63"):
         skinny_matmul(x[:1], weight[:, :63])
-    with pytest.raises(ValueError, match=f"the skinny kernels take 1 to {MAX_ROWS} rows, got {MAX_ROWS + 1}"):
+    with pytest.raises(
+        ValueError, match=f"the skinny kernels take up to {MAX_ROWS} rows, got {MAX_ROWS + 1}"
+    ):
         skinny_silu_matmul(torch.cat([x, x], 1), weight)
+    empty = skinny_norm_matmul(x[:0], x[:0], weight[0], 1e-6, weight)  # no rows: empty outputs, no launch
+    assert empty[0].shape == (0, 32) and empty[1].shape == (0, 64)
 
 
 # --- small kernels -----------------------------------------------------------------------------------

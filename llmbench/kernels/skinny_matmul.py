@@ -161,7 +161,7 @@ def skinny_matmul(
 ) -> torch.Tensor:
     require_triton("skinny_matmul")
     # x: (M, K), weight: (N, K), bias: (N,) -> (M, N); more than MAX_ROWS rows go to F.linear
-    if not 0 < x.shape[0] <= MAX_ROWS:
+    if x.shape[0] > MAX_ROWS:
         _check(x, weight, x.shape[-1])
         return F.linear(x, weight, bias)
     return _launch(x, weight, bias, tiles)
@@ -232,12 +232,14 @@ def _launch(
     K = x.shape[1] // 2 if gated else x.shape[1]
     N = weight.shape[0]
     _check(x, weight, K)
-    if not 0 < M <= MAX_ROWS:
-        raise ValueError(f"the skinny kernels take 1 to {MAX_ROWS} rows, got {M}")
+    if M > MAX_ROWS:
+        raise ValueError(f"the skinny kernels take up to {MAX_ROWS} rows, got {M}")
     x = x if x.stride(-1) == 1 else x.contiguous()
     weight = weight if weight.stride(-1) == 1 else weight.contiguous()
     t = tiles or tiles_for(M, N, K)
     y = torch.empty((M, N), dtype=x.dtype, device=x.device)  # (M, N)
+    if M == 0:
+        return y
     _skinny_matmul_kernel[(cdiv(N, t.block_n),)](
         x,
         residual if residual is not None else x,

@@ -32,12 +32,12 @@ class _Linear(nn.Module):
             self.register_parameter("bias", None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._matmul(x, self.weight, self.bias)
+        return self._matmul(x, self.bias)
 
-    def _matmul(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    def _matmul(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         if x.shape[0] <= self.skinny_rows:  # x: (T, in) -> (T, out)
-            return skinny_matmul(x, weight, bias)
-        return F.linear(x, weight, bias)
+            return skinny_matmul(x, self.weight, bias)
+        return F.linear(x, self.weight, bias)
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
         _copy_checked(param.data, loaded)
@@ -160,7 +160,7 @@ class RowParallelLinear(_Linear):
     def forward(self, x: torch.Tensor, gated: bool = False) -> torch.Tensor:
         """``gated``: x is the gated MLP's gate | up, the SiLU-and-multiply done in the skinny kernel."""
         bias = self.bias if self.tp.rank == 0 else None
-        y = skinny_silu_matmul(x, self.weight, bias) if gated else self._matmul(x, self.weight, bias)
+        y = skinny_silu_matmul(x, self.weight, bias) if gated else self._matmul(x, bias)
         return self.tp.all_reduce(y)
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
