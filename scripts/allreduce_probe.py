@@ -3,7 +3,10 @@
 A tensor-parallel decode step of qwen3-8b all-reduces its hidden state 72 times (two per layer); at
 batch 1 each message is 8 KB, so the step pays the all-reduce's latency, not its bandwidth. This checks
 that both paths give the same sums, then times each from a CUDA graph of 64 back-to-back calls (as the
-engine replays them) and eagerly, for a few batch sizes:
+engine replays them) and eagerly, for a few batch sizes. Then the same for what the engine does at each
+of those all-reduces with ``tp_fuse_norm``: the one-shot all-reduce followed by the residual add and
+RMSNorm (two kernels and a copy) against the one kernel of kernels/allreduce_norm.py, both checked
+against NCCL's sum normed by the torch reference:
 
     python scripts/allreduce_probe.py                 # two GPUs, hidden 4096, bf16
     python scripts/allreduce_probe.py --gpus 4 --hidden 5120
@@ -24,6 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from llmbench.engine.symm_all_reduce import OneShotAllReduce  # noqa: E402
 from llmbench.engine.tp import free_port  # noqa: E402
+from llmbench.kernels.allreduce_norm import allreduce_norm_ref  # noqa: E402
+from llmbench.kernels.rmsnorm import rms_norm, rms_norm_ref  # noqa: E402
 
 CALLS = 64  # all-reduces per captured graph
 REPLAYS = 20
@@ -56,7 +61,9 @@ def rank_main(rank: int, world: int, port: int, hidden: int, rows: list[int]) ->
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda", rank))
     group = dist.group.WORLD
-    fast = OneShotAllReduce(group, torch.bfloat16, torch.device("cuda", rank))
+    fast = OneShotAllReduce(
+        group, torch.bfloat16, torch.device("cuda", rank), fuse_norm=True, fused_max_rows=max(rows)
+    )
     lines, worst = [], 0.0
     for n in rows:
         gen = torch.Generator(device="cuda").manual_seed(n * 31 + rank)
@@ -79,19 +86,58 @@ def rank_main(rank: int, world: int, port: int, hidden: int, rows: list[int]) ->
             for _ in range(CALLS):
                 fast(x)
 
+        # with the norm: residual add + RMSNorm after the sum, unfused and fused
+        residual = torch.randn(n, hidden, device="cuda", dtype=torch.bfloat16, generator=gen)
+        weight = torch.rand(hidden, device="cuda", dtype=torch.bfloat16, generator=gen) + 0.5
+        want_out, want_h = rms_norm_ref(want, weight, 1e-6, residual)
+        slot = fast.slot(n, hidden, torch.bfloat16, first=True)
+        slot.copy_(x)
+        got_out, got_h = fast.all_reduce_norm(slot, residual, weight, 1e-6)
+        parts = [torch.empty_like(x) for _ in range(world)]
+        dist.all_gather(parts, x, group=group)
+        ref_out, ref_h = allreduce_norm_ref(parts, residual, weight, 1e-6)
+        for name, got_t, ref_t, nccl_t in (
+            ("sum", got_h, ref_h, want_h),
+            ("normed", got_out, ref_out, want_out),
+        ):
+            if not torch.equal(got_t, ref_t):  # the reference adds in rank order too: bit for bit
+                raise SystemExit(
+                    f"rank {rank}: fused all-reduce + norm ({name}) differs from its reference, {n} rows"
+                )
+            diff = (got_t.float() - nccl_t.float()).abs().max().item()
+            if diff > 2e-2 * max(1.0, nccl_t.float().abs().max().item()):
+                raise SystemExit(
+                    f"rank {rank}: fused all-reduce + norm ({name}) differs from NCCL's, {n} rows"
+                )
+
+        def unfused(
+            x: torch.Tensor = x, weight: torch.Tensor = weight, residual: torch.Tensor = residual
+        ) -> None:
+            for _ in range(CALLS):
+                rms_norm(fast(x), weight, 1e-6, residual)
+
+        def fused(n: int = n, weight: torch.Tensor = weight, residual: torch.Tensor = residual) -> None:
+            for i in range(CALLS):
+                fast.all_reduce_norm(
+                    fast.slot(n, hidden, torch.bfloat16, first=i == 0), residual, weight, 1e-6
+                )
+
         row = [n, n * hidden * 2 / 1024]
-        for fn in (nccl, one_shot):
+        for fn in (nccl, one_shot, unfused, fused):
             for graph in (True, False):
                 row.append(timed(fn, graph))
         lines.append(row)
     if rank == 0:
         print(f"{world} GPUs ({torch.cuda.get_device_name()}), hidden {hidden}, bf16; µs per all-reduce")
-        print(
-            f"{'rows':>5} {'KiB':>7} {'NCCL graph':>11} {'NCCL eager':>11} {'1-shot graph':>13} {'1-shot eager':>13}"
-        )
-        for n, kib, a, b, c, d in lines:
-            print(f"{n:>5} {kib:>7.0f} {a:>11.1f} {b:>11.1f} {c:>13.1f} {d:>13.1f}")
+        names = ["NCCL", "1-shot", "1-shot+norm", "fused norm"]
+        header = "".join(f"{name + ' ' + how:>18}" for name in names for how in ("graph", "eager"))
+        print(f"{'rows':>5} {'KiB':>7}{header}")
+        for n, kib, *times in lines:
+            print(f"{n:>5} {kib:>7.0f}" + "".join(f"{t:>18.1f}" for t in times))
         print(f"sums: one-shot against NCCL's, largest difference {worst:.3g} (0: bit for bit)")
+        print(
+            "fused all-reduce + norm: equal to its reference bit for bit, and to NCCL's sum normed within 2%"
+        )
     dist.barrier()
     dist.destroy_process_group()
 

@@ -36,6 +36,7 @@ except ImportError:  # pragma: no cover - the CLI says so below
     triton = None
 
 from llmbench.kernels.activation import silu_and_mul  # noqa: E402
+from llmbench.kernels.allreduce_norm import allreduce_norm  # noqa: E402
 from llmbench.kernels.attention_prologue import attention_prologue  # noqa: E402
 from llmbench.kernels.kv_store import store_kv  # noqa: E402
 from llmbench.kernels.rmsnorm import rms_norm  # noqa: E402
@@ -136,6 +137,10 @@ def engine_calls(dtype: torch.dtype = torch.bfloat16) -> None:
         silu_and_mul(t(T, 2 * inter))
         rms_norm(t(T, hidden), t(hidden), 1e-6)
         rms_norm(t(T, hidden), t(hidden), 1e-6, residual=t(T, hidden))
+        for rows, world in ((1, 2), (T, 2), (T, 4)):  # tp decode: the all-reduce fused with the next norm
+            addrs = t(world, dt=torch.int64)
+            for residual in (None, t(rows, hidden)):
+                allreduce_norm(addrs, addrs, 1, (rows, hidden), dtype, residual, t(hidden), 1e-6)
         qkv = (hq + 2 * hk) * d
         for rows in (1, 2, 8):  # decode at small batches: the skinny matmuls, plain and fused
             skinny_matmul(t(rows, hidden), t(qkv, hidden))

@@ -2,7 +2,7 @@
 # GPU-machine work in stages, each step under its own time limit; after every step the result folders
 # and the logs are packed into $OUT/results.tgz (so a stage cut short keeps what it measured).
 #
-#   bash scripts/gpu_session.sh STAGE...     stages: check tp tp2 prof skinny final fusion tp_async peers bench ablate ablate2 fa4a fa4b fa4c fa4
+#   bash scripts/gpu_session.sh STAGE...     stages: check tp tp2 prof skinny final arnorm tp_arnorm fusion tp_async peers bench ablate ablate2 fa4a fa4b fa4c fa4
 #
 #   tests   CUDA test suite (kernels at real sizes, parity in float32)
 #   check   CUDA test suite (kernels at real sizes, parity in float32), then scripts/bench_kernels.py
@@ -14,6 +14,9 @@
 #   skinny  (two GPUs) the skinny Triton matmul against cuBLAS: kernel sweep at 2-8 rows (GPU 1) beside one
 #           sequence of qwen3-8b and qwen3-0.6b (GPU 0); then tp=1 vs tp=2 with it, and profiles
 #   final   (two GPUs) the skinny kernels' tests, fused against unfused profiles, every bench scenario, tp
+#   arnorm  (two GPUs) tp_fuse_norm: scripts/allreduce_probe.py (checks and times it on real ranks), its tests,
+#           tp=2 with and without it on one qwen3-8b sequence
+#   tp_arnorm (two GPUs) tp=1 vs tp=2 at the defaults on one qwen3-8b sequence, and tp=2's profile
 #   fusion  one sequence (qwen3-8b, qwen3-0.6b) with skinny_fusion all, silu, none
 #   tp_async (two GPUs) tp x async_scheduling on one qwen3-8b sequence
 #   peers   engine vs transformers: single stream and the nano-vllm workload (issue 7's table)
@@ -99,6 +102,20 @@ for stage in "$@"; do
         done
         wait )
       step tp_single 200 $LB ablate scenarios/bench/single_8b.yaml --toggle tp --repeats 3 --timeout 60 --out $R ;;
+    arnorm)  # (two GPUs) the all-reduce fused with the norm after it (tp_fuse_norm): checked on real ranks
+      # and timed against the one-shot all-reduce + norm, its tests, then what it is worth at tp=2
+      step ar_probe 100 python3 scripts/allreduce_probe.py --rows 1,8,64,256
+      if ! grep -q "fused all-reduce + norm: equal" $L/ar_probe.txt; then
+        pkill -f allreduce_probe; tail -5 $L/ar_probe.txt; exit 1
+      fi
+      step tests_arnorm 200 $PYTEST tests/test_kernels.py tests/test_tensor_parallel.py \
+        -k "allreduce or symm_mem or auto or slot or fuse_norm"
+      step tp_fuse 200 $LB ablate scenarios/bench/single_8b.yaml --set engine.tp=2 --toggle tp_fuse_norm \
+        --repeats 3 --timeout 60 --out $R ;;
+    tp_arnorm)  # (two GPUs) tp=1 against tp=2 at the defaults, and where tp=2's step goes now
+      step tp_single 200 $LB ablate scenarios/bench/single_8b.yaml --toggle tp --repeats 3 --timeout 60 --out $R
+      step prof_8b_tp2_fused 100 python3 scripts/profile_engine.py --workload single --skip 30 --steps 150 \
+        --model qwen3-8b --set tp=2 ;;
     fusion)  # which fusions pay: one sequence of qwen3-8b and qwen3-0.6b with each LLMBENCH_SKINNY_FUSION
       for fu in all silu none; do
         for m in 8b 0.6b; do
@@ -147,6 +164,6 @@ for stage in "$@"; do
         --repeats 2 --timeout 120 --out $R
       step fa4_single 200 $LB ablate scenarios/bench/single_0.6b.yaml --toggle attention_backend=triton,flash_attn \
         --repeats 3 --timeout 90 --out $R ;;
-    *) echo "unknown stage $stage (check tp tp2 prof skinny final fusion tp_async peers bench ablate ablate2 fa4a fa4b fa4c fa4)"; exit 2 ;;
+    *) echo "unknown stage $stage (check tp tp2 prof skinny final arnorm tp_arnorm fusion tp_async peers bench ablate ablate2 fa4a fa4b fa4c fa4)"; exit 2 ;;
   esac
 done

@@ -149,6 +149,23 @@ def test_skinny_matmul_rows_is_checked_and_follows_triton_kernels():
         EngineConfig.from_options("qwen3-tiny", device="cpu", triton_kernels=False, skinny_fusion="silu")
 
 
+def test_tp_fuse_norm_applies_where_it_can_and_says_what_it_needs():
+    # on the CPU it can never apply: asked for, the error lists each missing condition
+    assert EngineConfig.from_options("qwen3-tiny", device="cpu", tp=2).tp_fuse_norm is False
+    with pytest.raises(
+        ConfigError, match="tp_fuse_norm=True .* needs tp > 1, a CUDA device, triton_kernels=True"
+    ):
+        EngineConfig.from_options("qwen3-tiny", device="cpu", tp_fuse_norm=True, triton_kernels=False)
+    with pytest.raises(
+        ConfigError,
+        match="needs a CUDA device, triton_kernels=True, tp_all_reduce 'symm_mem' or 'auto', torch_compile=False$",
+    ):
+        EngineConfig.from_options(
+            "qwen3-tiny", device="cpu", tp=2, tp_fuse_norm=True, tp_all_reduce="nccl", torch_compile=True
+        )
+    assert EngineConfig.from_options("qwen3-tiny", device="cpu", tp_fuse_norm=False).tp_fuse_norm is False
+
+
 def test_flash_attn_in_float32_is_a_clear_error():
     with pytest.raises(
         ConfigError, match="runs in float16 or bfloat16 only \\(flash-attn has no float32 kernels\\)"

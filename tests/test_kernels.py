@@ -22,6 +22,7 @@ pytest.importorskip("triton")
 
 from llmbench.engine.config import flash_attn_available  # noqa: E402
 from llmbench.kernels.activation import silu_and_mul, silu_and_mul_ref  # noqa: E402
+from llmbench.kernels.allreduce_norm import MAX_PROGRAMS, allreduce_norm, allreduce_norm_ref  # noqa: E402
 from llmbench.kernels.attention_prologue import attention_prologue, attention_prologue_ref  # noqa: E402
 from llmbench.kernels.kv_store import store_kv, store_kv_ref  # noqa: E402
 from llmbench.kernels.paged_attention import (  # noqa: E402
@@ -173,6 +174,79 @@ def test_skinny_matmul_hands_larger_inputs_to_torch(setting: Setting) -> None:
         skinny_silu_matmul(torch.cat([x, x], 1), weight)
     empty = skinny_norm_matmul(x[:0], x[:0], weight[0], 1e-6, weight)  # no rows: empty outputs, no launch
     assert empty[0].shape == (0, 32) and empty[1].shape == (0, 64)
+
+
+# --- the all-reduce fused with the RMSNorm after it (tensor parallelism) ---------------------------
+
+
+def _addresses(tensors: list[torch.Tensor]) -> torch.Tensor:
+    return torch.tensor([t.data_ptr() for t in tensors], dtype=torch.int64, device=tensors[0].device)
+
+
+@pytest.mark.parametrize("world,rank", [(1, 0), (2, 0), (2, 1), (4, 2)])
+@pytest.mark.parametrize("with_residual", [False, True])
+@pytest.mark.parametrize("T,H", [(1, 64), (5, 100), (MAX_PROGRAMS + 3, 48)])
+def test_allreduce_norm_matches_reference_and_leaves_the_flags_clear(
+    setting: Setting, world: int, rank: int, with_residual: bool, T: int, H: int
+) -> None:
+    # The ranks' buffers are ordinary tensors of one process here, and every peer has already arrived
+    # (its flag for each program is set in this rank's flags). After the kernel: the peers' arrivals are
+    # taken back (this rank's flags all zero) and this rank's arrival is in each peer's flags, once per
+    # program. More rows than programs: each program takes several rows.
+    if setting.big:
+        H *= 64
+    kw = dict(device=setting.device, dtype=setting.dtype)
+    parts = [torch.randn(T, H, **kw) * 2 for _ in range(world)]
+    residual = torch.randn(T, H, **kw) if with_residual else None
+    weight = torch.rand(H, **kw) + 0.5
+    flags = [torch.zeros(MAX_PROGRAMS, world, dtype=torch.int32, device=setting.device) for _ in range(world)]
+    programs = min(T, MAX_PROGRAMS)
+    flags[rank][:programs] = 1
+    flags[rank][:, rank] = 0
+    out, h = allreduce_norm(
+        _addresses(parts), _addresses(flags), rank, (T, H), setting.dtype, residual, weight, 1e-6
+    )
+    ref_out, ref_h = allreduce_norm_ref(parts, residual, weight, 1e-6)
+    check("allreduce_norm out", out, ref_out, setting)
+    check("allreduce_norm residual", h, ref_h, setting)
+    assert not flags[rank].any(), "the peers' arrivals were not taken back"
+    for q in range(world):
+        if q != rank:
+            arrived = torch.zeros(MAX_PROGRAMS, world, dtype=torch.int32, device=setting.device)
+            arrived[:programs, rank] = 1
+            assert torch.equal(flags[q], arrived), f"rank {q}'s flags: {flags[q][: programs + 1].tolist()}"
+
+
+def test_allreduce_norm_takes_back_one_arrival_per_call(setting: Setting) -> None:
+    # a peer may already have arrived for the next call too (it passed this call's barrier first): the
+    # kernel takes back one arrival, and the next call finds the other
+    kw = dict(device=setting.device, dtype=setting.dtype)
+    parts = [torch.randn(2, 32, **kw) for _ in range(2)]
+    weight = torch.ones(32, **kw)
+    flags = [torch.zeros(MAX_PROGRAMS, 2, dtype=torch.int32, device=setting.device) for _ in range(2)]
+    flags[0][:2, 1] = 2
+    for left in (1, 0):
+        allreduce_norm(_addresses(parts), _addresses(flags), 0, (2, 32), setting.dtype, None, weight, 1e-6)
+        assert flags[0][:2, 1].tolist() == [left, left] and not flags[0][2:].any()
+    assert flags[1][:2, 0].tolist() == [2, 2]  # this rank's two arrivals, not yet taken back by rank 1
+
+
+def test_allreduce_norm_ref_sums_in_float32_and_rounds_once() -> None:
+    # three float16 partial sums whose pairwise float16 sums would round: the float32 sum rounds once
+    parts = [torch.full((1, 4), v, dtype=torch.float16) for v in (2048.0, 1.0, 1.0)]
+    _, h = allreduce_norm_ref(parts, None, torch.ones(4, dtype=torch.float16), 1e-6)
+    assert torch.equal(h, torch.full((1, 4), 2050.0, dtype=torch.float16))  # 2048 + 1 + 1 in float16: 2048
+
+
+def test_allreduce_norm_rejects_what_cannot_meet() -> None:
+    a = torch.zeros(2, dtype=torch.int64)
+    weight = torch.ones(8)
+    with pytest.raises(ValueError, match="rank 2 of 2 ranks, with 2 flag addresses"):
+        allreduce_norm(a, a, 2, (1, 8), torch.float32, None, weight, 1e-6)
+    with pytest.raises(ValueError, match="rank 0 of 2 ranks, with 3 flag addresses"):
+        allreduce_norm(a, torch.zeros(3, dtype=torch.int64), 0, (1, 8), torch.float32, None, weight, 1e-6)
+    with pytest.raises(ValueError, match="weight must be \\(16,\\), got \\(8,\\)"):
+        allreduce_norm(a, a, 0, (1, 16), torch.float32, None, weight, 1e-6)
 
 
 # --- small kernels -----------------------------------------------------------------------------------

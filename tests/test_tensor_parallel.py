@@ -14,6 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llmbench import LLM, SamplingParams
 from llmbench.engine.config import ConfigError, triton_usable
@@ -43,7 +45,8 @@ def _workers_of(pid: int) -> list[psutil.Process]:
 
 
 def _generate_in_new_process(folder: Path, options: dict) -> tuple[list[list[int]], str]:
-    """PROMPTS through LLM(folder, **options) in a fresh interpreter: (token ids, the all-reduce used)."""
+    """PROMPTS through LLM(folder, **options) in a fresh interpreter: (token ids, the all-reduce used,
+    with "+norm" when fused with the norms)."""
     code = textwrap.dedent(
         """
         import json, sys
@@ -54,7 +57,8 @@ def _generate_in_new_process(folder: Path, options: dict) -> tuple[list[list[int
             out = [o.token_ids for o in llm.generate(prompts, SamplingParams(**greedy))]
         finally:
             llm.engine.shutdown()
-        print(json.dumps([out, llm.engine.startup.all_reduce]))
+        startup = llm.engine.startup
+        print(json.dumps([out, startup.all_reduce + ("+norm" if startup.all_reduce_norm else "")]))
         """
     )
     greedy = {
@@ -74,17 +78,20 @@ def _generate_in_new_process(folder: Path, options: dict) -> tuple[list[list[int
 
 
 @pytest.mark.parametrize(
-    "tp,async_,all_reduce",
+    "tp,async_,all_reduce,fuse_norm",
     [
-        (2, False, "nccl"),
-        (4, False, "nccl"),
-        (2, True, "auto"),
-        (2, False, "symm_mem"),
-        (2, True, "symm_mem"),
+        (2, False, "nccl", None),
+        (4, False, "nccl", None),
+        (2, True, "auto", None),
+        (2, False, "symm_mem", None),
+        (2, True, "symm_mem", None),
+        (2, False, "symm_mem", False),
     ],
-    ids=["tp2", "tp4", "tp2-async-auto", "tp2-symm_mem", "tp2-async-symm_mem"],
+    ids=["tp2", "tp4", "tp2-async-auto", "tp2-symm_mem", "tp2-async-symm_mem", "tp2-symm_mem-unfused"],
 )
-def test_greedy_tokens_at_tp_equal_transformers(model, tp, async_, all_reduce, tmp_path, monkeypatch):
+def test_greedy_tokens_at_tp_equal_transformers(
+    model, tp, async_, all_reduce, fuse_norm, tmp_path, monkeypatch
+):
     if DEVICE == "cuda" and torch.cuda.device_count() < tp:
         pytest.skip(f"needs {tp} GPUs")
     if all_reduce == "symm_mem" and DEVICE != "cuda":
@@ -100,6 +107,7 @@ def test_greedy_tokens_at_tp_equal_transformers(model, tp, async_, all_reduce, t
         device=DEVICE,
         async_scheduling=async_,  # the sampled ids then reach ranks 1.. by a broadcast on the device
         tp_all_reduce=all_reduce,
+        tp_fuse_norm=fuse_norm,  # None: with the one-shot all-reduce and Triton, each norm in its kernel
     )
     if DEVICE == "cuda" and all_reduce != "nccl":
         # the one-shot all-reduce can be set up once per process: each such case gets its own interpreter
@@ -113,8 +121,9 @@ def test_greedy_tokens_at_tp_equal_transformers(model, tp, async_, all_reduce, t
         assert not _workers_of(os.getpid()), "worker processes outlived shutdown"
         used = llm.engine.startup.all_reduce
     assert got == expected
+    fused = "+norm" if fuse_norm is None and triton_usable(DEVICE) else ""
     assert used == (
-        {"nccl": "nccl", "symm_mem": "symm_mem", "auto": "symm_mem"}[all_reduce]
+        {"nccl": "nccl", "symm_mem": "symm_mem" + fused, "auto": "symm_mem" + fused}[all_reduce]
         if DEVICE == "cuda"
         else "gloo"
     )
@@ -507,3 +516,23 @@ def test_all_reduce_takes_the_fast_path_only_for_what_fits(monkeypatch):
     assert torch.equal(group.all_reduce(small), torch.full((2, 4), 2.0)) and through_dist == []
     assert group.all_reduce(large) is large and through_dist == [12]
     assert parallel.TPGroup().all_reduce(small) is small  # a single rank reduces nothing
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=6), min_size=1, max_size=8))
+def test_a_slot_is_written_again_only_after_every_peer_has_read_it(layers_per_forward):
+    """The fused all-reduce's slots (engine/symm_all_reduce.py): writes of the same slot are at least two
+    partial sums apart, across forwards of any depth, so a barrier sits between a peer's read and the
+    next write. (Each partial sum is reduced, through a barrier, before the next is written.)"""
+    from llmbench.engine.symm_all_reduce import SLOTS, SlotRotation
+
+    rotation = SlotRotation()
+    last_write: dict[int, int] = {}
+    k = 0
+    for layers in layers_per_forward:
+        for i in range(1 + 2 * layers):  # the embedding's partial sums, then o_proj's and down_proj's
+            slot = rotation.take(first=i == 0)
+            assert 0 <= slot < SLOTS
+            assert k - last_write.get(slot, -2) >= 2, f"slot {slot} written at {last_write[slot]} and {k}"
+            last_write[slot] = k
+            k += 1

@@ -95,6 +95,9 @@ class EngineConfig:
     # add, and the SiLU-and-multiply before the down projection), "silu" (the latter only), "none", or
     # "auto": "all" for hidden sizes up to 2048, "silu" above (models/llama.py; numbers in BENCHMARKS.md).
     skinny_fusion: str = "auto"
+    # tp > 1: each all-reduce of a decode step done together with the RMSNorm after it, in one Triton
+    # kernel over symmetric memory (kernels/allreduce_norm.py); None: wherever it can apply.
+    tp_fuse_norm: bool | None = None
 
     @classmethod
     def from_options(cls, model: str, **options: Any) -> EngineConfig:
@@ -233,6 +236,29 @@ class EngineConfig:
                 "tp_all_reduce='symm_mem' reads the other GPUs' memory over NVLink: it needs tp > 1 on CUDA "
                 f"devices (got tp={self.tp} on {device!r})"
             )
+        fuse_norm = self.tp_fuse_norm
+        missing = [
+            what
+            for what, ok in (
+                ("tp > 1", self.tp > 1),
+                ("a CUDA device", cuda),
+                ("triton_kernels=True", triton_kernels),
+                ("tp_all_reduce 'symm_mem' or 'auto'", self.tp_all_reduce != "nccl"),
+                ("torch_compile=False", not self.torch_compile),
+                (
+                    "skinny_fusion other than 'all' (that fuses the norms into the matmuls)",
+                    self.skinny_fusion != "all",
+                ),
+            )
+            if not ok
+        ]
+        if fuse_norm is None:
+            fuse_norm = not missing
+        elif fuse_norm and missing:
+            raise ConfigError(
+                "tp_fuse_norm=True does each tensor-parallel all-reduce with the RMSNorm after it in one "
+                f"Triton kernel over the GPUs' shared memory: it needs {', '.join(missing)}"
+            )
         for name in ("max_num_seqs", "max_num_batched_tokens", "tp"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -259,6 +285,7 @@ class EngineConfig:
             prefix_cache=bool(prefix_cache),
             async_scheduling=cuda if self.async_scheduling is None else bool(self.async_scheduling),
             skinny_matmul_rows=skinny_rows,
+            tp_fuse_norm=bool(fuse_norm),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -286,4 +313,5 @@ def toggle_names() -> tuple[str, ...]:
         "cuda_graph",
         "async_scheduling",
         "tp",
+        "tp_fuse_norm",
     )

@@ -67,6 +67,7 @@ class ModelRunner:
             self.startup.all_reduce = (
                 "symm_mem" if tp.fast is not None else ("nccl" if config.is_cuda else "gloo")
             )
+            self.startup.all_reduce_norm = bool(getattr(tp.fast, "fuse_norm", False))
         self.last_ids: torch.Tensor | None = None  # the last step's samples (asynchronous scheduling)
         self._staging = Staging(self.device, separate=config.torch_compile)
         dtype = config.torch_dtype

@@ -77,4 +77,5 @@ class StartupStats:
     graph_memory_bytes: int = 0
     graph_buckets: list[int] = field(default_factory=list)
     all_reduce: str = ""  # tp > 1: "nccl", "gloo" or "symm_mem" (one-shot for small messages, NCCL above)
+    all_reduce_norm: bool = False  # tp > 1: decode's all-reduces done with the norm after them (tp_fuse_norm)
     recompiles: int = 0  # torch.compile graphs built after the warm-up (kept current while the engine runs)

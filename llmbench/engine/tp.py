@@ -100,7 +100,14 @@ def resolved_all_reduce(config: EngineConfig, one_host: bool) -> EngineConfig:
     if config.tp_all_reduce != "auto":
         return config
     fast = config.is_cuda and config.tp > 1 and one_host
-    return dataclasses.replace(config, tp_all_reduce="symm_mem" if fast else "nccl")
+    return _with_all_reduce(config, "symm_mem" if fast else "nccl")
+
+
+def _with_all_reduce(config: EngineConfig, all_reduce: str) -> EngineConfig:
+    # the fused all-reduce + norm lives in the symmetric memory: with NCCL there is none to fuse with
+    return dataclasses.replace(
+        config, tp_all_reduce=all_reduce, tp_fuse_norm=config.tp_fuse_norm and all_reduce == "symm_mem"
+    )
 
 
 def spawned_config(config: EngineConfig) -> EngineConfig:
@@ -115,7 +122,7 @@ def spawned_config(config: EngineConfig) -> EngineConfig:
 
     used = symm_all_reduce.rendezvous_count > 0
     if config.tp_all_reduce == "auto" and used:
-        return dataclasses.replace(config, tp_all_reduce="nccl")
+        return _with_all_reduce(config, "nccl")
     if config.tp_all_reduce == "symm_mem" and used:
         raise ConfigError(
             "tp_all_reduce='symm_mem' can be set up once per process (PyTorch numbers its symmetric-memory "
@@ -237,7 +244,9 @@ def with_fast_all_reduce(config: EngineConfig, group: TPGroup) -> TPGroup:
         return group
     from llmbench.engine.symm_all_reduce import OneShotAllReduce
 
-    fast = OneShotAllReduce(group.group, config.torch_dtype, torch.device(config.device))
+    fast = OneShotAllReduce(
+        group.group, config.torch_dtype, torch.device(config.device), fuse_norm=bool(config.tp_fuse_norm)
+    )
     return dataclasses.replace(group, fast=fast)
 
 

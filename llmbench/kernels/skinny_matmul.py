@@ -157,14 +157,22 @@ def _pow2_at_least(n: int) -> int:
 
 
 def skinny_matmul(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, tiles: Tiles | None = None
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    tiles: Tiles | None = None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     require_triton("skinny_matmul")
-    # x: (M, K), weight: (N, K), bias: (N,) -> (M, N); more than MAX_ROWS rows go to F.linear
+    # x: (M, K), weight: (N, K), bias: (N,) -> (M, N), into ``out`` if given (contiguous, of x's dtype);
+    # more than MAX_ROWS rows go to torch
     if x.shape[0] > MAX_ROWS:
         _check(x, weight, x.shape[-1])
-        return F.linear(x, weight, bias)
-    return _launch(x, weight, bias, tiles)
+        if out is None:
+            return F.linear(x, weight, bias)
+        torch.matmul(x, weight.t(), out=out)
+        return out if bias is None else out.add_(bias)
+    return _launch(x, weight, bias, tiles, out=out)
 
 
 def skinny_silu_matmul_ref(
@@ -175,11 +183,15 @@ def skinny_silu_matmul_ref(
 
 
 def skinny_silu_matmul(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, tiles: Tiles | None = None
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    tiles: Tiles | None = None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``skinny_silu_matmul_ref`` in one kernel: the SiLU-and-multiply done on the input's loads."""
     require_triton("skinny_silu_matmul")
-    return _launch(x, weight, bias, tiles, gated=True)
+    return _launch(x, weight, bias, tiles, gated=True, out=out)
 
 
 def skinny_norm_matmul_ref(
@@ -227,6 +239,7 @@ def _launch(
     norm: tuple[torch.Tensor, float] | None = None,
     residual: torch.Tensor | None = None,
     h: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     M = x.shape[0]
     K = x.shape[1] // 2 if gated else x.shape[1]
@@ -237,7 +250,13 @@ def _launch(
     x = x if x.stride(-1) == 1 else x.contiguous()
     weight = weight if weight.stride(-1) == 1 else weight.contiguous()
     t = tiles or tiles_for(M, N, K)
-    y = torch.empty((M, N), dtype=x.dtype, device=x.device)  # (M, N)
+    if out is None:
+        y = torch.empty((M, N), dtype=x.dtype, device=x.device)  # (M, N)
+    elif out.shape != (M, N) or out.dtype != x.dtype or out.stride(-1) != 1:
+        raise ValueError(f"out must be ({M}, {N}) {x.dtype} with unit column stride, got "
+                         f"{tuple(out.shape)} {out.dtype} strides {out.stride()}")  # fmt: skip
+    else:
+        y = out
     if M == 0:
         return y
     _skinny_matmul_kernel[(cdiv(N, t.block_n),)](

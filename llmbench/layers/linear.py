@@ -34,10 +34,15 @@ class _Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._matmul(x, self.bias)
 
-    def _matmul(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    def _matmul(
+        self, x: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
         if x.shape[0] <= self.skinny_rows:  # x: (T, in) -> (T, out)
-            return skinny_matmul(x, self.weight, bias)
-        return F.linear(x, self.weight, bias)
+            return skinny_matmul(x, self.weight, bias, out=out)
+        if out is None:
+            return F.linear(x, self.weight, bias)
+        torch.matmul(x, self.weight.t(), out=out)
+        return out if bias is None else out.add_(bias)
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
         _copy_checked(param.data, loaded)
@@ -157,11 +162,17 @@ class RowParallelLinear(_Linear):
     ) -> None:
         super().__init__(tp.split(in_features, "input features"), out_features, bias, tp, skinny_rows)
 
-    def forward(self, x: torch.Tensor, gated: bool = False) -> torch.Tensor:
-        """``gated``: x is the gated MLP's gate | up, the SiLU-and-multiply done in the skinny kernel."""
+    def forward(self, x: torch.Tensor, gated: bool = False, reduce: bool = True) -> torch.Tensor:
+        """``gated``: x is the gated MLP's gate | up, the SiLU-and-multiply done in the skinny kernel.
+        ``reduce=False``: this rank's partial sums, left for ``TPGroup.all_reduce_norm`` (written where
+        ``TPGroup.partial_out`` says)."""
         bias = self.bias if self.tp.rank == 0 else None
-        y = skinny_silu_matmul(x, self.weight, bias) if gated else self._matmul(x, bias)
-        return self.tp.all_reduce(y)
+        out = None if reduce else self.tp.partial_out(x.shape[0], self.weight.shape[0], x.dtype)
+        if gated:
+            y = skinny_silu_matmul(x, self.weight, bias, out=out)
+        else:
+            y = self._matmul(x, bias, out)
+        return self.tp.all_reduce(y) if reduce else y
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
         if param.dim() == 2 and self.tp.size > 1:

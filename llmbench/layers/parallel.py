@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,29 @@ class TPGroup:
             return self.fast(x)
         dist.all_reduce(x, group=self.group)
         return x
+
+    def partial_out(
+        self, rows: int, cols: int, dtype: torch.dtype, first: bool = False
+    ) -> torch.Tensor | None:
+        """Where a row-parallel layer should write its (rows, cols) partial sums: a slot of the fused
+        all-reduce (``all_reduce_norm`` then reduces it in one kernel with the norm after it), or None for
+        a fresh tensor. ``first``: the forward's first partial sum (the embedding's)."""
+        if self.size == 1 or self.fast is None:
+            return None
+        return self.fast.slot(rows, cols, dtype, first)
+
+    def all_reduce_norm(
+        self, x: torch.Tensor, residual: torch.Tensor | None, norm: nn.Module
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``norm`` (an RMSNorm with its residual add) of ``x`` summed over the group: ``(normed, sum +
+        residual)``, the sum itself when ``residual`` is None. One kernel when ``x`` is a slot of
+        ``partial_out``, else the all-reduce and then the norm."""
+        if self.size > 1 and self.fast is not None and self.fast.holds(x):
+            return self.fast.all_reduce_norm(x, residual, norm.weight, norm.eps)
+        x = self.all_reduce(x)
+        if residual is None:
+            return norm(x)[0], x
+        return norm(x, residual)
 
     def all_gather_last_dim(self, x: torch.Tensor) -> torch.Tensor:
         """Concatenate every rank's ``x`` along the last dimension (vocabulary-parallel logits)."""

@@ -49,13 +49,14 @@ class MLP(nn.Module):
         self.act = SiluAndMul(opts.use_triton)
         self.fused_rows = opts.skinny_rows if opts.skinny_fusion != "none" else 0
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(self.gate_up_proj(x))
+    def forward(self, x: torch.Tensor, reduce: bool = True) -> torch.Tensor:
+        return self.down(self.gate_up_proj(x), reduce)
 
-    def down(self, gate_up: torch.Tensor) -> torch.Tensor:
+    def down(self, gate_up: torch.Tensor, reduce: bool = True) -> torch.Tensor:
+        # reduce=False: the partial sums at tp > 1 (RowParallelLinear.forward)
         if gate_up.shape[0] <= self.fused_rows:  # the SiLU-and-multiply on the skinny kernel's loads
-            return self.down_proj(gate_up, gated=True)
-        return self.down_proj(self.act(gate_up))
+            return self.down_proj(gate_up, gated=True, reduce=reduce)
+        return self.down_proj(self.act(gate_up), reduce=reduce)
 
 
 class DecoderLayer(nn.Module):
@@ -80,10 +81,15 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, opts.use_triton)
         # Each program of the fused kernel sums the whole row's squares for itself: on an H200 that paid
         # at hidden size 1024 (qwen3-0.6b, -2.7% per token) and cost at 4096 (qwen3-8b, +1.6%).
+        # At tp > 1 the norms go with the all-reduce before them instead, where it can take them
+        # (tp_fuse_norm, kernels/allreduce_norm.py).
         fuse_norms = opts.skinny_fusion == "all" or (
-            opts.skinny_fusion == "auto" and cfg.hidden_size <= NORM_FUSION_MAX_HIDDEN
+            opts.skinny_fusion == "auto"
+            and cfg.hidden_size <= NORM_FUSION_MAX_HIDDEN
+            and not getattr(opts.tp.fast, "fuse_norm", False)
         )
         self.norm_rows = opts.skinny_rows if fuse_norms else 0
+        self.tp = opts.tp
 
     def forward(
         self,
@@ -93,21 +99,22 @@ class DecoderLayer(nn.Module):
         meta: AttentionMetadata,
         kv_cache: KVCache,
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        # h: the previous layer's output (the embedding's for the first), not yet summed over the
+        # tensor-parallel ranks; returns this layer's, likewise, and the residual stream.
+        tp = self.tp
         if h.shape[0] <= self.norm_rows:  # each RMSNorm on the loads of the skinny matmul after it
-            qkv, residual = self.self_attn.qkv_proj.forward_normed(h, residual, self.input_layernorm)
-            h = self.self_attn.forward_projected(positions, qkv, meta, kv_cache)
-            gate_up, residual = self.mlp.gate_up_proj.forward_normed(
-                h, residual, self.post_attention_layernorm
+            qkv, residual = self.self_attn.qkv_proj.forward_normed(
+                tp.all_reduce(h), residual, self.input_layernorm
             )
-            return self.mlp.down(gate_up), residual
-        if residual is None:
-            residual = h
-            h = self.input_layernorm(h)[0]
-        else:
-            h, residual = self.input_layernorm(h, residual)
-        h = self.self_attn(positions, h, meta, kv_cache)
-        h, residual = self.post_attention_layernorm(h, residual)
-        return self.mlp(h), residual
+            h = self.self_attn.forward_projected(positions, qkv, meta, kv_cache, reduce=False)
+            gate_up, residual = self.mlp.gate_up_proj.forward_normed(
+                tp.all_reduce(h), residual, self.post_attention_layernorm
+            )
+            return self.mlp.down(gate_up, reduce=False), residual
+        h, residual = tp.all_reduce_norm(h, residual, self.input_layernorm)
+        h = self.self_attn(positions, h, meta, kv_cache, reduce=False)
+        h, residual = tp.all_reduce_norm(h, residual, self.post_attention_layernorm)
+        return self.mlp(h, reduce=False), residual
 
 
 class DecoderModel(nn.Module):
@@ -118,6 +125,7 @@ class DecoderModel(nn.Module):
         rotary = RotaryEmbedding(cfg.head_dim, opts.max_positions, cfg.rope, opts.use_triton)
         self.layers = nn.ModuleList(DecoderLayer(cfg, opts, rotary) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, opts.use_triton)
+        self.tp = opts.tp
 
     def forward(
         self,
@@ -126,11 +134,13 @@ class DecoderModel(nn.Module):
         meta: AttentionMetadata,
         kv_caches: list[KVCache],
     ) -> torch.Tensor:
-        h = self.embed_tokens(input_ids)  # (T, hidden)
+        # At tp > 1 each rank's partial sums travel from layer to layer and every all-reduce happens
+        # together with the RMSNorm after it (TPGroup.all_reduce_norm).
+        h = self.embed_tokens(input_ids, reduce=False)  # (T, hidden)
         residual = None
         for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
             h, residual = layer(positions, h, residual, meta, kv_cache)
-        return self.norm(h, residual)[0]
+        return self.tp.all_reduce_norm(h, residual, self.norm)[0]
 
 
 class LlamaForCausalLM(nn.Module):
