@@ -162,6 +162,25 @@ def test_skinny_norm_matmul_matches_reference(
     check("skinny_norm_matmul residual", h, ref_h, setting)
 
 
+@pytest.mark.parametrize("rows", [1, 3, MAX_ROWS + 2])
+def test_skinny_matmuls_write_into_a_given_output(setting: Setting, rows: int) -> None:
+    # tp_fuse_norm: row-parallel layers write their partial sums straight into the all-reduce's memory
+    kw = dict(device=setting.device, dtype=setting.dtype)
+    x = torch.randn(rows, 96, **kw)
+    weight = torch.randn(40, 48, **kw) / 48**0.5
+    bias = torch.randn(40, **kw)
+    out = torch.full((rows + 1, 40), float("nan"), **kw)[1:]  # a view at an offset, as a slot is
+    y = skinny_matmul(x[:, :48], weight, bias, out=out)
+    assert y.data_ptr() == out.data_ptr()
+    check("skinny_matmul into out", out, skinny_matmul_ref(x[:, :48], weight, bias), setting)
+    if rows <= MAX_ROWS:
+        out.fill_(float("nan"))
+        assert skinny_silu_matmul(x, weight, bias, out=out).data_ptr() == out.data_ptr()
+        check("skinny_silu_matmul into out", out, skinny_silu_matmul_ref(x, weight, bias), setting)
+        with pytest.raises(ValueError, match=f"out must be \\({rows}, 40\\)"):
+            skinny_matmul(x[:, :48], weight, out=out[:, :39])
+
+
 def test_skinny_matmul_hands_larger_inputs_to_torch(setting: Setting) -> None:
     x = torch.randn(MAX_ROWS + 1, 64, device=setting.device, dtype=setting.dtype)
     weight = torch.randn(32, 64, device=setting.device, dtype=setting.dtype)

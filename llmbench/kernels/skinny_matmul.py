@@ -168,11 +168,18 @@ def skinny_matmul(
     # more than MAX_ROWS rows go to torch
     if x.shape[0] > MAX_ROWS:
         _check(x, weight, x.shape[-1])
-        if out is None:
-            return F.linear(x, weight, bias)
-        torch.matmul(x, weight.t(), out=out)
-        return out if bias is None else out.add_(bias)
+        return linear_into(x, weight, bias, out)
     return _launch(x, weight, bias, tiles, out=out)
+
+
+def linear_into(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor | None
+) -> torch.Tensor:
+    """``F.linear`` (cuBLAS), written into ``out`` when given."""
+    if out is None:
+        return F.linear(x, weight, bias)
+    torch.matmul(x, weight.t(), out=out)
+    return out if bias is None else out.add_(bias)
 
 
 def skinny_silu_matmul_ref(

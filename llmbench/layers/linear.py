@@ -9,10 +9,14 @@ batch) runs the skinny Triton kernel (kernels/skinny_matmul.py), a larger one cu
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from llmbench.kernels.skinny_matmul import skinny_matmul, skinny_norm_matmul, skinny_silu_matmul
+from llmbench.kernels.skinny_matmul import (
+    linear_into,
+    skinny_matmul,
+    skinny_norm_matmul,
+    skinny_silu_matmul,
+)
 from llmbench.layers.parallel import SINGLE, TPGroup
 
 
@@ -39,10 +43,7 @@ class _Linear(nn.Module):
     ) -> torch.Tensor:
         if x.shape[0] <= self.skinny_rows:  # x: (T, in) -> (T, out)
             return skinny_matmul(x, self.weight, bias, out=out)
-        if out is None:
-            return F.linear(x, self.weight, bias)
-        torch.matmul(x, self.weight.t(), out=out)
-        return out if bias is None else out.add_(bias)
+        return linear_into(x, self.weight, bias, out)
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
         _copy_checked(param.data, loaded)
