@@ -166,6 +166,14 @@ def test_tp_fuse_norm_applies_where_it_can_and_says_what_it_needs():
     assert EngineConfig.from_options("qwen3-tiny", device="cpu", tp_fuse_norm=False).tp_fuse_norm is False
 
 
+def test_pdl_says_what_it_needs():
+    with pytest.raises(
+        ConfigError, match="pdl=True launches .* it needs a CUDA device, triton_kernels=True$"
+    ):
+        EngineConfig.from_options("qwen3-tiny", device="cpu", pdl=True)
+    assert EngineConfig.from_options("qwen3-tiny", device="cpu").pdl is False
+
+
 def test_flash_attn_in_float32_is_a_clear_error():
     with pytest.raises(
         ConfigError, match="runs in float16 or bfloat16 only \\(flash-attn has no float32 kernels\\)"

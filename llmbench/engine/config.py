@@ -98,6 +98,10 @@ class EngineConfig:
     # tp > 1: each all-reduce of a decode step done together with the RMSNorm after it, in one Triton
     # kernel over symmetric memory (kernels/allreduce_norm.py); None: wherever it can apply.
     tp_fuse_norm: bool | None = None
+    # Programmatic dependent launch of the decode step's Triton kernels (Hopper and later): each may start
+    # while the one before runs; the skinny matmul prefetches its weights into L2 meanwhile
+    # (kernels/_triton.py). Off unless asked for.
+    pdl: bool = False
 
     @classmethod
     def from_options(cls, model: str, **options: Any) -> EngineConfig:
@@ -259,6 +263,30 @@ class EngineConfig:
                 "tp_fuse_norm=True does each tensor-parallel all-reduce with the RMSNorm after it in one "
                 f"Triton kernel over the GPUs' shared memory: it needs {', '.join(missing)}"
             )
+        if self.pdl:
+            from llmbench.kernels._triton import pdl_supported
+
+            why = [
+                what
+                for what, ok in (
+                    ("a CUDA device", cuda),
+                    ("triton_kernels=True", triton_kernels),
+                    ("torch_compile=False", not self.torch_compile),
+                )
+                if not ok
+            ]
+            if why:
+                raise ConfigError(
+                    "pdl=True launches the decode step's Triton kernels with programmatic dependent launch: "
+                    f"it needs {', '.join(why)}"
+                )
+            unsupported = pdl_supported()
+            if unsupported is None and torch.cuda.get_device_capability(device)[0] < 9:
+                unsupported = (
+                    f"{torch.cuda.get_device_name(device)} is older than Hopper (compute capability 9.0)"
+                )
+            if unsupported:
+                raise ConfigError(f"pdl=True cannot apply here: {unsupported}")
         for name in ("max_num_seqs", "max_num_batched_tokens", "tp"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -314,4 +342,5 @@ def toggle_names() -> tuple[str, ...]:
         "async_scheduling",
         "tp",
         "tp_fuse_norm",
+        "pdl",
     )

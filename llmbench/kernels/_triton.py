@@ -42,6 +42,72 @@ def jit(fn: Callable[..., Any] | None = None, *, do_not_specialize: tuple[str, .
     return wrap(fn) if fn is not None else wrap
 
 
+# Programmatic dependent launch (EngineConfig.pdl; Hopper and later): the decode step's Triton kernels are
+# launched so that each may start while the kernel before it runs. Every such kernel waits (``pdl_enter``)
+# for the one before to finish before it touches memory; the latency-bound ones (norms, attention, its
+# prologue, the fused all-reduce) let the next kernel launch at once, and the skinny matmul uses the wait
+# to prefetch its weights into L2. Process-wide, set by the engine before it warms up.
+_pdl = False
+
+
+def set_pdl(on: bool) -> None:
+    global _pdl
+    _pdl = bool(on)
+
+
+def pdl() -> bool:
+    """Whether kernels launch with programmatic dependent launch (their ``PDL`` constexpr)."""
+    return _pdl
+
+
+def pdl_launch() -> dict[str, bool]:
+    """The launch option that goes with ``PDL=pdl()``."""
+    return {"launch_pdl": True} if _pdl else {}
+
+
+def pdl_supported() -> str | None:
+    """None when this Triton can launch with programmatic dependent launch, else why not."""
+    if not HAS_TRITON:
+        return "Triton is not installed"
+    try:
+        from triton.backends.nvidia.compiler import CUDAOptions
+    except ImportError:
+        return "this Triton has no CUDA backend"
+    if "launch_pdl" not in getattr(CUDAOptions, "__dataclass_fields__", {}) or gdc_wait is None:
+        return f"Triton {triton.__version__} has no programmatic dependent launch (launch_pdl, gdc_wait)"
+    return None
+
+
+if HAS_TRITON:
+    try:
+        from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+    except ImportError:  # an older Triton: pdl_supported() says so, and PDL stays False
+        gdc_launch_dependents = gdc_wait = None
+
+    @triton.jit
+    def pdl_enter(PDL: tl.constexpr, LAUNCH_NEXT: tl.constexpr):
+        """A kernel's first step under programmatic dependent launch: let the next kernel launch now
+        (``LAUNCH_NEXT``), then wait until the kernel before has finished and its writes are visible."""
+        if PDL:
+            if LAUNCH_NEXT:
+                gdc_launch_dependents()
+            gdc_wait()
+
+    @triton.jit
+    def prefetch_l2(ptrs):
+        """Ask for the 128-byte lines at ``ptrs`` to be brought into L2 (a hint: nothing waits for it)."""
+        tl.inline_asm_elementwise(
+            "prefetch.global.L2::evict_last [$1];\n mov.u32 $0, 0;",
+            "=r,l",
+            [ptrs],
+            dtype=tl.int32,
+            is_pure=False,
+            pack=1,
+        )
+else:
+    pdl_enter = prefetch_l2 = None
+
+
 def require_triton(name: str) -> None:
     if not HAS_TRITON:
         raise RuntimeError(
