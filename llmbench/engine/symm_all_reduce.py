@@ -114,7 +114,12 @@ class OneShotAllReduce:
         return self.slots[self._rotation.take(first)][: rows * cols].view(rows, cols)
 
     def holds(self, x: torch.Tensor) -> bool:
-        return self.fuse_norm and any(x.data_ptr() == s.data_ptr() for s in self.slots)
+        return self._slot_of(x) is not None
+
+    def _slot_of(self, x: torch.Tensor) -> int | None:
+        if not self.fuse_norm:
+            return None
+        return next((i for i, slot in enumerate(self.slots) if slot.data_ptr() == x.data_ptr()), None)
 
     def all_reduce_norm(
         self, x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float
@@ -123,7 +128,9 @@ class OneShotAllReduce:
         residual)``."""
         from llmbench.kernels.allreduce_norm import allreduce_norm
 
-        s = next(i for i, slot in enumerate(self.slots) if slot.data_ptr() == x.data_ptr())
+        s = self._slot_of(x)
+        if s is None:
+            raise ValueError("all_reduce_norm reduces a slot that slot() handed out")
         return allreduce_norm(
             self.slot_addrs[s], self.flag_addrs, self.rank, tuple(x.shape), x.dtype, residual, weight, eps
         )
