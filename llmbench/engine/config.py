@@ -241,21 +241,17 @@ class EngineConfig:
                 f"devices (got tp={self.tp} on {device!r})"
             )
         fuse_norm = self.tp_fuse_norm
-        missing = [
-            what
-            for what, ok in (
-                ("tp > 1", self.tp > 1),
-                ("a CUDA device", cuda),
-                ("triton_kernels=True", triton_kernels),
-                ("tp_all_reduce 'symm_mem' or 'auto'", self.tp_all_reduce != "nccl"),
-                ("torch_compile=False", not self.torch_compile),
-                (
-                    "skinny_fusion other than 'all' (that fuses the norms into the matmuls)",
-                    self.skinny_fusion != "all",
-                ),
-            )
-            if not ok
-        ]
+        missing = _unmet(
+            ("tp > 1", self.tp > 1),
+            ("a CUDA device", cuda),
+            ("triton_kernels=True", triton_kernels),
+            ("tp_all_reduce 'symm_mem' or 'auto'", self.tp_all_reduce != "nccl"),
+            ("torch_compile=False", not self.torch_compile),
+            (
+                "skinny_fusion other than 'all' (that fuses the norms into the matmuls)",
+                self.skinny_fusion != "all",
+            ),
+        )
         if fuse_norm is None:
             fuse_norm = not missing
         elif fuse_norm and missing:
@@ -266,15 +262,11 @@ class EngineConfig:
         if self.pdl:
             from llmbench.kernels._triton import pdl_supported
 
-            why = [
-                what
-                for what, ok in (
-                    ("a CUDA device", cuda),
-                    ("triton_kernels=True", triton_kernels),
-                    ("torch_compile=False", not self.torch_compile),
-                )
-                if not ok
-            ]
+            why = _unmet(
+                ("a CUDA device", cuda),
+                ("triton_kernels=True", triton_kernels),
+                ("torch_compile=False", not self.torch_compile),
+            )
             if why:
                 raise ConfigError(
                     "pdl=True launches the decode step's Triton kernels with programmatic dependent launch: "
@@ -321,6 +313,11 @@ class EngineConfig:
         if d["cuda_graph_buckets"] is not None:
             d["cuda_graph_buckets"] = list(d["cuda_graph_buckets"])
         return d
+
+
+def _unmet(*conditions: tuple[str, bool]) -> list[str]:
+    """The names of the (name, met) conditions not met, in order: what an error says is missing."""
+    return [name for name, met in conditions if not met]
 
 
 TP_ALL_REDUCE = ("nccl", "symm_mem", "auto")

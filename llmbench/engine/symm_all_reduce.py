@@ -72,8 +72,8 @@ class OneShotAllReduce:
         self.capacity = max_bytes // dtype.itemsize  # elements of one message (and of one slot)
         slots = SLOTS if fuse_norm else 0
         # [message | slot 0 | slot 1 | slot 2 | flags]; the flags are int32, counted here in dtype elements
-        self.world = dist.get_world_size(group)
-        flag_elems = -(-MAX_PROGRAMS * self.world * 4 // dtype.itemsize) if fuse_norm else 0
+        world = dist.get_world_size(group)
+        flag_elems = -(-MAX_PROGRAMS * world * 4 // dtype.itemsize) if fuse_norm else 0
         self.buffer = symm_mem.empty(self.capacity * (1 + slots) + flag_elems, dtype=dtype, device=device)
         self.buffer.zero_()
         global rendezvous_count

@@ -94,19 +94,15 @@ def rank_config(config: EngineConfig, rank: int) -> EngineConfig:
     return config
 
 
-def resolved_all_reduce(config: EngineConfig, one_host: bool) -> EngineConfig:
-    """``tp_all_reduce="auto"`` made concrete: the one-shot all-reduce on one host's GPUs, NCCL (or gloo)
-    otherwise."""
+def resolved_all_reduce(config: EngineConfig, can_share: bool) -> EngineConfig:
+    """``tp_all_reduce="auto"`` made concrete: the one-shot all-reduce where the ranks can share memory
+    (GPUs of one host, symmetric memory not yet set up in this process), NCCL (or gloo) otherwise."""
     if config.tp_all_reduce != "auto":
         return config
-    fast = config.is_cuda and config.tp > 1 and one_host
-    return _with_all_reduce(config, "symm_mem" if fast else "nccl")
-
-
-def _with_all_reduce(config: EngineConfig, all_reduce: str) -> EngineConfig:
+    fast = config.is_cuda and config.tp > 1 and can_share
     # the fused all-reduce + norm lives in the symmetric memory: with NCCL there is none to fuse with
     return dataclasses.replace(
-        config, tp_all_reduce=all_reduce, tp_fuse_norm=config.tp_fuse_norm and all_reduce == "symm_mem"
+        config, tp_all_reduce="symm_mem" if fast else "nccl", tp_fuse_norm=config.tp_fuse_norm and fast
     )
 
 
@@ -121,15 +117,13 @@ def spawned_config(config: EngineConfig) -> EngineConfig:
     from llmbench.engine import symm_all_reduce
 
     used = symm_all_reduce.rendezvous_count > 0
-    if config.tp_all_reduce == "auto" and used:
-        return _with_all_reduce(config, "nccl")
     if config.tp_all_reduce == "symm_mem" and used:
         raise ConfigError(
             "tp_all_reduce='symm_mem' can be set up once per process (PyTorch numbers its symmetric-memory "
             "exchanges per process, and this engine's new ranks would start again from the first): start "
             "this engine in a new process, or use tp_all_reduce='nccl' or 'auto'"
         )
-    return resolved_all_reduce(config, one_host=True)
+    return resolved_all_reduce(config, can_share=not used)
 
 
 _LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -158,7 +152,7 @@ def launched_config(config: EngineConfig, launched: LaunchedRank) -> EngineConfi
             f"they must be equal (set tp={launched.world_size}, or start {config.tp} processes)"
         )
     local = int(os.environ.get("LOCAL_WORLD_SIZE", launched.world_size))
-    config = resolved_all_reduce(config, one_host=local == launched.world_size)
+    config = resolved_all_reduce(config, can_share=local == launched.world_size)
     if config.tp_all_reduce == "symm_mem" and local != launched.world_size:
         raise ConfigError(
             f"tp_all_reduce='symm_mem' needs every rank on one host (NVLink); torchrun placed "

@@ -31,17 +31,16 @@ class VocabParallelEmbedding(nn.Module):
         param.data.zero_()
         param.data[: part.shape[0]].copy_(part)
 
-    def forward(self, input_ids: torch.Tensor, reduce: bool = True) -> torch.Tensor:
-        # input_ids: (T,) -> (T, hidden); reduce=False: this rank's part of the sum at tp > 1, left for
-        # TPGroup.all_reduce_norm (the forward's first partial sum)
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        # input_ids: (T,) -> (T, hidden); at tp > 1 this rank's part of the sum, which the model adds over
+        # the ranks with the first norm (TPGroup.all_reduce_norm; the forward's first partial sum)
         if self.tp.size == 1:
             return F.embedding(input_ids, self.weight)
         local = input_ids - self.start
         inside = (local >= 0) & (local < self.per_rank)
         rows = F.embedding(local.clamp(0, self.per_rank - 1), self.weight)
-        out = None if reduce else self.tp.partial_out(*rows.shape, rows.dtype, first=True)
-        y = torch.mul(rows, inside.unsqueeze(-1).to(self.weight.dtype), out=out)
-        return self.tp.all_reduce(y) if reduce else y
+        out = self.tp.partial_out(*rows.shape, rows.dtype, first=True)
+        return torch.mul(rows, inside.unsqueeze(-1).to(self.weight.dtype), out=out)
 
 
 class ParallelLMHead(VocabParallelEmbedding):

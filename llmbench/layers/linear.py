@@ -151,7 +151,9 @@ class QKVParallelLinear(ColumnParallelLinear):
 
 
 class RowParallelLinear(_Linear):
-    """Input features split over ranks; partial sums all-reduced. The bias is added once, after."""
+    """Input features split over ranks: each rank's output is its partial sums, which the model adds
+    over the ranks together with the norm after the layer (``TPGroup.all_reduce_norm``). The bias is
+    added on rank 0 only, so it counts once in the sum."""
 
     def __init__(
         self,
@@ -163,17 +165,14 @@ class RowParallelLinear(_Linear):
     ) -> None:
         super().__init__(tp.split(in_features, "input features"), out_features, bias, tp, skinny_rows)
 
-    def forward(self, x: torch.Tensor, gated: bool = False, reduce: bool = True) -> torch.Tensor:
-        """``gated``: x is the gated MLP's gate | up, the SiLU-and-multiply done in the skinny kernel.
-        ``reduce=False``: this rank's partial sums, left for ``TPGroup.all_reduce_norm`` (written where
-        ``TPGroup.partial_out`` says)."""
+    def forward(self, x: torch.Tensor, gated: bool = False) -> torch.Tensor:
+        """This rank's partial sums, written where ``TPGroup.partial_out`` says. ``gated``: x is the gated
+        MLP's gate | up, the SiLU-and-multiply done in the skinny kernel."""
         bias = self.bias if self.tp.rank == 0 else None
-        out = None if reduce else self.tp.partial_out(x.shape[0], self.weight.shape[0], x.dtype)
+        out = self.tp.partial_out(x.shape[0], self.weight.shape[0], x.dtype)
         if gated:
-            y = skinny_silu_matmul(x, self.weight, bias, out=out)
-        else:
-            y = self._matmul(x, bias, out)
-        return self.tp.all_reduce(y) if reduce else y
+            return skinny_silu_matmul(x, self.weight, bias, out=out)
+        return self._matmul(x, bias, out)
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
         if param.dim() == 2 and self.tp.size > 1:

@@ -49,14 +49,14 @@ class MLP(nn.Module):
         self.act = SiluAndMul(opts.use_triton)
         self.fused_rows = opts.skinny_rows if opts.skinny_fusion != "none" else 0
 
-    def forward(self, x: torch.Tensor, reduce: bool = True) -> torch.Tensor:
-        return self.down(self.gate_up_proj(x), reduce)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(self.gate_up_proj(x))
 
-    def down(self, gate_up: torch.Tensor, reduce: bool = True) -> torch.Tensor:
-        # reduce=False: the partial sums at tp > 1 (RowParallelLinear.forward)
+    def down(self, gate_up: torch.Tensor) -> torch.Tensor:
+        # -> partial sums at tp > 1 (RowParallelLinear)
         if gate_up.shape[0] <= self.fused_rows:  # the SiLU-and-multiply on the skinny kernel's loads
-            return self.down_proj(gate_up, gated=True, reduce=reduce)
-        return self.down_proj(self.act(gate_up), reduce=reduce)
+            return self.down_proj(gate_up, gated=True)
+        return self.down_proj(self.act(gate_up))
 
 
 class DecoderLayer(nn.Module):
@@ -106,15 +106,15 @@ class DecoderLayer(nn.Module):
             qkv, residual = self.self_attn.qkv_proj.forward_normed(
                 tp.all_reduce(h), residual, self.input_layernorm
             )
-            h = self.self_attn.forward_projected(positions, qkv, meta, kv_cache, reduce=False)
+            h = self.self_attn.forward_projected(positions, qkv, meta, kv_cache)
             gate_up, residual = self.mlp.gate_up_proj.forward_normed(
                 tp.all_reduce(h), residual, self.post_attention_layernorm
             )
-            return self.mlp.down(gate_up, reduce=False), residual
+            return self.mlp.down(gate_up), residual
         h, residual = tp.all_reduce_norm(h, residual, self.input_layernorm)
-        h = self.self_attn(positions, h, meta, kv_cache, reduce=False)
+        h = self.self_attn(positions, h, meta, kv_cache)
         h, residual = tp.all_reduce_norm(h, residual, self.post_attention_layernorm)
-        return self.mlp(h, reduce=False), residual
+        return self.mlp(h), residual
 
 
 class DecoderModel(nn.Module):
@@ -136,7 +136,7 @@ class DecoderModel(nn.Module):
     ) -> torch.Tensor:
         # At tp > 1 each rank's partial sums travel from layer to layer and every all-reduce happens
         # together with the RMSNorm after it (TPGroup.all_reduce_norm).
-        h = self.embed_tokens(input_ids, reduce=False)  # (T, hidden)
+        h = self.embed_tokens(input_ids)  # (T, hidden)
         residual = None
         for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
             h, residual = layer(positions, h, residual, meta, kv_cache)

@@ -56,9 +56,9 @@ class Attention(nn.Module):
         x: torch.Tensor,  # (T, hidden)
         meta: AttentionMetadata,
         kv_cache: tuple[torch.Tensor, torch.Tensor],
-        reduce: bool = True,
     ) -> torch.Tensor:
-        return self.forward_projected(positions, self.qkv_proj(x), meta, kv_cache, reduce)
+        # -> (T, hidden): o_proj's output, partial sums at tp > 1 (RowParallelLinear)
+        return self.forward_projected(positions, self.qkv_proj(x), meta, kv_cache)
 
     def forward_projected(
         self,
@@ -66,7 +66,6 @@ class Attention(nn.Module):
         qkv: torch.Tensor,  # (T, (Hq + 2 Hk) D): the q/k/v projection's output
         meta: AttentionMetadata,
         kv_cache: tuple[torch.Tensor, torch.Tensor],
-        reduce: bool = True,  # False: o_proj's partial sums at tp > 1 (RowParallelLinear.forward)
     ) -> torch.Tensor:
         T = qkv.shape[0]
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
@@ -85,7 +84,7 @@ class Attention(nn.Module):
                 meta,
                 self.scale,
             )
-            return self.o_proj(o.reshape(T, q_size), reduce=reduce)
+            return self.o_proj(o.reshape(T, q_size))
         q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
         q = q.reshape(T, self.num_heads, self.head_dim)
         k = k.reshape(T, self.num_kv_heads, self.head_dim)
@@ -95,4 +94,4 @@ class Attention(nn.Module):
             k = self.k_norm(k.reshape(-1, self.head_dim))[0].view(T, self.num_kv_heads, self.head_dim)
         q, k = self.rotary(positions, q, k)
         o = self.backend.forward(q, k, v, kv_cache[0], kv_cache[1], meta, self.scale)  # (T, Hq, D)
-        return self.o_proj(o.reshape(T, q_size), reduce=reduce)
+        return self.o_proj(o.reshape(T, q_size))
