@@ -42,7 +42,12 @@ from llmbench.kernels.attention_prologue import attention_prologue  # noqa: E402
 from llmbench.kernels.kv_store import store_kv  # noqa: E402
 from llmbench.kernels.rmsnorm import rms_norm  # noqa: E402
 from llmbench.kernels.rotary import apply_rotary  # noqa: E402
-from llmbench.kernels.skinny_matmul import skinny_matmul, skinny_norm_matmul, skinny_silu_matmul  # noqa: E402
+from llmbench.kernels.skinny_matmul import (  # noqa: E402
+    skinny_matmul,
+    skinny_matmul_allreduce,
+    skinny_norm_matmul,
+    skinny_silu_matmul,
+)
 from llmbench.kernels.triton_decode import decode_attention  # noqa: E402
 from llmbench.kernels.triton_prefill import prefill_attention  # noqa: E402
 
@@ -148,6 +153,17 @@ def engine_calls(dtype: torch.dtype = torch.bfloat16) -> None:
             skinny_silu_matmul(t(rows, 2 * inter), t(hidden, inter))
             skinny_norm_matmul(t(rows, hidden), None, t(hidden), 1e-6, t(qkv, hidden))
             skinny_norm_matmul(t(rows, hidden), t(rows, hidden), t(hidden), 1e-6, t(2 * inter, hidden))
+            for world in (2, 4):  # tp decode: o_proj, down_proj with the all-reduce; the next product normed
+                addrs = t(world, dt=torch.int64)
+                for residual in (None, t(rows, hidden)):
+                    skinny_matmul_allreduce(t(rows, hq * d // world), t(hidden, hq * d // world), None, addrs, 1,
+                                            residual)  # fmt: skip
+                skinny_matmul_allreduce(t(rows, 2 * inter // world), t(hidden, inter // world), None, addrs, 1,
+                                        t(rows, hidden), gated=True)  # fmt: skip
+                squares = t(rows, -(-hidden // 512), dt=torch.float32)
+                skinny_norm_matmul(
+                    t(rows, hidden), None, t(hidden), 1e-6, t(qkv // world, hidden), squares=squares
+                )
         cos_sin = t(4096, d, dt=torch.float32)
         positions = t(T, dt=torch.int64)
         apply_rotary(t(T, hq, d), t(T, hk, d), positions, cos_sin)

@@ -2,7 +2,7 @@
 # GPU-machine work in stages, each step under its own time limit; after every step the result folders
 # and the logs are packed into $OUT/results.tgz (so a stage cut short keeps what it measured).
 #
-#   bash scripts/gpu_session.sh STAGE...     stages: check tp tp2 prof skinny final arnorm tp_arnorm tp_workload pdl fusion tp_async peers bench ablate ablate2 fa4a fa4b fa4c fa4
+#   bash scripts/gpu_session.sh STAGE...     stages: check tp tp2 prof skinny final arnorm armm tp_arnorm tp_workload pdl fusion tp_async peers bench ablate ablate2 fa4a fa4b fa4c fa4
 #
 #   tests   CUDA test suite (kernels at real sizes, parity in float32)
 #   check   CUDA test suite (kernels at real sizes, parity in float32), then scripts/bench_kernels.py
@@ -16,6 +16,7 @@
 #   final   (two GPUs) the skinny kernels' tests, fused against unfused profiles, every bench scenario, tp
 #   arnorm  (two GPUs) tp_fuse_norm: scripts/allreduce_probe.py (checks and times it on real ranks), its tests,
 #           tp=2 with and without it on one qwen3-8b sequence
+#   armm    (two GPUs) tp_fuse_matmul: scripts/allreduce_probe.py --matmul, its tests, tp=2 with and without it
 #   tp_arnorm (two GPUs) tp=1 vs tp=2 at the defaults on one qwen3-8b sequence, and tp=2's profile
 #   tp_workload (two GPUs) the nano-vllm workload on qwen3-8b, tp=1 against tp=2
 #   pdl     (two GPUs) programmatic dependent launch: parity tests, then pdl x tp on one qwen3-8b sequence
@@ -114,6 +115,17 @@ for stage in "$@"; do
         -k "allreduce or symm_mem or auto or slot or fuse_norm"
       step tp_fuse 200 $LB ablate scenarios/bench/single_8b.yaml --set engine.tp=2 --toggle tp_fuse_norm \
         --repeats 3 --timeout 60 --out $R ;;
+    armm)  # (two GPUs) the product fused in too (tp_fuse_matmul): checked and timed on real ranks, its tests,
+      # then what it is worth at tp=2
+      [ -n "${NO_PROBE:-}" ] || step mm_probe 120 python3 scripts/allreduce_probe.py --matmul --rows 1,2
+      [ -n "${NO_PROBE:-}" ] || if ! grep -q "fused: the sum equal" $L/mm_probe.txt; then
+        pkill -f allreduce_probe; tail -5 $L/mm_probe.txt; exit 1
+      fi
+      step tests_armm 150 $PYTEST tests/test_kernels.py tests/test_tensor_parallel.py \
+        -k "allreduce or (each_product and True)"
+      step tp_single 220 $LB ablate scenarios/bench/single_8b.yaml --toggle tp --repeats 3 --timeout 60 --out $R
+      step tp_fuse_mm 180 $LB ablate scenarios/bench/single_8b.yaml --set engine.tp=2 --toggle tp_fuse_matmul \
+        --repeats 2 --timeout 60 --out $R ;;
     tp_arnorm)  # (two GPUs) tp=1 against tp=2 at the defaults, and where tp=2's step goes now
       step tp_single 200 $LB ablate scenarios/bench/single_8b.yaml --toggle tp --repeats 3 --timeout 60 --out $R
       step prof_8b_tp2_fused 100 python3 scripts/profile_engine.py --workload single --skip 30 --steps 150 \

@@ -22,7 +22,12 @@ pytest.importorskip("triton")
 
 from llmbench.engine.config import flash_attn_available  # noqa: E402
 from llmbench.kernels.activation import silu_and_mul, silu_and_mul_ref  # noqa: E402
-from llmbench.kernels.allreduce_norm import MAX_PROGRAMS, allreduce_norm, allreduce_norm_ref  # noqa: E402
+from llmbench.kernels.allreduce_norm import (  # noqa: E402
+    MAX_PROGRAMS,
+    allreduce_norm,
+    allreduce_norm_ref,
+    mark_empty,
+)
 from llmbench.kernels.attention_prologue import attention_prologue, attention_prologue_ref  # noqa: E402
 from llmbench.kernels.kv_store import store_kv, store_kv_ref  # noqa: E402
 from llmbench.kernels.paged_attention import (  # noqa: E402
@@ -37,6 +42,8 @@ from llmbench.kernels.skinny_matmul import (  # noqa: E402
     MAX_ROWS,
     Tiles,
     skinny_matmul,
+    skinny_matmul_allreduce,
+    skinny_matmul_allreduce_ref,
     skinny_matmul_ref,
     skinny_norm_matmul,
     skinny_norm_matmul_ref,
@@ -266,6 +273,78 @@ def test_allreduce_norm_rejects_what_cannot_meet() -> None:
         allreduce_norm(a, torch.zeros(3, dtype=torch.int64), 0, (1, 8), torch.float32, None, weight, 1e-6)
     with pytest.raises(ValueError, match="weight must be \\(16,\\), got \\(8,\\)"):
         allreduce_norm(a, a, 0, (1, 16), torch.float32, None, weight, 1e-6)
+
+
+def _empty_marks(t: torch.Tensor) -> torch.Tensor:
+    """Where ``t`` holds -0.0, the receive buffers' mark of an element not yet written."""
+    return (t == 0) & torch.signbit(t)
+
+
+@pytest.mark.parametrize("world,rank", [(1, 0), (2, 0), (2, 1), (4, 3)])
+@pytest.mark.parametrize("rows", [1, 3])
+@pytest.mark.parametrize(
+    "gated,with_residual,block", [(False, True, 16), (True, True, 256), (False, False, 32)]
+)
+def test_skinny_matmul_allreduce_matches_reference_and_empties_its_buffer(
+    setting: Setting, world: int, rank: int, rows: int, gated: bool, with_residual: bool, block: int
+) -> None:
+    # The ranks' receive buffers are tensors of this process; every peer's partial sums are already in
+    # this rank's buffer. After the kernel: the sum is the reference over every rank's products bit for
+    # bit (same products, same order), the squares close to the reference's, this rank's buffer all empty
+    # marks again, and each peer's buffer holds this rank's products in section `rank` and nothing else.
+    # Then the next product, normed on its loads from those squares, against the unfused references.
+    N, K = (4096, 1024) if setting.big else (40, 48)
+    kw = dict(device=setting.device, dtype=setting.dtype)
+    xs = [torch.randn(rows, 2 * K if gated else K, **kw) for _ in range(world)]
+    weights = [torch.randn(N, K, **kw) / K**0.5 for _ in range(world)]
+    bias = torch.randn(N, **kw)
+    residual = torch.randn(rows, N, **kw) if with_residual else None
+    product = skinny_silu_matmul if gated else skinny_matmul
+    parts = [product(xs[q], weights[q], bias if q == 0 else None) for q in range(world)]
+    buffers = [mark_empty(torch.empty(world, rows, N, **kw)) for _ in range(world)]
+    for q in range(world):
+        if q != rank:
+            buffers[rank][q] = parts[q]
+    h, squares = skinny_matmul_allreduce(
+        xs[rank], weights[rank], bias if rank == 0 else None, _addresses(buffers), rank, residual,
+        gated=gated, block=block,
+    )  # fmt: skip
+    norm_weight = torch.rand(N, **kw) + 0.5
+    _, ref_h = allreduce_norm_ref(parts, residual, norm_weight, 1e-6)
+    assert torch.equal(h, ref_h)
+    ref2_h, ref_squares = skinny_matmul_allreduce_ref(xs, weights, bias, residual, gated, block)
+    check("skinny_matmul_allreduce_ref", h, ref2_h, setting)
+    torch.testing.assert_close(squares, ref_squares, rtol=1e-4, atol=1e-4)
+    assert _empty_marks(buffers[rank]).all(), "this rank's receive buffer was not emptied"
+    for q in range(world):
+        if q != rank:
+            assert torch.equal(buffers[q][rank], parts[rank]), f"rank {q} did not get this rank's products"
+            others = torch.cat([buffers[q][:rank], buffers[q][rank + 1 :]])
+            assert _empty_marks(others).all(), f"rank {q}'s other sections were written"
+    after = torch.randn(24, N, **kw) / N**0.5
+    out, same = skinny_norm_matmul(h, None, norm_weight, 1e-6, after, squares=squares)
+    assert same is h
+    check(
+        "skinny_norm_matmul from squares",
+        out,
+        skinny_norm_matmul_ref(ref_h, None, norm_weight, 1e-6, after)[0],
+        setting,
+    )
+
+
+def test_skinny_matmul_allreduce_rejects_what_cannot_meet() -> None:
+    x, weight = torch.zeros(1, 8), torch.zeros(4, 8)
+    addrs = torch.zeros(2, dtype=torch.int64)
+    with pytest.raises(ValueError, match="rank 2 of 2 ranks"):
+        skinny_matmul_allreduce(x, weight, None, addrs, 2, None)
+    with pytest.raises(ValueError, match="residual must be \\(1, 4\\)"):
+        skinny_matmul_allreduce(x, weight, None, addrs, 0, torch.zeros(2, 4))
+    with pytest.raises(ValueError, match="4 columns in blocks of 1 need more programs than the product's 2"):
+        skinny_matmul_allreduce(x, weight, None, addrs, 0, None, block=1)
+    with pytest.raises(ValueError, match="squares must be float32 \\(1, P\\), with no residual"):
+        skinny_norm_matmul(
+            torch.zeros(1, 8), torch.zeros(1, 8), torch.ones(8), 1e-6, weight, squares=torch.zeros(1, 1)
+        )
 
 
 # --- small kernels -----------------------------------------------------------------------------------

@@ -44,9 +44,11 @@ def _workers_of(pid: int) -> list[psutil.Process]:
         return []
 
 
-def _generate_in_new_process(folder: Path, options: dict) -> tuple[list[list[int]], str]:
+def _generate_in_new_process(
+    folder: Path, options: dict, prompts: list[list[int]] = PROMPTS
+) -> tuple[list[list[int]], str]:
     """PROMPTS through LLM(folder, **options) in a fresh interpreter: (token ids, the all-reduce used,
-    with "+norm" when fused with the norms)."""
+    with "+norm" when fused with the norms, "+matmul" when with the products too)."""
     code = textwrap.dedent(
         """
         import json, sys
@@ -58,7 +60,8 @@ def _generate_in_new_process(folder: Path, options: dict) -> tuple[list[list[int
         finally:
             llm.engine.shutdown()
         startup = llm.engine.startup
-        print(json.dumps([out, startup.all_reduce + ("+norm" if startup.all_reduce_norm else "")]))
+        fused = ("+norm" if startup.all_reduce_norm else "") + ("+matmul" if startup.all_reduce_matmul else "")
+        print(json.dumps([out, startup.all_reduce + fused]))
         """
     )
     greedy = {
@@ -67,7 +70,7 @@ def _generate_in_new_process(folder: Path, options: dict) -> tuple[list[list[int
         "ignore_eos": GREEDY.ignore_eos,
     }
     done = subprocess.run(
-        [sys.executable, "-c", code, json.dumps([str(folder), options, PROMPTS, greedy])],
+        [sys.executable, "-c", code, json.dumps([str(folder), options, prompts, greedy])],
         capture_output=True,
         text=True,
         timeout=240,
@@ -121,7 +124,7 @@ def test_greedy_tokens_at_tp_equal_transformers(
         assert not _workers_of(os.getpid()), "worker processes outlived shutdown"
         used = llm.engine.startup.all_reduce
     assert got == expected
-    fused = "+norm" if fuse_norm is None and triton_usable(DEVICE) else ""
+    fused = "+norm+matmul" if fuse_norm is None and triton_usable(DEVICE) else ""
     assert used == (
         {"nccl": "nccl", "symm_mem": "symm_mem" + fused, "auto": "symm_mem" + fused}[all_reduce]
         if DEVICE == "cuda"
@@ -137,23 +140,41 @@ def test_greedy_tokens_at_tp_equal_transformers(
             assert got >= send, "a worker started a step before rank 0 sent it"
 
 
-def test_greedy_tokens_at_tp2_with_triton_kernels_and_the_fused_skinny_matmul(model):
-    # each rank's shard through the skinny kernels (norms and SiLU fused in), all-reduced after
-    if not triton_usable(DEVICE):
-        pytest.skip("triton is not installed")
-    folder, expected = model
-    options = dict(
+def _skinny_tp2(**options) -> dict:
+    """Engine options for tp=2 in float32 with every decode step of up to 8 rows through the skinny
+    kernels, and ``options``."""
+    return dict(
         tp=2,
         dtype="float32",
         num_kv_blocks=64,
         block_size=8,
         device=DEVICE,
-        attention_backend="triton",
         triton_kernels=True,
         skinny_matmul_rows=8,
-        skinny_fusion="all",
-        tp_all_reduce="nccl",
+        **options,
     )
+
+
+@pytest.mark.skipif(DEVICE != "cuda" or torch.cuda.device_count() < 2, reason="two GPUs")
+@pytest.mark.parametrize("fuse_matmul", [True, False])
+def test_greedy_tokens_at_tp2_with_each_product_in_the_all_reduce_kernel(model, fuse_matmul):
+    # one sequence (one-row decode steps: where the fusion applies), then all three at once (three rows:
+    # where it does not); with tp_fuse_matmul each o_proj and down_proj of a one-row step is computed in
+    # the kernel that sums it over the ranks, and the norm after it done on the next product's loads
+    folder, expected = model
+    options = _skinny_tp2(skinny_fusion="silu", tp_fuse_matmul=fuse_matmul)
+    for prompts, want in (([PROMPTS[1]], [expected[1]]), (PROMPTS, expected)):
+        got, used = _generate_in_new_process(folder, options, prompts)
+        assert got == want
+        assert used == "symm_mem+norm" + ("+matmul" if fuse_matmul else "")
+
+
+def test_greedy_tokens_at_tp2_with_triton_kernels_and_the_fused_skinny_matmul(model):
+    # each rank's shard through the skinny kernels (norms and SiLU fused in), all-reduced after
+    if not triton_usable(DEVICE):
+        pytest.skip("triton is not installed")
+    folder, expected = model
+    options = _skinny_tp2(attention_backend="triton", skinny_fusion="all", tp_all_reduce="nccl")
     llm = LLM(str(folder), **options)
     try:
         assert llm.engine.runner.model.model.layers[0].norm_rows == 8  # rank 0's model: fused path on

@@ -98,6 +98,11 @@ class EngineConfig:
     # tp > 1: each all-reduce of a decode step done together with the RMSNorm after it, in one Triton
     # kernel over symmetric memory (kernels/allreduce_norm.py); None: wherever it can apply.
     tp_fuse_norm: bool | None = None
+    # tp > 1, with tp_fuse_norm: at one-row decode steps each row-parallel product (o_proj, down_proj) sums
+    # itself over the ranks in its own kernel, each rank writing its partial sums into every rank's
+    # memory, and the norm after it is done on the next product's loads (kernels/skinny_matmul.py,
+    # skinny_matmul_allreduce). None: wherever it can apply.
+    tp_fuse_matmul: bool | None = None
     # Programmatic dependent launch of the decode step's Triton kernels (Hopper and later): each may start
     # while the one before runs; the skinny matmul prefetches its weights into L2 meanwhile
     # (kernels/_triton.py). Off unless asked for.
@@ -259,6 +264,19 @@ class EngineConfig:
                 "tp_fuse_norm=True does each tensor-parallel all-reduce with the RMSNorm after it in one "
                 f"Triton kernel over the GPUs' shared memory: it needs {', '.join(missing)}"
             )
+        fuse_matmul = self.tp_fuse_matmul
+        missing = _unmet(
+            ("tp_fuse_norm (the all-reduce fused with the norm, and what that needs)", bool(fuse_norm)),
+            ("skinny_matmul_rows >= 1 (the skinny matmul, whose kernel it extends)", skinny_rows >= 1),
+            ("pdl=False", not self.pdl),
+        )
+        if fuse_matmul is None:
+            fuse_matmul = not missing
+        elif fuse_matmul and missing:
+            raise ConfigError(
+                "tp_fuse_matmul=True sums each row-parallel product of a one-row decode step over the GPUs "
+                f"in the product's own kernel: it needs {', '.join(missing)}"
+            )
         if self.pdl:
             from llmbench.kernels._triton import pdl_supported
 
@@ -306,6 +324,7 @@ class EngineConfig:
             async_scheduling=cuda if self.async_scheduling is None else bool(self.async_scheduling),
             skinny_matmul_rows=skinny_rows,
             tp_fuse_norm=bool(fuse_norm),
+            tp_fuse_matmul=bool(fuse_matmul),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -339,5 +358,6 @@ def toggle_names() -> tuple[str, ...]:
         "async_scheduling",
         "tp",
         "tp_fuse_norm",
+        "tp_fuse_matmul",
         "pdl",
     )

@@ -70,6 +70,7 @@ class ModelRunner:
                 "symm_mem" if tp.fast is not None else ("nccl" if config.is_cuda else "gloo")
             )
             self.startup.all_reduce_norm = bool(getattr(tp.fast, "fuse_norm", False))
+            self.startup.all_reduce_matmul = bool(getattr(tp.fast, "fuse_matmul", False))
         self.last_ids: torch.Tensor | None = None  # the last step's samples (asynchronous scheduling)
         self._staging = Staging(self.device, separate=config.torch_compile)
         dtype = config.torch_dtype

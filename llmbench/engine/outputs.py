@@ -78,4 +78,5 @@ class StartupStats:
     graph_buckets: list[int] = field(default_factory=list)
     all_reduce: str = ""  # tp > 1: "nccl", "gloo" or "symm_mem" (one-shot for small messages, NCCL above)
     all_reduce_norm: bool = False  # tp > 1: decode's all-reduces done with the norm after them (tp_fuse_norm)
+    all_reduce_matmul: bool = False  # and with the product before them (tp_fuse_matmul)
     recompiles: int = 0  # torch.compile graphs built after the warm-up (kept current while the engine runs)

@@ -16,6 +16,14 @@ Triton kernel (kernels/allreduce_norm.py): no copy, no separate norm. A slot is 
 every rank has passed at least one more barrier, so no rank overwrites what a peer may still be reading:
 the first partial sum of a forward (the embedding's) takes slot 2, the others alternate 0, 1, 0, ...,
 and every one of them is reduced, through a barrier, before the next is written.
+
+With ``fuse_matmul`` as well, the buffer ends in two receive buffers for ``product_all_reduce``: the
+row-parallel layer's product, the sum over the ranks and the residual add in one kernel, each rank
+writing its partial sums into every rank's receive buffer (kernels/skinny_matmul.py,
+``skinny_matmul_allreduce``; the norm is then done on the next product's loads). The two alternate: a
+receive buffer is written again only after every rank has passed another all-reduce (each of which
+waits for every rank's data), by which time each rank has emptied it; the forward's first all-reduce
+(the embedding's, through the slots) separates forwards, so each forward starts at buffer 0.
 """
 
 from __future__ import annotations
@@ -32,6 +40,11 @@ DEFAULT_MAX_BYTES = 4 << 20  # a decode step of 512 rows of 4096 bf16 values; on
 # 60 s store timeout on two H200s); ``tp.spawned_config`` keeps rank 0 from trying.
 rendezvous_count = 0
 SLOTS = 3
+RECEIVE_BUFFERS = 2
+# Products summed in their own kernel (fuse_matmul) for up to this many rows: the last programs sum row
+# after row, and on two H200s o_proj then gate_up at 2 rows took 46.7 µs against 44.6 with the fused
+# all-reduce apart (at 1 row 34.9 against 37.5; scripts/allreduce_probe.py --matmul).
+MATMUL_MAX_ROWS = 1
 
 
 class SlotRotation:
@@ -60,22 +73,30 @@ class OneShotAllReduce:
         max_bytes: int = DEFAULT_MAX_BYTES,
         fuse_norm: bool = False,
         fused_max_rows: int | None = None,
+        fuse_matmul: bool = False,
     ):
         import torch.distributed._symmetric_memory as symm_mem
 
-        from llmbench.kernels.allreduce_norm import MAX_PROGRAMS, MAX_ROWS
+        from llmbench.kernels.allreduce_norm import MAX_PROGRAMS, MAX_ROWS, mark_empty
 
+        if fuse_matmul and not fuse_norm:
+            raise ValueError("fuse_matmul builds on fuse_norm")
         self.group_name = group.group_name
         self.fuse_norm = fuse_norm
+        self.fuse_matmul = fuse_matmul
         # larger steps take the one-shot all-reduce and the norm apart (kernels/allreduce_norm.py says why)
         self.fused_max_rows = MAX_ROWS if fused_max_rows is None else fused_max_rows
         self.capacity = max_bytes // dtype.itemsize  # elements of one message (and of one slot)
         slots = SLOTS if fuse_norm else 0
-        # [message | slot 0 | slot 1 | slot 2 | flags]; the flags are int32, counted here in dtype elements
-        world = dist.get_world_size(group)
+        receive = RECEIVE_BUFFERS if fuse_matmul else 0
+        # [message | slot 0 | slot 1 | slot 2 | flags | receive 0 | receive 1]; the flags are int32,
+        # counted here in dtype elements
+        self.world = world = dist.get_world_size(group)
         flag_elems = -(-MAX_PROGRAMS * world * 4 // dtype.itemsize) if fuse_norm else 0
-        self.buffer = symm_mem.empty(self.capacity * (1 + slots) + flag_elems, dtype=dtype, device=device)
+        receive_at = self.capacity * (1 + slots) + flag_elems
+        self.buffer = symm_mem.empty(receive_at + self.capacity * receive, dtype=dtype, device=device)
         self.buffer.zero_()
+        mark_empty(self.buffer[receive_at:])  # every receive buffer empty (kernels/skinny_matmul.py)
         global rendezvous_count
         rendezvous_count += 1
         handle = symm_mem.rendezvous(self.buffer, self.group_name)
@@ -93,6 +114,8 @@ class OneShotAllReduce:
             self.slot_addrs = [addresses(self.capacity * (1 + s)) for s in range(slots)]
             self.flag_addrs = addresses(self.capacity * (1 + slots))
             self._rotation = SlotRotation()
+            self.receive_addrs = [addresses(receive_at + self.capacity * i) for i in range(receive)]
+            self._receive_next = 0
         handle.barrier()  # every rank's buffer exists before anyone reads a peer's
 
     def fits(self, x: torch.Tensor) -> bool:
@@ -111,7 +134,28 @@ class OneShotAllReduce:
             return None
         if rows > self.fused_max_rows or rows * cols > self.capacity:
             return None
+        if first:
+            self._receive_next = 0
         return self.slots[self._rotation.take(first)][: rows * cols].view(rows, cols)
+
+    def takes_product(self, rows: int, cols: int, dtype: torch.dtype) -> bool:
+        """Whether ``product_all_reduce`` takes a (rows, cols) product of ``dtype``."""
+        return (
+            self.fuse_matmul
+            and dtype == self.buffer.dtype
+            and rows <= MATMUL_MAX_ROWS
+            and self.world * rows * cols <= self.capacity
+        )
+
+    def product_all_reduce(self, p: Any, residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """A ``PendingProduct`` (layers/parallel.py) computed, summed over the group and added to the
+        residual in one kernel: ``(sum + residual, its squares summed in blocks)``."""
+        from llmbench.kernels.skinny_matmul import skinny_matmul_allreduce
+
+        j, self._receive_next = self._receive_next, self._receive_next ^ 1
+        return skinny_matmul_allreduce(
+            p.x, p.weight, p.bias, self.receive_addrs[j], self.rank, residual, gated=p.gated
+        )
 
     def holds(self, x: torch.Tensor) -> bool:
         return self._slot_of(x) is not None

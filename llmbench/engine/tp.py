@@ -102,7 +102,10 @@ def resolved_all_reduce(config: EngineConfig, can_share: bool) -> EngineConfig:
     fast = config.is_cuda and config.tp > 1 and can_share
     # the fused all-reduce + norm lives in the symmetric memory: with NCCL there is none to fuse with
     return dataclasses.replace(
-        config, tp_all_reduce="symm_mem" if fast else "nccl", tp_fuse_norm=config.tp_fuse_norm and fast
+        config,
+        tp_all_reduce="symm_mem" if fast else "nccl",
+        tp_fuse_norm=config.tp_fuse_norm and fast,
+        tp_fuse_matmul=config.tp_fuse_matmul and fast,
     )
 
 
@@ -239,7 +242,11 @@ def with_fast_all_reduce(config: EngineConfig, group: TPGroup) -> TPGroup:
     from llmbench.engine.symm_all_reduce import OneShotAllReduce
 
     fast = OneShotAllReduce(
-        group.group, config.torch_dtype, torch.device(config.device), fuse_norm=bool(config.tp_fuse_norm)
+        group.group,
+        config.torch_dtype,
+        torch.device(config.device),
+        fuse_norm=bool(config.tp_fuse_norm),
+        fuse_matmul=bool(config.tp_fuse_matmul),
     )
     return dataclasses.replace(group, fast=fast)
 

@@ -22,6 +22,13 @@ them are resident at once on any GPU this runs on, so no program waits for a pee
 ``allreduce_norm_ref`` is the same arithmetic on partial sums held by one process. The kernel itself
 takes addresses (``int64`` tensors), so on the CPU, under the interpreter, it runs over ordinary
 tensors standing for the ranks' buffers, with a peer's arrival written into the flags beforehand.
+
+The helpers after the kernel serve the skinny matmul's ``skinny_matmul_allreduce`` (one-row decode
+steps, ``tp_fuse_matmul``), where the producers push their partial sums into every rank's receive buffer
+instead: ``mark_empty`` fills a buffer with -0.0, the mark of an element not yet written (set and
+compared through its bits: Triton folded the constant -0.0 into +0.0), ``no_negative_zero`` keeps a
+written value from looking empty, and ``arrived_sum`` waits until a block of every section has arrived,
+sums it in rank order and marks it empty again.
 """
 
 from __future__ import annotations
@@ -38,6 +45,13 @@ MAX_PROGRAMS = 64
 # H200s it took 5.5 / 6.9 µs at 1 / 8 rows against 8.6 / 9.5 for the one-shot all-reduce and the norm,
 # but 17.9 against 12.8 at 64 rows (scripts/allreduce_probe.py; one program per row reads its peers').
 MAX_ROWS = 8
+
+
+def mark_empty(t: torch.Tensor) -> torch.Tensor:
+    """Fill a receive buffer with the mark of "not yet written", -0.0, set through its bits."""
+    ints = {2: torch.int16, 4: torch.int32}[t.element_size()]
+    t.view(ints).fill_(torch.iinfo(ints).min)
+    return t
 
 
 def allreduce_norm_ref(
@@ -99,6 +113,52 @@ def _allreduce_norm_kernel(
         normed = (xf * inv_rms).to(dtype)  # cast back before the weight, as Hugging Face does
         out = normed.to(tl.float32) * w
         tl.store(out_ptr + row * stride_o + cols, out.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@jit
+def _is_empty(v):
+    """Where ``v`` (16- or 32-bit floats) holds the empty mark, -0.0: its bits against the sign bit (a
+    compiler may fold -0.0 itself into +0.0)."""
+    if v.dtype.primitive_bitwidth == 16:
+        return v.to(tl.int16, bitcast=True) == -32768
+    else:
+        return v.to(tl.int32, bitcast=True) == -2147483648
+
+
+@jit
+def _empty(BLOCK: tl.constexpr, dtype: tl.constexpr):
+    """BLOCK empty marks (-0.0) of ``dtype``, made from their bits."""
+    if dtype.primitive_bitwidth == 16:
+        return tl.full([BLOCK], -32768, tl.int16).to(dtype, bitcast=True)
+    else:
+        return tl.full([BLOCK], -2147483648, tl.int32).to(dtype, bitcast=True)
+
+
+@jit
+def no_negative_zero(y):
+    """``y`` with each -0.0 made +0.0 (the same number), so that no value written to a receive buffer
+    looks like the empty mark."""
+    return tl.where(y == 0, tl.zeros_like(y), y)
+
+
+@jit
+def arrived_sum(base, section, cols, mask, BLOCK_H: tl.constexpr, WORLD: tl.constexpr):
+    """The float32 sum, in rank order, of one row of ``WORLD`` sections (``section`` elements apart) of a
+    receive buffer, once every element of it has arrived (is no longer the empty mark); the row is then
+    marked empty again for the buffer's next use."""
+    dtype = base.dtype.element_ty
+    acc = tl.zeros([BLOCK_H], dtype=tl.float32)
+    missing = 1
+    while missing > 0:  # every section read at once, until one read finds them all written
+        acc = tl.zeros([BLOCK_H], dtype=tl.float32)
+        missing = 0
+        for q in tl.static_range(WORLD):
+            v = tl.load(base + q * section + cols, mask=mask, other=0.0, volatile=True)
+            missing += tl.sum((_is_empty(v) & mask).to(tl.int32), axis=0)
+            acc += v.to(tl.float32)
+    for q in tl.static_range(WORLD):
+        tl.store(base + q * section + cols, _empty(BLOCK_H, dtype), mask=mask)
+    return acc
 
 
 def allreduce_norm(

@@ -13,6 +13,10 @@ Two fused forms do the layer before the product on the input's loads:
 sums the row's squares itself). Each has a ``_ref`` of the same signature built from the unfused
 references, and rounds to the model dtype where the unfused layers do.
 
+``skinny_norm_matmul`` can also take the row's sum of squares from the kernel before (``squares``), and
+``skinny_matmul_allreduce`` ends a row-parallel product at tp > 1 with the all-reduce and residual add
+after it, in the same kernel (its docstring says how; ``tp_fuse_matmul``).
+
 ``skinny_matmul`` takes up to ``MAX_ROWS`` rows and hands larger inputs to ``F.linear`` (prefill,
 decode batches: from two rows on cuBLAS' tiles win, hence ``EngineConfig.skinny_matmul_rows=1``). The
 sum runs in another order than cuBLAS', so bf16 results may differ in the last bit; float32 ones agree
@@ -21,6 +25,7 @@ to rounding.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
@@ -38,6 +43,7 @@ from llmbench.kernels._triton import (
     tl,
 )
 from llmbench.kernels.activation import silu_and_mul_ref
+from llmbench.kernels.allreduce_norm import allreduce_norm_ref, arrived_sum, no_negative_zero
 from llmbench.kernels.rmsnorm import rms_norm_ref
 
 MAX_ROWS = 8  # above this the input goes to F.linear
@@ -88,6 +94,7 @@ def _input_chunk(
 def _skinny_matmul_kernel(
     x_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, y_ptr,
     M, N, K, stride_xm, stride_rm, stride_hm, stride_wn, stride_ym, eps,
+    recv_ptr, red_r_ptr, red_h_ptr, ss_ptr, stride_red_r, stride_red_h, SS_PARTS,
     HAS_BIAS: tl.constexpr,
     EVEN: tl.constexpr,  # N % BLOCK_N == 0 and K % BLOCK_K == 0: no masks on the weight
     GATED: tl.constexpr,  # the input is gate | up, multiplied after a SiLU on the gate
@@ -95,6 +102,9 @@ def _skinny_matmul_kernel(
     HAS_RES: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     PDL: tl.constexpr, LINE: tl.constexpr, LINES: tl.constexpr,
+    SS_BLOCK: tl.constexpr,  # NORM with the row's squares summed already: SS_PARTS sums at ss_ptr (pow2 >=)
+    REDUCE: tl.constexpr,  # then the sum over the ranks and the residual add (skinny_matmul_allreduce)
+    RANK: tl.constexpr, WORLD: tl.constexpr, RED_RES: tl.constexpr, BLOCK_H: tl.constexpr,
 ):  # fmt: skip
     # Grid (cdiv(N, BLOCK_N),): one program per BLOCK_N output features, all M rows, all of K.
     pid = tl.program_id(0)
@@ -112,7 +122,11 @@ def _skinny_matmul_kernel(
         rows = tl.arange(0, BLOCK_M)[:, None]
     m_mask = rows < M
     rstd = 1.0
-    if NORM:  # every program sums the squares of the whole row (a few KB, from L2) for itself
+    if NORM and SS_BLOCK > 0:  # the row's squares summed by the kernel before, in SS_PARTS parts
+        p = tl.arange(0, SS_BLOCK)[None, :]
+        parts = tl.load(ss_ptr + rows * SS_PARTS + p, mask=m_mask & (p < SS_PARTS), other=0.0)  # (BM, SSB)
+        rstd = 1.0 / tl.sqrt(tl.sum(parts, axis=1)[:, None] / K + eps)
+    elif NORM:  # every program sums the squares of the whole row (a few KB, from L2) for itself
         ss = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             k = k0 + offs_k
@@ -146,11 +160,37 @@ def _skinny_matmul_kernel(
         y = tl.sum(acc, axis=2)  # (BM, BN)
     if HAS_BIAS:
         y += tl.load(b_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
-    tl.store(
-        y_ptr + rows * stride_ym + offs_n[None, :],
-        y.to(y_ptr.dtype.element_ty),
-        mask=m_mask & n_mask[None, :],
-    )
+    if not REDUCE:
+        tl.store(
+            y_ptr + rows * stride_ym + offs_n[None, :],
+            y.to(y_ptr.dtype.element_ty),
+            mask=m_mask & n_mask[None, :],
+        )
+    else:
+        # recv_ptr: WORLD addresses of each rank's receive buffer, (WORLD, M, N) sections: this program's
+        # partial sums go into section RANK of every rank's. Then the last SS_PARTS programs take BLOCK_H
+        # columns each: wait for them in every section of this rank's, sum, add the residual, write the
+        # sum and its sum of squares (the next kernel's RMSNorm needs only these). Program ids increase
+        # with columns, and programs start in id order (under the interpreter one after the other), so
+        # the columns a program waits for come from programs that start before it.
+        part = no_negative_zero(y.to(y_ptr.dtype.element_ty))
+        for q in tl.static_range(WORLD):
+            theirs = tl.load(recv_ptr + q).to(tl.pointer_type(y_ptr.dtype.element_ty))
+            tl.store(theirs + RANK * M * N + rows * N + offs_n[None, :], part, mask=m_mask & n_mask[None, :])
+        j = pid - (tl.num_programs(0) - SS_PARTS)
+        if j >= 0:
+            mine = tl.load(recv_ptr + RANK).to(tl.pointer_type(y_ptr.dtype.element_ty))
+            cols = j * BLOCK_H + tl.arange(0, BLOCK_H)
+            mask = cols < N
+            for row in range(M):
+                total = arrived_sum(mine + row * N, M * N, cols, mask, BLOCK_H, WORLD)
+                h = total.to(red_h_ptr.dtype.element_ty)  # rounded once, as an all-reduce returns it
+                if RED_RES:
+                    r = tl.load(red_r_ptr + row * stride_red_r + cols, mask=mask, other=0.0)
+                    h = (h + r).to(red_h_ptr.dtype.element_ty)
+                tl.store(red_h_ptr + row * stride_red_h + cols, h, mask=mask)
+                hf = h.to(tl.float32)
+                tl.store(ss_ptr + row * SS_PARTS + j, tl.sum(hf * hf, axis=0))
 
 
 def tiles_for(rows: int, n: int, k: int) -> Tiles:
@@ -237,14 +277,105 @@ def skinny_norm_matmul(
     weight: torch.Tensor,
     bias: torch.Tensor | None = None,
     tiles: Tiles | None = None,
+    squares: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``skinny_norm_matmul_ref`` in one kernel: the residual add and the RMSNorm done on the input's loads
-    (each program sums the row's squares itself; the first one writes ``x + residual``)."""
+    (each program sums the row's squares itself; the first one writes ``x + residual``). ``squares``: the
+    row's squares already summed, in parts, float32 (M, P) (``skinny_matmul_allreduce``), with no
+    residual: the programs then only add up these."""
     require_triton("skinny_norm_matmul")
+    if squares is not None:
+        if residual is not None or squares.shape[0] != x.shape[0] or squares.dtype != torch.float32:
+            raise ValueError(
+                f"squares must be float32 ({x.shape[0]}, P), with no residual; got {tuple(squares.shape)} "
+                f"{squares.dtype}{' and a residual' if residual is not None else ''}"
+            )
+        return _launch(x, weight, bias, tiles, norm=(norm_weight, eps), squares=squares.contiguous()), x
     if residual is None:
         return _launch(x, weight, bias, tiles, norm=(norm_weight, eps)), x
     h = torch.empty_like(x)
     return _launch(x, weight, bias, tiles, norm=(norm_weight, eps), residual=residual, h=h), h
+
+
+def skinny_matmul_allreduce_ref(
+    xs: Sequence[torch.Tensor],
+    weights: Sequence[torch.Tensor],
+    bias: torch.Tensor | None,
+    residual: torch.Tensor | None,
+    gated: bool = False,
+    block: int = 512,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    # every rank's x (M, K or 2K) and weight (N, K), in rank order; bias (N,) counted once (rank 0's) ->
+    # (sum of the products + residual (M, N), its squares summed over each block of columns (M, N/block))
+    product = skinny_silu_matmul_ref if gated else skinny_matmul_ref
+    parts = [
+        product(x, w, bias if q == 0 else None) for q, (x, w) in enumerate(zip(xs, weights, strict=True))
+    ]
+    ones = torch.ones(parts[0].shape[1], dtype=parts[0].dtype, device=parts[0].device)
+    _, h = allreduce_norm_ref(parts, residual, ones, 1e-6)
+    squares = h.float() ** 2
+    pad = -squares.shape[1] % block
+    return h, F.pad(squares, (0, pad)).view(h.shape[0], -1, block).sum(-1)
+
+
+# Columns per program in the sum after a product: at 1024 the kernel took 96 registers a thread (sm_90),
+# at 512 or less 72 (the product alone: 64), a whole 4096-wide row in one program 255. On two H200s o_proj
+# then gate_up took 34.1 / 35.0 / 35.4 µs at 256 / 512 / 1024 (scripts/allreduce_probe.py --matmul).
+REDUCE_BLOCK = 256
+
+
+class _Reduce(NamedTuple):  # what skinny_matmul_allreduce adds to the product
+    recv_addrs: torch.Tensor
+    rank: int
+    residual: torch.Tensor | None
+    h: torch.Tensor
+    ss: torch.Tensor
+    block: int = REDUCE_BLOCK
+
+
+def skinny_matmul_allreduce(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    recv_addrs: torch.Tensor,
+    rank: int,
+    residual: torch.Tensor | None,
+    gated: bool = False,
+    tiles: Tiles | None = None,
+    block: int = REDUCE_BLOCK,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A row-parallel layer, the all-reduce and the residual add after it, in one kernel per rank:
+    ``(sum over the ranks of x @ weight.T (+ bias) + residual, its squares summed per block of columns)``,
+    the sum bit for bit as ``allreduce_norm_ref`` adds, the squares (float32, (M, cdiv(N, block))) what
+    ``skinny_norm_matmul(..., squares=)`` needs for the RMSNorm before the next product.
+
+    Each program writes its partial sums into every rank's receive buffer (section ``rank``, over NVLink
+    for the peers); the last ``cdiv(N, block)`` programs each wait until their columns of every section
+    have arrived in this rank's buffer, add the sections in rank order, add the residual and mark those
+    columns empty again. An element not yet written is told by its value: -0.0, which no partial sum is
+    written as (a -0.0 goes out as +0.0, the same number). No flags, no fence: the data is the signal.
+
+    recv_addrs: int64 (W,), the address of each rank's receive buffer, room for (W, M, N) values of
+    ``x``'s dtype, all -0.0 before the call (``allreduce_norm.mark_empty``; so again on this rank after
+    it). Every rank must make the same call, with the same shapes; a buffer is used again only after
+    every rank has passed at least one other all-reduce since, or a fast rank could write into it
+    before a slow one has emptied it (engine/symm_all_reduce.py alternates two). ``gated``: x is the
+    gated MLP's gate | up."""
+    require_triton("skinny_matmul_allreduce")
+    M, N = x.shape[0], weight.shape[0]
+    world = recv_addrs.numel()
+    if not 0 <= rank < world:
+        raise ValueError(f"rank {rank} of {world} ranks")
+    if residual is not None:
+        if residual.shape != (M, N) or residual.dtype != x.dtype:
+            raise ValueError(
+                f"residual must be {(M, N)} {x.dtype}, got {tuple(residual.shape)} {residual.dtype}"
+            )
+        residual = residual if residual.stride(-1) == 1 else residual.contiguous()
+    h = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    ss = torch.empty((M, cdiv(N, block)), dtype=torch.float32, device=x.device)
+    _launch(x, weight, bias, tiles, gated=gated, reduce=_Reduce(recv_addrs, rank, residual, h, ss, block))
+    return h, ss
 
 
 def _check(x: torch.Tensor, weight: torch.Tensor, k: int) -> None:
@@ -262,6 +393,8 @@ def _launch(
     residual: torch.Tensor | None = None,
     h: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
+    reduce: _Reduce | None = None,
+    squares: torch.Tensor | None = None,
 ) -> torch.Tensor:
     M = x.shape[0]
     K = x.shape[1] // 2 if gated else x.shape[1]
@@ -281,7 +414,13 @@ def _launch(
         y = out
     if M == 0:
         return y
-    _skinny_matmul_kernel[(cdiv(N, t.block_n),)](
+    grid = cdiv(N, t.block_n)
+    if reduce is not None and reduce.ss.shape[1] > grid:
+        raise ValueError(
+            f"{N} columns in blocks of {reduce.block} need more programs than the product's {grid}"
+        )
+    red = reduce or _Reduce(y, 0, None, y, squares if squares is not None else y, 1)
+    _skinny_matmul_kernel[(grid,)](
         x,
         residual if residual is not None else x,
         norm[0] if norm is not None else x,
@@ -298,6 +437,13 @@ def _launch(
         weight.stride(0),
         y.stride(0),
         norm[1] if norm is not None else 0.0,
+        red.recv_addrs,
+        red.residual if red.residual is not None else red.h,
+        red.h,
+        red.ss,
+        red.residual.stride(0) if red.residual is not None else 0,
+        red.h.stride(0),
+        red.ss.shape[1] if reduce is not None or squares is not None else 0,
         HAS_BIAS=bias is not None,
         EVEN=N % t.block_n == 0 and K % t.block_k == 0,
         GATED=gated,
@@ -309,6 +455,12 @@ def _launch(
         PDL=pdl(),
         LINE=128 // weight.element_size(),
         LINES=next_power_of_2(cdiv(K, 128 // weight.element_size())),
+        SS_BLOCK=next_power_of_2(squares.shape[1]) if squares is not None else 0,
+        REDUCE=reduce is not None,
+        RANK=red.rank,
+        WORLD=red.recv_addrs.numel() if reduce is not None else 1,
+        RED_RES=red.residual is not None,
+        BLOCK_H=min(red.block, next_power_of_2(N)),
         num_warps=t.num_warps,
         num_stages=t.num_stages,
         **pdl_launch(),

@@ -17,7 +17,7 @@ from llmbench.kernels.skinny_matmul import (
     skinny_norm_matmul,
     skinny_silu_matmul,
 )
-from llmbench.layers.parallel import SINGLE, TPGroup
+from llmbench.layers.parallel import SINGLE, NormedInput, PendingProduct, TPGroup
 
 
 class _Linear(nn.Module):
@@ -71,6 +71,15 @@ class ColumnParallelLinear(_Linear):
         skinny_rows: int = 0,
     ) -> None:
         super().__init__(in_features, tp.split(out_features, "output features"), bias, tp, skinny_rows)
+
+    def forward(self, x: torch.Tensor | NormedInput) -> torch.Tensor:
+        """``x @ weight.T``; an input still to be normed (``TPGroup.all_reduce_norm(..., lazy=True)``) is
+        normed on the skinny kernel's loads."""
+        if isinstance(x, NormedInput):
+            return skinny_norm_matmul(x.h, None, x.weight, x.eps, self.weight, self.bias, squares=x.squares)[
+                0
+            ]
+        return super().forward(x)
 
     def forward_normed(
         self, x: torch.Tensor, residual: torch.Tensor | None, norm: nn.Module
@@ -165,11 +174,15 @@ class RowParallelLinear(_Linear):
     ) -> None:
         super().__init__(tp.split(in_features, "input features"), out_features, bias, tp, skinny_rows)
 
-    def forward(self, x: torch.Tensor, gated: bool = False) -> torch.Tensor:
-        """This rank's partial sums, written where ``TPGroup.partial_out`` says. ``gated``: x is the gated
-        MLP's gate | up, the SiLU-and-multiply done in the skinny kernel."""
+    def forward(self, x: torch.Tensor, gated: bool = False) -> torch.Tensor | PendingProduct:
+        """This rank's partial sums, written where ``TPGroup.partial_out`` says, or the product left for
+        the all-reduce after it to compute (``TPGroup.defers``: a skinny-kernel product). ``gated``: x is
+        the gated MLP's gate | up, the SiLU-and-multiply done in the skinny kernel."""
         bias = self.bias if self.tp.rank == 0 else None
-        out = self.tp.partial_out(x.shape[0], self.weight.shape[0], x.dtype)
+        rows = x.shape[0]
+        if (gated or rows <= self.skinny_rows) and self.tp.defers(rows, self.weight.shape[0], x.dtype):
+            return PendingProduct(x, self.weight, bias, gated)
+        out = self.tp.partial_out(rows, self.weight.shape[0], x.dtype)
         if gated:
             return skinny_silu_matmul(x, self.weight, bias, out=out)
         return self._matmul(x, bias, out)

@@ -11,6 +11,33 @@ from torch import nn
 
 
 @dataclass(frozen=True)
+class PendingProduct:
+    """A row-parallel layer's product, not yet computed: ``TPGroup.all_reduce_norm`` computes it together
+    with the all-reduce and the norm after it, in one kernel (``tp_fuse_matmul``)."""
+
+    x: torch.Tensor  # (rows, in) of this rank's shard; gate | up (rows, 2 in) when gated
+    weight: torch.Tensor  # (out, in)
+    bias: torch.Tensor | None  # rank 0's only
+    gated: bool = False
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """The output's: (rows, out features)."""
+        return (self.x.shape[0], self.weight.shape[0])
+
+
+@dataclass(frozen=True)
+class NormedInput:
+    """A column-parallel layer's input, summed over the ranks but not yet RMS-normed: the layer norms it on
+    the skinny kernel's loads from the row's sum of squares, computed already (``tp_fuse_matmul``)."""
+
+    h: torch.Tensor  # (rows, hidden): the sum over the ranks plus the residual
+    squares: torch.Tensor  # float32 (rows, parts): h's squares summed over blocks of columns
+    weight: torch.Tensor  # the norm's
+    eps: float
+
+
+@dataclass(frozen=True)
 class TPGroup:
     rank: int = 0
     size: int = 1
@@ -37,12 +64,25 @@ class TPGroup:
             return None
         return self.fast.slot(rows, cols, dtype, first)
 
+    def defers(self, rows: int, cols: int, dtype: torch.dtype) -> bool:
+        """Whether a row-parallel layer should hand back a ``PendingProduct`` for a (rows, cols) output."""
+        return self.size > 1 and self.fast is not None and self.fast.takes_product(rows, cols, dtype)
+
     def all_reduce_norm(
-        self, x: torch.Tensor, residual: torch.Tensor | None, norm: nn.Module
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self,
+        x: torch.Tensor | PendingProduct,
+        residual: torch.Tensor | None,
+        norm: nn.Module,
+        lazy: bool = False,
+    ) -> tuple[torch.Tensor | NormedInput, torch.Tensor]:
         """``norm`` (an RMSNorm with its residual add) of ``x`` summed over the group: ``(normed, sum +
         residual)``, the sum itself when ``residual`` is None. One kernel when ``x`` is a slot of
-        ``partial_out``, else the all-reduce and then the norm."""
+        ``partial_out``, else the all-reduce and then the norm. A ``PendingProduct`` is computed, summed
+        and added to the residual in one kernel, and with ``lazy`` (for a column-parallel layer next)
+        the norm is left to the next layer: ``(NormedInput, sum + residual)``."""
+        if isinstance(x, PendingProduct):
+            h, squares = self.fast.product_all_reduce(x, residual)
+            return (NormedInput(h, squares, norm.weight, norm.eps) if lazy else norm(h)[0]), h
         if self.size > 1 and self.fast is not None and self.fast.holds(x):
             return self.fast.all_reduce_norm(x, residual, norm.weight, norm.eps)
         x = self.all_reduce(x)

@@ -111,9 +111,11 @@ class DecoderLayer(nn.Module):
                 tp.all_reduce(h), residual, self.post_attention_layernorm
             )
             return self.mlp.down(gate_up), residual
-        h, residual = tp.all_reduce_norm(h, residual, self.input_layernorm)
+        # lazy: where the all-reduce was done in the product's kernel, the norm is done on the next
+        # product's loads (q/k/v, gate/up: column-parallel layers)
+        h, residual = tp.all_reduce_norm(h, residual, self.input_layernorm, lazy=True)
         h = self.self_attn(positions, h, meta, kv_cache)
-        h, residual = tp.all_reduce_norm(h, residual, self.post_attention_layernorm)
+        h, residual = tp.all_reduce_norm(h, residual, self.post_attention_layernorm, lazy=True)
         return self.mlp(h), residual
 
 
