@@ -11,7 +11,7 @@ against NCCL's sum normed by the torch reference:
 With ``--matmul`` it times what ``tp_fuse_matmul`` changes instead, on pairs of qwen3-8b's shards (o_proj
 then gate_up, down_proj then qkv): the row-parallel product, the fused all-reduce + norm, the next
 product; against the product that also sums over the ranks and adds the residual
-(kernels/skinny_matmul.py, ``skinny_matmul_allreduce``) followed by the next product with the norm on
+(kernels/skinny_allreduce.py, ``skinny_matmul_allreduce``) followed by the next product with the norm on
 its loads, for a few sizes of the column blocks its last programs sum; and the two products alone. Each
 pair with its own copies of the weights, so every product reads them from HBM as in a decode step. The
 sum is checked bit for bit against the reference over every rank's products, the next product within 2%.
@@ -38,9 +38,9 @@ from llmbench.engine.symm_all_reduce import OneShotAllReduce  # noqa: E402
 from llmbench.engine.tp import free_port  # noqa: E402
 from llmbench.kernels.allreduce_norm import allreduce_norm_ref  # noqa: E402
 from llmbench.kernels.rmsnorm import rms_norm, rms_norm_ref  # noqa: E402
+from llmbench.kernels.skinny_allreduce import skinny_matmul_allreduce  # noqa: E402
 from llmbench.kernels.skinny_matmul import (  # noqa: E402
     skinny_matmul,
-    skinny_matmul_allreduce,
     skinny_norm_matmul,
     skinny_silu_matmul,
 )

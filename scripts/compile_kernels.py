@@ -42,9 +42,9 @@ from llmbench.kernels.attention_prologue import attention_prologue  # noqa: E402
 from llmbench.kernels.kv_store import store_kv  # noqa: E402
 from llmbench.kernels.rmsnorm import rms_norm  # noqa: E402
 from llmbench.kernels.rotary import apply_rotary  # noqa: E402
+from llmbench.kernels.skinny_allreduce import skinny_matmul_allreduce  # noqa: E402
 from llmbench.kernels.skinny_matmul import (  # noqa: E402
     skinny_matmul,
-    skinny_matmul_allreduce,
     skinny_norm_matmul,
     skinny_silu_matmul,
 )

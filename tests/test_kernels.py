@@ -38,12 +38,11 @@ from llmbench.kernels.paged_attention import (  # noqa: E402
 )
 from llmbench.kernels.rmsnorm import rms_norm, rms_norm_ref  # noqa: E402
 from llmbench.kernels.rotary import apply_rotary, apply_rotary_ref  # noqa: E402
+from llmbench.kernels.skinny_allreduce import skinny_matmul_allreduce, skinny_matmul_allreduce_ref  # noqa: E402
 from llmbench.kernels.skinny_matmul import (  # noqa: E402
     MAX_ROWS,
     Tiles,
     skinny_matmul,
-    skinny_matmul_allreduce,
-    skinny_matmul_allreduce_ref,
     skinny_matmul_ref,
     skinny_norm_matmul,
     skinny_norm_matmul_ref,

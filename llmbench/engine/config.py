@@ -100,8 +100,8 @@ class EngineConfig:
     tp_fuse_norm: bool | None = None
     # tp > 1, with tp_fuse_norm: at one-row decode steps each row-parallel product (o_proj, down_proj) sums
     # itself over the ranks in its own kernel, each rank writing its partial sums into every rank's
-    # memory, and the norm after it is done on the next product's loads (kernels/skinny_matmul.py,
-    # skinny_matmul_allreduce). None: wherever it can apply.
+    # memory, and the norm after it is done on the next product's loads
+    # (kernels/skinny_allreduce.py). None: wherever it can apply.
     tp_fuse_matmul: bool | None = None
     # Programmatic dependent launch of the decode step's Triton kernels (Hopper and later): each may start
     # while the one before runs; the skinny matmul prefetches its weights into L2 meanwhile

@@ -19,8 +19,7 @@ and every one of them is reduced, through a barrier, before the next is written.
 
 With ``fuse_matmul`` as well, the buffer ends in two receive buffers for ``product_all_reduce``: the
 row-parallel layer's product, the sum over the ranks and the residual add in one kernel, each rank
-writing its partial sums into every rank's receive buffer (kernels/skinny_matmul.py,
-``skinny_matmul_allreduce``; the norm is then done on the next product's loads). The two alternate: a
+writing its partial sums into every rank's receive buffer (kernels/skinny_allreduce.py; the norm is then done on the next product's loads). The two alternate: a
 receive buffer is written again only after every rank has passed another all-reduce (each of which
 waits for every rank's data), by which time each rank has emptied it; the forward's first all-reduce
 (the embedding's, through the slots) separates forwards, so each forward starts at buffer 0.
@@ -96,7 +95,7 @@ class OneShotAllReduce:
         receive_at = self.capacity * (1 + slots) + flag_elems
         self.buffer = symm_mem.empty(receive_at + self.capacity * receive, dtype=dtype, device=device)
         self.buffer.zero_()
-        mark_empty(self.buffer[receive_at:])  # every receive buffer empty (kernels/skinny_matmul.py)
+        mark_empty(self.buffer[receive_at:])  # every receive buffer empty (kernels/skinny_allreduce.py)
         global rendezvous_count
         rendezvous_count += 1
         handle = symm_mem.rendezvous(self.buffer, self.group_name)
@@ -150,7 +149,7 @@ class OneShotAllReduce:
     def product_all_reduce(self, p: Any, residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """A ``PendingProduct`` (layers/parallel.py) computed, summed over the group and added to the
         residual in one kernel: ``(sum + residual, its squares summed in blocks)``."""
-        from llmbench.kernels.skinny_matmul import skinny_matmul_allreduce
+        from llmbench.kernels.skinny_allreduce import skinny_matmul_allreduce
 
         j, self._receive_next = self._receive_next, self._receive_next ^ 1
         return skinny_matmul_allreduce(

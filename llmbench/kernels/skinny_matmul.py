@@ -14,8 +14,8 @@ sums the row's squares itself). Each has a ``_ref`` of the same signature built 
 references, and rounds to the model dtype where the unfused layers do.
 
 ``skinny_norm_matmul`` can also take the row's sum of squares from the kernel before (``squares``), and
-``skinny_matmul_allreduce`` ends a row-parallel product at tp > 1 with the all-reduce and residual add
-after it, in the same kernel (its docstring says how; ``tp_fuse_matmul``).
+the kernel can end a row-parallel product at tp > 1 with the all-reduce and residual add after it
+(``REDUCE``; kernels/skinny_allreduce.py says how, ``tp_fuse_matmul``).
 
 ``skinny_matmul`` takes up to ``MAX_ROWS`` rows and hands larger inputs to ``F.linear`` (prefill,
 decode batches: from two rows on cuBLAS' tiles win, hence ``EngineConfig.skinny_matmul_rows=1``). The
@@ -25,7 +25,6 @@ to rounding.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
@@ -43,7 +42,7 @@ from llmbench.kernels._triton import (
     tl,
 )
 from llmbench.kernels.activation import silu_and_mul_ref
-from llmbench.kernels.allreduce_norm import allreduce_norm_ref, arrived_sum, no_negative_zero
+from llmbench.kernels.allreduce_norm import arrived_sum, no_negative_zero
 from llmbench.kernels.rmsnorm import rms_norm_ref
 
 MAX_ROWS = 8  # above this the input goes to F.linear
@@ -103,7 +102,7 @@ def _skinny_matmul_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     PDL: tl.constexpr, LINE: tl.constexpr, LINES: tl.constexpr,
     SS_BLOCK: tl.constexpr,  # NORM with the row's squares summed already: SS_PARTS sums at ss_ptr (pow2 >=)
-    REDUCE: tl.constexpr,  # then the sum over the ranks and the residual add (skinny_matmul_allreduce)
+    REDUCE: tl.constexpr,  # then the sum over the ranks and the residual add (kernels/skinny_allreduce.py)
     RANK: tl.constexpr, WORLD: tl.constexpr, RED_RES: tl.constexpr, BLOCK_H: tl.constexpr,
 ):  # fmt: skip
     # Grid (cdiv(N, BLOCK_N),): one program per BLOCK_N output features, all M rows, all of K.
@@ -224,7 +223,7 @@ def skinny_matmul(
     if x.shape[0] > MAX_ROWS:
         _check(x, weight, x.shape[-1])
         return linear_into(x, weight, bias, out)
-    return _launch(x, weight, bias, tiles, out=out)
+    return launch(x, weight, bias, tiles, out=out)
 
 
 def linear_into(
@@ -253,7 +252,7 @@ def skinny_silu_matmul(
 ) -> torch.Tensor:
     """``skinny_silu_matmul_ref`` in one kernel: the SiLU-and-multiply done on the input's loads."""
     require_triton("skinny_silu_matmul")
-    return _launch(x, weight, bias, tiles, gated=True, out=out)
+    return launch(x, weight, bias, tiles, gated=True, out=out)
 
 
 def skinny_norm_matmul_ref(
@@ -290,92 +289,23 @@ def skinny_norm_matmul(
                 f"squares must be float32 ({x.shape[0]}, P), with no residual; got {tuple(squares.shape)} "
                 f"{squares.dtype}{' and a residual' if residual is not None else ''}"
             )
-        return _launch(x, weight, bias, tiles, norm=(norm_weight, eps), squares=squares.contiguous()), x
+        return launch(x, weight, bias, tiles, norm=(norm_weight, eps), squares=squares.contiguous()), x
     if residual is None:
-        return _launch(x, weight, bias, tiles, norm=(norm_weight, eps)), x
+        return launch(x, weight, bias, tiles, norm=(norm_weight, eps)), x
     h = torch.empty_like(x)
-    return _launch(x, weight, bias, tiles, norm=(norm_weight, eps), residual=residual, h=h), h
+    return launch(x, weight, bias, tiles, norm=(norm_weight, eps), residual=residual, h=h), h
 
 
-def skinny_matmul_allreduce_ref(
-    xs: Sequence[torch.Tensor],
-    weights: Sequence[torch.Tensor],
-    bias: torch.Tensor | None,
-    residual: torch.Tensor | None,
-    gated: bool = False,
-    block: int = 512,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    # every rank's x (M, K or 2K) and weight (N, K), in rank order; bias (N,) counted once (rank 0's) ->
-    # (sum of the products + residual (M, N), its squares summed over each block of columns (M, N/block))
-    product = skinny_silu_matmul_ref if gated else skinny_matmul_ref
-    parts = [
-        product(x, w, bias if q == 0 else None) for q, (x, w) in enumerate(zip(xs, weights, strict=True))
-    ]
-    ones = torch.ones(parts[0].shape[1], dtype=parts[0].dtype, device=parts[0].device)
-    _, h = allreduce_norm_ref(parts, residual, ones, 1e-6)
-    squares = h.float() ** 2
-    pad = -squares.shape[1] % block
-    return h, F.pad(squares, (0, pad)).view(h.shape[0], -1, block).sum(-1)
+class Reduce(NamedTuple):
+    """What ``launch`` does after the product instead of storing it: the sum over the ranks and the
+    residual add (kernels/skinny_allreduce.py)."""
 
-
-# Columns per program in the sum after a product: at 1024 the kernel took 96 registers a thread (sm_90),
-# at 512 or less 72 (the product alone: 64), a whole 4096-wide row in one program 255. On two H200s o_proj
-# then gate_up took 34.1 / 35.0 / 35.4 µs at 256 / 512 / 1024 (scripts/allreduce_probe.py --matmul).
-REDUCE_BLOCK = 256
-
-
-class _Reduce(NamedTuple):  # what skinny_matmul_allreduce adds to the product
-    recv_addrs: torch.Tensor
+    recv_addrs: torch.Tensor  # int64 (W,): every rank's receive buffer
     rank: int
     residual: torch.Tensor | None
-    h: torch.Tensor
-    ss: torch.Tensor
-    block: int = REDUCE_BLOCK
-
-
-def skinny_matmul_allreduce(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    recv_addrs: torch.Tensor,
-    rank: int,
-    residual: torch.Tensor | None,
-    gated: bool = False,
-    tiles: Tiles | None = None,
-    block: int = REDUCE_BLOCK,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """A row-parallel layer, the all-reduce and the residual add after it, in one kernel per rank:
-    ``(sum over the ranks of x @ weight.T (+ bias) + residual, its squares summed per block of columns)``,
-    the sum bit for bit as ``allreduce_norm_ref`` adds, the squares (float32, (M, cdiv(N, block))) what
-    ``skinny_norm_matmul(..., squares=)`` needs for the RMSNorm before the next product.
-
-    Each program writes its partial sums into every rank's receive buffer (section ``rank``, over NVLink
-    for the peers); the last ``cdiv(N, block)`` programs each wait until their columns of every section
-    have arrived in this rank's buffer, add the sections in rank order, add the residual and mark those
-    columns empty again. An element not yet written is told by its value: -0.0, which no partial sum is
-    written as (a -0.0 goes out as +0.0, the same number). No flags, no fence: the data is the signal.
-
-    recv_addrs: int64 (W,), the address of each rank's receive buffer, room for (W, M, N) values of
-    ``x``'s dtype, all -0.0 before the call (``allreduce_norm.mark_empty``; so again on this rank after
-    it). Every rank must make the same call, with the same shapes; a buffer is used again only after
-    every rank has passed at least one other all-reduce since, or a fast rank could write into it
-    before a slow one has emptied it (engine/symm_all_reduce.py alternates two). ``gated``: x is the
-    gated MLP's gate | up."""
-    require_triton("skinny_matmul_allreduce")
-    M, N = x.shape[0], weight.shape[0]
-    world = recv_addrs.numel()
-    if not 0 <= rank < world:
-        raise ValueError(f"rank {rank} of {world} ranks")
-    if residual is not None:
-        if residual.shape != (M, N) or residual.dtype != x.dtype:
-            raise ValueError(
-                f"residual must be {(M, N)} {x.dtype}, got {tuple(residual.shape)} {residual.dtype}"
-            )
-        residual = residual if residual.stride(-1) == 1 else residual.contiguous()
-    h = torch.empty((M, N), dtype=x.dtype, device=x.device)
-    ss = torch.empty((M, cdiv(N, block)), dtype=torch.float32, device=x.device)
-    _launch(x, weight, bias, tiles, gated=gated, reduce=_Reduce(recv_addrs, rank, residual, h, ss, block))
-    return h, ss
+    h: torch.Tensor  # out: the sum + residual (M, N)
+    ss: torch.Tensor  # out: its squares summed per block of columns, float32 (M, cdiv(N, block))
+    block: int  # columns per summing program
 
 
 def _check(x: torch.Tensor, weight: torch.Tensor, k: int) -> None:
@@ -383,7 +313,7 @@ def _check(x: torch.Tensor, weight: torch.Tensor, k: int) -> None:
         raise ValueError(f"x has {k} input features, the weight {weight.shape[1]}")
 
 
-def _launch(
+def launch(
     x: torch.Tensor,
     weight: torch.Tensor,
     bias: torch.Tensor | None,
@@ -393,9 +323,11 @@ def _launch(
     residual: torch.Tensor | None = None,
     h: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
-    reduce: _Reduce | None = None,
+    reduce: Reduce | None = None,
     squares: torch.Tensor | None = None,
 ) -> torch.Tensor:
+    """The skinny kernel in any of its forms, checked and launched; returns the product (unwritten with
+    ``reduce``, whose outputs are the point)."""
     M = x.shape[0]
     K = x.shape[1] // 2 if gated else x.shape[1]
     N = weight.shape[0]
@@ -419,7 +351,7 @@ def _launch(
         raise ValueError(
             f"{N} columns in blocks of {reduce.block} need more programs than the product's {grid}"
         )
-    red = reduce or _Reduce(y, 0, None, y, squares if squares is not None else y, 1)
+    red = reduce or Reduce(y, 0, None, y, squares if squares is not None else y, 1)
     _skinny_matmul_kernel[(grid,)](
         x,
         residual if residual is not None else x,
