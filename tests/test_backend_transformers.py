@@ -148,9 +148,10 @@ def test_options_that_cannot_apply_are_errors_naming_their_path():
 
 def test_run_stores_engine_only_figures_as_unavailable(tmp_path, monkeypatch):
     # As on a GPU with a known peak, where the engine-only utilisation figures are computed.
-    from llmbench.bench.hardware import Peak
+    from llmbench.bench.peaks import PeakChoice, PeakUsed
 
-    monkeypatch.setattr("llmbench.bench.runner.peak_for", lambda name: Peak("fake", 1e12, 1e15))
+    fake = PeakUsed(1e12, 1e15, "bfloat16", "datasheet", None, None, None)
+    monkeypatch.setattr("llmbench.bench.runner.choose_peak", lambda device: PeakChoice(fake, None, None))
     path = tmp_path / "tf.yaml"
     path.write_text(yaml.safe_dump({**BASE, "arrival": {"kind": "poisson", "rate": 40}, "warmup": 1}))
     outcome = execute_run(RunRequest(load_scenario(path), tmp_path / "r"))

@@ -63,6 +63,10 @@ class StepRecord(NamedTuple):
     start: float
     end: float
     decode_context_tokens: int  # sum of context lengths of sequences that decoded a token this step
+    # the engine's own counts of the step's work (engine/outputs.py StepStats), for the derived figures
+    num_logits_rows: int = 0
+    attention_pairs: int = 0
+    context_tokens: int = 0
 
     @property
     def duration(self) -> float:

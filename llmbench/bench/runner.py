@@ -30,13 +30,12 @@ from llmbench.bench.errors import RunFailed, WorkloadError
 from llmbench.bench.hardware import (
     busy_warning,
     command_line,
-    cuda_device_name,
     git_commit,
     machine,
-    peak_for,
     set_torch_threads,
     versions,
 )
+from llmbench.bench.peaks import choose_peak, derived_labels, peak_meta
 from llmbench.bench.scenario.loader import ResolvedScenario, scenario_dict
 from llmbench.bench.store import RunWriter
 from llmbench.bench.summary import Measured, build_summary, repeat_metrics, unavailable_reasons
@@ -281,10 +280,12 @@ def _execute(req: RunRequest, backend: Backend, events: RunEvents) -> RunOutcome
         raise RunFailed(f"the run failed before anything was measured:\n{_last_line(state.error)}")
 
     rows = telemetry.rows() if telemetry is not None else []
-    peak = peak_for(cuda_device_name(backend.device)) if backend.device != "remote" else None
+    peak = choose_peak(backend.device)  # measured on this machine, else the datasheet's, else none
+    if peak.warning:
+        state.warnings.append(peak.warning)
     per_repeat, req_rows, step_rows_ = [], [], []
     for m in state.measured:
-        util = step_utilisation(m.drive.steps, backend.model_info, peak, backend.tp)
+        util = step_utilisation(m.drive.steps, backend.model_info, peak.peak)
         metrics = repeat_metrics(m, scenario.slo, rows, util)
         for name in metrics:  # what this backend cannot know is NaN, not the 0 a sum of nothing gives
             if name in backend.unavailable:
@@ -301,7 +302,7 @@ def _execute(req: RunRequest, backend: Backend, events: RunEvents) -> RunOutcome
     meta = {
         **_meta(req, backend, state, status),
         "startup": {**backend.startup, "engine_init_time": init_time},
-        "peak": peak._asdict() if peak else None,
+        "peak": peak_meta(peak),
         "cpu_threads": threads,
         "telemetry": {
             "enabled": scenario.telemetry.enabled,
@@ -322,6 +323,7 @@ def _execute(req: RunRequest, backend: Backend, events: RunEvents) -> RunOutcome
         "points": build_summary(state.measured, per_repeat, origin),
         "warnings": state.warnings,
         "unavailable": unavailable,
+        "labels": derived_labels(peak.peak),  # the derived figures' rows name the peak they divide by
     }
     tables = {
         "requests": frame(req_rows, REQUEST_COLUMNS),

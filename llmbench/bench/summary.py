@@ -16,8 +16,8 @@ import numpy as np
 
 from llmbench.bench.derived import StepUtilisation, step_summary
 from llmbench.bench.driver import DriveResult
-from llmbench.bench.hardware import Peak
 from llmbench.bench.metrics import METRICS, REQUEST_LEVEL, latency_samples, request_summary, window
+from llmbench.bench.peaks import PeakChoice
 from llmbench.bench.scenario.schema import SLO, Scenario
 from llmbench.bench.stats import bootstrap_ci, stat_for
 from llmbench.bench.telemetry import TelemetrySampler, window_summary
@@ -118,7 +118,7 @@ def build_summary(
 
 
 def unavailable_reasons(
-    telemetry: TelemetrySampler | None, scenario: Scenario, peak: Peak | None, device: str
+    telemetry: TelemetrySampler | None, scenario: Scenario, peak: PeakChoice, device: str
 ) -> dict[str, str]:
     """Figures that are NaN by necessity, with the reason (a report says "unavailable", not 0)."""
     out: dict[str, str] = {}
@@ -127,12 +127,8 @@ def unavailable_reasons(
         out.update({k: reason for k in ("gpu_telemetry", "cpu_util_mean", "rss_max")})
     elif not telemetry.nvml_available:
         out["gpu_telemetry"] = f"GPU utilisation, memory, power, energy and clocks: {telemetry.nvml_reason}"
-    if peak is None:
-        why = (
-            "the CPU has no datasheet peak here"
-            if not device.startswith("cuda")
-            else "no peak known for this GPU"
-        )
+    if peak.peak is None:
+        why = peak.why_none or f"no peak known for {device}"
         out["decode_bw_util_mean"] = why
         out["prefill_flop_util_mean"] = why
     if not scenario.slo.defined:

@@ -29,6 +29,7 @@ STEP_COLUMNS = (
     "point", "repeat", "step", "kind", "num_seqs", "num_prefill_tokens", "num_decode_tokens", "graph_bucket",
     "graph_padding", "kv_blocks_used", "kv_blocks_free", "prefix_cache_hit_tokens", "num_preemptions",
     "start", "end", "duration", "decode_context_tokens", "decode_bw_util", "prefill_flop_util",
+    "num_logits_rows", "attention_pairs", "context_tokens", "decode_bytes_per_gpu", "prefill_flops_per_gpu",
 )  # fmt: skip
 
 
@@ -82,6 +83,8 @@ def step_rows(
             duration=s.duration,
             decode_bw_util=float(util.decode_bw[i]),
             prefill_flop_util=float(util.prefill_flops[i]),
+            decode_bytes_per_gpu=float(util.decode_bytes[i]),
+            prefill_flops_per_gpu=float(util.prefill_flop_count[i]),
         )
         rows.append(row)
     return rows

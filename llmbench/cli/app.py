@@ -6,6 +6,7 @@ report   comparison tables (terminal, Markdown, CSV, HTML with plots) over any s
 compare  a regression gate between two runs
 models   the model presets
 env      GPU, driver and library versions
+calibrate  measure this machine's copy bandwidth and matmul peak for the derived utilisation figures
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 import typer
 
 from llmbench.cli import ablate as ablate_cmd
+from llmbench.cli import calibrate as calibrate_cmd
 from llmbench.cli import compare as compare_cmd
 from llmbench.cli import env as env_cmd
 from llmbench.cli import models as models_cmd
@@ -44,6 +46,7 @@ app.command("report")(report_cmd.report)
 app.command("compare")(compare_cmd.compare)
 app.command("models")(models_cmd.models)
 app.command("env")(env_cmd.env)
+app.command("calibrate")(calibrate_cmd.calibrate)
 
 
 def _sigterm_as_interrupt(signum, frame) -> None:

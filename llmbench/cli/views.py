@@ -23,6 +23,7 @@ def summary_table(summary: dict[str, Any], title: str | None = None) -> Table:
     """Metrics down, sweep points across; each cell the estimate, with its 95% interval when known."""
     points = summary.get("points", [])
     unavailable = summary.get("unavailable") or {}
+    labels = summary.get("labels") or {}  # e.g. which peak a utilisation is a share of
     table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
     table.add_column("metric", no_wrap=True)
     single = len(points) == 1
@@ -41,7 +42,7 @@ def summary_table(summary: dict[str, Any], title: str | None = None) -> Table:
             if single:
                 cells.append(format_ci(name, m.get("ci_low"), m.get("ci_high")))
         if shown:
-            table.add_row(metric_label(name), *cells)
+            table.add_row(labels.get(name) or metric_label(name), *cells)
     return table
 
 

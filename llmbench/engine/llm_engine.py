@@ -38,6 +38,7 @@ from llmbench.engine.tp import (
     spawned_config,
     teardown_guard,
 )
+from llmbench.engine.work import RankWeights, step_work
 from llmbench.models.config import ModelConfig
 from llmbench.models.loader import read_model_config
 from llmbench.models.presets import PRESETS
@@ -71,6 +72,7 @@ class ModelInfo:
     weight_bytes: int
     kv_bytes_per_token: int
     max_model_len: int
+    rank_weights: RankWeights | None = None  # rank 0's parameters by kind (every rank holds the same shapes)
 
 
 def resolve_model(model: str) -> tuple[ModelConfig, Path | None]:
@@ -175,6 +177,7 @@ class LLMEngine:
             weight_bytes=self.startup.weights_bytes,
             kv_bytes_per_token=model_config.kv_bytes_per_token(dtype_size),
             max_model_len=max_len,
+            rank_weights=self.runner.rank_weights,
         )
 
     # -- requests ---------------------------------------------------------------------------------
@@ -343,6 +346,7 @@ class LLMEngine:
 
     def _stats(self, start: float, batch: ScheduledBatch | None = None) -> StepStats:
         prefill, decode = batch.token_counts() if batch else (0, 0)
+        work = step_work(batch)._asdict() if batch else {}  # logits rows, attention pairs, context
         return StepStats(
             step=self._step,
             kind=step_kind(prefill, decode) if batch else "idle",
@@ -357,6 +361,7 @@ class LLMEngine:
             num_preemptions=batch.num_preemptions if batch else 0,
             start_time=start,
             end_time=start,
+            **work,
         )
 
     def _tp_failed(self, error: BaseException):

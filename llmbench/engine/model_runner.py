@@ -21,6 +21,7 @@ from llmbench.engine.sampling_params import SamplingParams
 from llmbench.engine.sequence import Sequence
 from llmbench.engine.staging import Staging
 from llmbench.engine.step_inputs import StepArrays, build_step
+from llmbench.engine.work import RankWeights, rank_weights
 from llmbench.kernels._triton import set_pdl
 from llmbench.layers.attention.backends import make_backend
 from llmbench.layers.attention.metadata import AttentionMetadata
@@ -119,6 +120,9 @@ class ModelRunner:
             self.num_layers, self.block_size, self.kv_heads, self.head_dim, dtype
         )
         self.max_blocks_per_seq = -(-max_model_len // self.block_size)
+        self.rank_weights: RankWeights = rank_weights(
+            self.model, tp.size, self.block_bytes // self.block_size
+        )
 
         if config.torch_compile:
             start = time.perf_counter()
