@@ -98,7 +98,9 @@ def deltas(
             text = describe(outputs) if isinstance(outputs, OutputComparison) else outputs
             rows.append(["outputs against the baseline (greedy)", "", text, "", "", ""])
             notes = [method_note(changes, threshold)]
-            notes += [f"{h.label}: {w}" for h in (baseline, g) for w in h.warnings(point)]
+            flagged = [f"{h.label}: {', '.join(h.flags(point))}" for h in (baseline, g) if h.flags(point)]
+            if flagged:
+                notes.append(f"run warnings ({'; '.join(flagged)}) are listed in full under the first table")
             title = f"{scenario} · {point}: {g.label} against {baseline.label}"
             views.append(View(title, headers, rows, [False, True, True, True, True, False], tuple(notes)))
     return views
