@@ -1,4 +1,5 @@
-"""``llmbench ablate``: variants in their own processes, interleaved repeats, failed variants recorded."""
+"""``llmbench ablate``: variants in their own processes, interleaved counterbalanced repeats, failed variants
+recorded."""
 
 from __future__ import annotations
 
@@ -44,20 +45,29 @@ def test_variants_run_in_their_own_processes_with_interleaved_repeats(tmp_path):
         "ablate", path, "--toggle", "attention_backend=torch", "--repeats", "2", "--out", tmp_path / "r"
     )
     assert res.exit_code == 0, res.output
-    assert "attention_backend=torch against baseline" in res.stdout and "outputs identical" in res.stdout
+    assert "attention_backend=torch against baseline" in res.stdout
+    assert "outputs against the baseline (greedy)" in res.stdout and "8/8 identical" in res.stdout
     folder = ablation_folder(tmp_path / "r")
     record = json.loads((folder / "ablation.json").read_text())
     assert record["status"] == "complete" and record["design"] == "flip"
     assert [v["name"] for v in record["variants"]] == ["baseline", "attention_backend=torch"]
     assert all(v["status"] == "ok" and len(v["runs"]) == 2 for v in record["variants"])
+    assert record["order"] == [
+        ["baseline", "attention_backend=torch"],
+        ["attention_backend=torch", "baseline"],
+    ]
+    compared = json.loads((folder / "comparison.json").read_text())["comparisons"]
+    assert [(c["variant"], c["compared"], c["identical"]) for c in compared] == [
+        ("attention_backend=torch", 8, 8)
+    ]
     runs = [
         load_run(folder / name)
-        for name in ("baseline-r0", "attention_backend-torch-r0", "baseline-r1", "attention_backend-torch-r1")
+        for name in ("baseline-r0", "attention_backend-torch-r0", "attention_backend-torch-r1", "baseline-r1")
     ]
     pids = [r.meta["pid"] for r in runs]
     assert len(set(pids)) == 4  # one process per variant and repeat
     started = [r.meta["started_at"] for r in runs]
-    assert started == sorted(started)  # A B A B
+    assert started == sorted(started)  # A B, B A
     assert [r.meta["repeat_index"] for r in runs] == [0, 0, 1, 1]
     assert {r.meta["session"] for r in runs} == {folder.name}
     assert runs[1].meta["engine_config"]["attention_backend"] == "torch"
@@ -147,3 +157,60 @@ def test_sigterm_stops_an_ablation_like_ctrl_c_and_records_it(tmp_path):
     (kept,) = [d for v in record["variants"] for d in v["runs"]] or [None]
     assert kept is not None, "the interrupted variant keeps its partial run"
     assert load_run(Path(kept)).meta["status"] == "incomplete"
+
+
+class FakeChild:
+    """Stands in for ``llmbench run`` children: records the order it is called in and writes a run folder
+    whose output throughput is ``value(variant, repeat)``."""
+
+    def __init__(self, value=lambda variant, repeat: 100.0) -> None:
+        self.calls: list[tuple[str, int]] = []
+        self.value = value
+
+    def __call__(self, cmd, env, timeout_s=None):
+        arg = {cmd[i]: cmd[i + 1] for i in range(len(cmd) - 1) if cmd[i].startswith("--")}
+        variant, repeat = arg["--variant"], int(arg["--repeat-index"])
+        self.calls.append((variant, repeat))
+        run_dir = Path(arg["--run-dir"])
+        run_dir.mkdir()
+        meta = {"status": "complete", "scenario_name": "abl", "variant": variant, "session": arg["--session"]}
+        metrics = {"output_throughput": self.value(variant, repeat)}
+        point = {"label": "offline", "repeats": [{"repeat": repeat, "metrics": metrics}], "metrics": {}}
+        (run_dir / "meta.json").write_text(json.dumps(meta))
+        (run_dir / "summary.json").write_text(json.dumps({"points": [point], "warnings": []}))
+        return 0, ""
+
+
+def fake_ablation(tmp_path, monkeypatch, child: FakeChild, **kwargs):
+    from llmbench.bench.ablation import Variant, execute
+    from llmbench.bench.scenario import load_scenario
+
+    monkeypatch.setattr(execute, "_run_child", child)
+    tmp_path.mkdir(exist_ok=True)
+    path = tmp_path / "abl.yaml"
+    path.write_text(yaml.safe_dump(TINY))
+    variants = [Variant("baseline", {}), Variant("attention_backend=torch", {"attention_backend": "torch"})]
+    outcome = execute.run_ablation(
+        load_scenario(path), [], variants, [], "flip", out_root=tmp_path / "r", **kwargs
+    )
+    return outcome, json.loads((outcome.folder / "ablation.json").read_text())
+
+
+def test_repeats_are_counterbalanced_and_their_order_recorded(tmp_path, monkeypatch):
+    child = FakeChild()
+    outcome, record = fake_ablation(tmp_path, monkeypatch, child, repeats=3)
+    a, b = "baseline", "attention_backend=torch"
+    assert child.calls == [(a, 0), (b, 0), (b, 1), (a, 1), (a, 2), (b, 2)]  # A B, B A, A B
+    assert record["order"] == [[a, b], [b, a], [a, b]]
+    assert record["status"] == "complete" and record["repeats_run"] == 3
+    assert (outcome.folder / "comparison.json").exists()
+
+
+def test_until_ci_adds_repeats_until_the_intervals_are_narrow(tmp_path, monkeypatch):
+    steady = FakeChild(lambda variant, repeat: 100.0 + 0.1 * (repeat % 2))  # +-0.05%: narrow at 2 repeats
+    _, record = fake_ablation(tmp_path / "a", monkeypatch, steady, repeats=1, until_ci=2.0, max_repeats=6)
+    assert record["repeats_run"] == 2
+    noisy = FakeChild(lambda variant, repeat: 100.0 * (1 + 0.3 * (repeat % 2)))  # never within +-2% by 4
+    _, record = fake_ablation(tmp_path / "b", monkeypatch, noisy, repeats=1, until_ci=2.0, max_repeats=4)
+    assert record["repeats_run"] == 4 and len(noisy.calls) == 8
+    assert record["until_ci"] == {"percent": 2.0, "max_repeats": 4}

@@ -161,9 +161,10 @@ def _measure(req: RunRequest, backend: Backend, events: RunEvents, state: _Measu
     for pi, point in enumerate(points):
         label = point_label(point)
         for r in repeats:
-            # Fresh random prompt tokens per (point, repeat), the same in every variant of an ablation.
+            # Fresh random prompt tokens and arrival times per (point, repeat), the same in every variant
+            # of an ablation: repeats sample the workload, variants of one repeat are paired on it.
             specs = specs_for(pi * SALT_PER_POINT + r)
-            offsets = arrival_offsets(point, specs, np.random.default_rng([scenario.seed, pi]))
+            offsets = arrival_offsets(point, specs, np.random.default_rng([scenario.seed, pi, r]))
             if state.measured:  # a repeat must not hit prefixes an earlier one cached
                 backend.between_repeats()
             events.phase(f"{label}, repeat {r + 1}/{max(repeats) + 1}" if len(repeats) > 1 else label)

@@ -1,9 +1,11 @@
 """Reports over any set of run folders: groups, tidy frame, tables, Markdown, CSV, HTML.
 
-``build_report`` reads the folders (nested too), skips broken or incomplete ones (listing why), groups the
-rest by scenario and configuration, and picks each scenario's baseline: the one named by ``baseline`` (a
-run folder or a variant name), else a variant called "baseline" (what ``ablate`` writes for toggles), else
-the one an ablation's ``ablation.json`` names (``backend=engine`` when backends are compared), else none.
+``build_report`` reads the folders (nested too), skips broken ones (listing why), groups the runs by
+scenario and configuration (incomplete runs shown, marked, never judged), and picks each scenario's
+baseline among the complete groups: the one named by ``baseline`` (a run folder or a variant name), else a
+variant called "baseline" (what ``ablate`` writes for toggles), else the one an ablation's
+``ablation.json`` names (``backend=engine`` when backends are compared), else none. ``threshold`` is the
+practical effect size of the verdicts (``--min-effect``, a fraction).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import NamedTuple
 import pandas as pd
 
 from llmbench.bench.errors import StoreError
+from llmbench.bench.report.compare import DEFAULT_MIN_EFFECT
 from llmbench.bench.report.format import SUMMARY_METRICS
 from llmbench.bench.report.frame import Group, load_groups, tidy
 from llmbench.bench.report.views import View, by_scenario, deltas, overview, startup
@@ -44,11 +47,14 @@ def _in(path: Path, group: Group) -> bool:
 
 
 def pick_baseline(groups: list[Group], baseline: str | None) -> Group | None:
+    """The named baseline (complete groups first), or the default one among the complete groups."""
     if baseline:
+        groups = sorted(groups, key=lambda g: not g.complete)
         path = Path(baseline)
         matches = [g for g in groups if _in(path, g)] if path.exists() else []
         matches = matches or [g for g in groups if baseline in (g.label, g.variant)]
         return matches[0] if matches else None
+    groups = [g for g in groups if g.complete]
     named = [g for g in groups if g.variant == "baseline"]
     if named:
         return named[0]
@@ -68,11 +74,13 @@ def _ablation_baseline(group: Group) -> str | None:
     return None
 
 
-def build_report(paths: list[Path], baseline: str | None = None, threshold: float = 0.0) -> Report:
+def build_report(
+    paths: list[Path], baseline: str | None = None, threshold: float = DEFAULT_MIN_EFFECT
+) -> Report:
     groups, problems = load_groups(paths)
     if not groups:
         listed = "; ".join(f"{p.path}: {p.reason}" for p in problems) or "nothing found"
-        raise StoreError(f"no complete run to report under {', '.join(map(str, paths))} ({listed})")
+        raise StoreError(f"no run to report under {', '.join(map(str, paths))} ({listed})")
     sections = []
     found_baseline = False
     for scenario, members in by_scenario(groups).items():

@@ -25,6 +25,7 @@ th { text-align: left; background: #f4f4f4; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 img { max-width: 100%; }
 .problems { color: #a40; }
+.notes { font-size: 0.85em; color: #555; }
 """
 
 
@@ -37,7 +38,9 @@ def view_html(view: View) -> str:
             for c, num in zip(row, view.numeric, strict=True)
         )
         body += f"<tr>{cells}</tr>\n"
-    return f"<h3>{html.escape(view.title)}</h3>\n<table><tr>{head}</tr>\n{body}</table>\n"
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in view.notes)
+    notes = f"<ul class='notes'>{notes}</ul>\n" if notes else ""
+    return f"<h3>{html.escape(view.title)}</h3>\n<table><tr>{head}</tr>\n{body}</table>\n{notes}"
 
 
 def _png(fig) -> str:
