@@ -138,6 +138,7 @@ def format_table(rows: list[Row], trials: int, threshold: float, noise: NoiseMod
     return head + body
 
 
+TRIALS, THRESHOLD = 2000, 0.01  # what the documents quote
+
 if __name__ == "__main__":
-    TRIALS, THRESHOLD = 2000, 0.01
     print(format_table(calibration_table(TRIALS, THRESHOLD), TRIALS, THRESHOLD), end="")

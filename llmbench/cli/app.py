@@ -7,6 +7,7 @@ compare  a regression gate between two runs
 models   the model presets
 env      GPU, driver and library versions
 calibrate  measure this machine's copy bandwidth and matmul peak for the derived utilisation figures
+docs       regenerate the measured tables of README.md and BENCHMARKS.md from kept results (or --check)
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import typer
 from llmbench.cli import ablate as ablate_cmd
 from llmbench.cli import calibrate as calibrate_cmd
 from llmbench.cli import compare as compare_cmd
+from llmbench.cli import docs as docs_cmd
 from llmbench.cli import env as env_cmd
 from llmbench.cli import models as models_cmd
 from llmbench.cli import report as report_cmd
@@ -47,6 +49,7 @@ app.command("compare")(compare_cmd.compare)
 app.command("models")(models_cmd.models)
 app.command("env")(env_cmd.env)
 app.command("calibrate")(calibrate_cmd.calibrate)
+app.command("docs")(docs_cmd.docs)
 
 
 def _sigterm_as_interrupt(signum, frame) -> None:

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from llmbench.bench.report import build_report
+from llmbench.bench.report import VIEWS, build_report
 from llmbench.bench.report.html import render_html
 from llmbench.bench.report.views import to_markdown
 from llmbench.cli.console import console, note, warning
@@ -57,10 +57,24 @@ def report(
         ),
     ] = None,
     min_effect: MinEffectOption = 1.0,
+    metric: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--metric",
+            "-m",
+            help="A metric to show in the overview and delta tables (repeatable, or comma-separated; default: "
+            "each table's headline metrics), e.g. output_throughput, tpot_p50, ttft_p99.",
+        ),
+    ] = None,
+    view: Annotated[
+        list[str] | None,
+        typer.Option(help=f"A table to build (repeatable; default: all): {', '.join(VIEWS)}."),
+    ] = None,
 ) -> None:
     """Tables comparing runs: grouped by scenario, one column per configuration and sweep point; incomplete
     runs are shown, marked, and never judged."""
-    rep = build_report(dirs, baseline, min_effect / 100)
+    metrics = [m.strip() for item in metric or [] for m in item.split(",") if m.strip()]
+    rep = build_report(dirs, baseline, min_effect / 100, metrics or None, view)
     for p in rep.problems:
         warning(f"skipped {p.path}: {p.reason}")
     if format is Format.csv:

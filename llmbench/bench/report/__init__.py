@@ -17,6 +17,7 @@ from typing import NamedTuple
 import pandas as pd
 
 from llmbench.bench.errors import StoreError
+from llmbench.bench.metrics import METRICS
 from llmbench.bench.report.compare import DEFAULT_MIN_EFFECT
 from llmbench.bench.report.format import SUMMARY_METRICS
 from llmbench.bench.report.frame import Group, load_groups, tidy
@@ -74,9 +75,25 @@ def _ablation_baseline(group: Group) -> str | None:
     return None
 
 
+VIEWS = ("overview", "deltas", "startup")
+
+
 def build_report(
-    paths: list[Path], baseline: str | None = None, threshold: float = DEFAULT_MIN_EFFECT
+    paths: list[Path],
+    baseline: str | None = None,
+    threshold: float = DEFAULT_MIN_EFFECT,
+    metrics: list[str] | None = None,
+    views: list[str] | None = None,
 ) -> Report:
+    """``metrics``: the rows of the overview and delta tables (default: each view's own headline metrics);
+    ``views``: which of ``VIEWS`` to build (default: all)."""
+    unknown = [m for m in metrics or [] if m not in METRICS]
+    if unknown:
+        raise StoreError(f"Unknown metric: {unknown[0]!r}. Metrics: {', '.join(METRICS)}")
+    bad = [v for v in views or [] if v not in VIEWS]
+    if bad:
+        raise StoreError(f"Unsupported view: {bad[0]!r}. Supported: {', '.join(VIEWS)}")
+    wanted = views or list(VIEWS)
     groups, problems = load_groups(paths)
     if not groups:
         listed = "; ".join(f"{p.path}: {p.reason}" for p in problems) or "nothing found"
@@ -86,15 +103,18 @@ def build_report(
     for scenario, members in by_scenario(groups).items():
         base = pick_baseline(members, baseline)
         found_baseline = found_baseline or base is not None
-        views = [overview(scenario, members, base)]
+        built: list[View] = []
+        if "overview" in wanted:
+            built.append(overview(scenario, members, base, metrics))
         others = [g for g in members if g is not base]
-        if base is not None and others:
-            views += deltas(scenario, base, others, threshold)
-        views.append(startup(scenario, members))
-        sections.append(Section(scenario, members, base, views))
+        if "deltas" in wanted and base is not None and others:
+            built += deltas(scenario, base, others, threshold, metrics)
+        if "startup" in wanted:
+            built.append(startup(scenario, members))
+        sections.append(Section(scenario, members, base, built))
     if baseline and not found_baseline:
         raise StoreError(f"--baseline {baseline}: no run folder or variant of that name among the runs read")
     return Report(sections, problems)
 
 
-__all__ = ["Report", "Section", "build_report", "pick_baseline"]
+__all__ = ["VIEWS", "Report", "Section", "build_report", "pick_baseline"]

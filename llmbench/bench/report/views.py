@@ -43,7 +43,9 @@ def by_scenario(groups: list[Group]) -> dict[str, list[Group]]:
     return out
 
 
-def overview(scenario: str, groups: list[Group], baseline: Group | None) -> View:
+def overview(
+    scenario: str, groups: list[Group], baseline: Group | None, metrics: list[str] | None = None
+) -> View:
     """Headline metrics down, one column per (configuration, point); changes against the baseline; the
     flags of the runs' warnings on top of each column, the warnings in full under the table."""
     columns = [(g, point) for g in groups for point in g.points]
@@ -54,7 +56,7 @@ def overview(scenario: str, groups: list[Group], baseline: Group | None) -> View
     flags = [", ".join(g.flags(point)) or DASH for g, point in columns]
     if any(f != DASH for f in flags):
         rows.append(["run warnings", *flags])
-    for m in OVERVIEW_METRICS:
+    for m in metrics or OVERVIEW_METRICS:
         cells = []
         for g, point in columns:
             value = g.value(point, m)
@@ -75,7 +77,11 @@ def overview(scenario: str, groups: list[Group], baseline: Group | None) -> View
 
 
 def deltas(
-    scenario: str, baseline: Group, others: list[Group], threshold: float = DEFAULT_MIN_EFFECT
+    scenario: str,
+    baseline: Group,
+    others: list[Group],
+    threshold: float = DEFAULT_MIN_EFFECT,
+    metrics: list[str] | None = None,
 ) -> list[View]:
     """Per variant and point: baseline, variant, change with its 95% interval, verdict; outputs compared."""
     headers = ["metric", "baseline", "variant", "change", "95% CI", "verdict"]
@@ -85,7 +91,7 @@ def deltas(
             if point not in g.points:
                 continue
             rows, changes = [], []
-            for m in DELTA_METRICS:
+            for m in metrics or DELTA_METRICS:
                 c = change(baseline, g, point, m)
                 changes.append(c)
                 una = is_unavailable(m, g.unavailable)
