@@ -34,6 +34,13 @@ class StepStats:
     num_preemptions: int
     start_time: float
     end_time: float
+    # What happened during the ``step()`` call that returned these stats (engine/step_counters.py):
+    # what a slow step is explained by.
+    triton_compiles: int = 0
+    graph_captures: int = 0
+    recompiles: int = 0  # torch.compile graphs built
+    memory_growth: int = 0  # bytes: device memory in use on CUDA, resident set on a CPU
+    gc_time: float = 0.0  # seconds in Python's garbage collector
 
     @property
     def duration(self) -> float:
