@@ -132,7 +132,11 @@ def profile(
     failed = [v for v in outcome.variants if v.status == "failed"]
     for v in failed:
         error(f"variant {v.variant.name} failed: {(v.error or 'unknown error').splitlines()[0]}")
-    console.print(f"profile: [bold]{escape(str(outcome.folder))}[/] (traces: <variant>/trace-*.json.gz)", highlight=False, soft_wrap=True)
+    console.print(
+        f"profile: [bold]{escape(str(outcome.folder))}[/] (traces: <variant>/trace-*.json.gz)",
+        highlight=False,
+        soft_wrap=True,
+    )
     if outcome.status == "interrupted":
         warning("the profile was interrupted; what was recorded is kept, marked incomplete")
         raise typer.Exit(EXIT_INTERRUPTED)

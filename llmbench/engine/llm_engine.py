@@ -285,6 +285,8 @@ class LLMEngine:
         if self.workers is not None:
             self.workers.trace(None)
         self.runner.tracer.start()
+        if self.workers is not None:  # a rank's first start can take seconds: not inside the first step
+            self.runner.barrier()
 
     def stop_trace(self, path: str | None) -> None:
         """Stop recording; each rank writes its trace to ``path`` with ``{rank}`` replaced by its rank

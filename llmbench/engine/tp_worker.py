@@ -44,8 +44,9 @@ def serve(runner, receive: Callable[[], tuple[str, object]]) -> None:
     """Run every step rank 0 sends until it says stop; then drop the CUDA Graphs (they hold NCCL).
 
     ``("trace", None)`` starts this rank's torch.profiler session and ``("trace", path)`` ends it,
-    writing the file (``path`` with ``{rank}`` replaced; "" drops it) before meeting the other ranks at a
-    barrier, so that rank 0 knows every file is there (``LLMEngine.stop_trace``). Each step this rank
+    writing the file (``path`` with ``{rank}`` replaced; "" drops it); either way the ranks then meet at a
+    barrier, so that no step starts before every session has, and rank 0 knows every file is there
+    (``LLMEngine.start_trace``/``stop_trace``). Each step this rank
     serves is one ``llmbench.step`` range in its trace."""
     while True:
         kind, payload = receive()
@@ -56,7 +57,7 @@ def serve(runner, receive: Callable[[], tuple[str, object]]) -> None:
                 runner.tracer.start()
             else:
                 runner.tracer.stop(rank_path(payload, runner.tp.rank) if payload else None)
-                runner.barrier()
+            runner.barrier()
             continue
         with step_range():
             runner.execute(payload)

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from torch.profiler import ProfilerActivity, profile
+from torch.profiler import ProfilerActivity, profile, record_function
 
-from llmbench.engine.ranges import tag_layers
+from llmbench.engine.ranges import PREFIX, tag_layers
 
 
 def rank_path(template: str, rank: int) -> Path:
@@ -46,6 +46,10 @@ class Tracer:
             torch.cuda.synchronize(self.device)  # earlier steps' kernels stay out of the trace
         self._session = profile(activities=activities, record_shapes=True)
         self._session.start()
+        # The first range a session records pays for setting the session up on this thread (milliseconds
+        # on a CPU): pay it here, not inside the first step.
+        with record_function(PREFIX + "trace_start"):
+            pass
         if not self.compiled:
             self._untag = tag_layers(self.model)
 

@@ -58,7 +58,7 @@ def _mean_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Mean per step of every figure of a breakdown (a category missing from a step counts 0 there)."""
     n = len(rows)
     out: dict[str, Any] = {"steps": n}
-    for key in ("wall", "idle", "overlap", "launches", "engine_time"):
+    for key in ("wall", "idle", "overlap", "launches", "engine_time", "call_time"):
         values = [r[key] for r in rows if r.get(key) is not None]
         out[key] = sum(values) / len(values) if values else None
     for key in ("device", "waited_for", "phases"):

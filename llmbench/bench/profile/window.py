@@ -1,10 +1,11 @@
 """Which measured engine steps ``llmbench profile`` records, decided step by step while the run goes on.
 
 The window opens at the first measured step (after the warm-up requests, and after the engine's own
-start-up: compilation, kernel warm-up, CUDA Graph capture) of the first sweep point, and closes once every
-kind of step seen so far (prefill, decode, mixed) has ``steps_per_kind`` steps in it, or after
-``WINDOW_CAP`` times that many steps, or when the point's requests are all served. Kinds that show up only
-later are not in it; kinds with fewer steps than asked are named in the profile's notes.
+start-up: compilation, kernel warm-up, CUDA Graph capture) of the first sweep point, and closes once it
+holds at least twice ``steps_per_kind`` steps and every kind of step seen so far (prefill, decode, mixed)
+has ``steps_per_kind`` of them, or after ``WINDOW_CAP`` times that many steps, or when the point's
+requests are all served. Kinds that show up only later are not in it; kinds with fewer steps than asked
+are named in the profile's notes.
 
 With ``slow_steps`` the profiler keeps recording until the run ends, in chunks of ``chunk`` steps; a chunk
 is written out when it holds steps of the window or a slow step (one over ``factor`` times the running
@@ -18,6 +19,7 @@ analysis needs to pair the trace's step ranges with the engine's step statistics
 from __future__ import annotations
 
 import statistics
+import time
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +38,9 @@ class _Observed:
 
     def step(self) -> Any:
         self._window.before_step(self._engine)
+        start = time.perf_counter()
         out = self._engine.step()
-        self._window.after_step(self._engine, out.stats)
+        self._window.after_step(self._engine, out.stats, time.perf_counter() - start)
         return out
 
     def __getattr__(self, name: str) -> Any:
@@ -79,7 +82,7 @@ class ProfileWindow:
             engine.start_trace()
             self._open = len(self.calls)
 
-    def after_step(self, engine: Any, stats: Any) -> None:
+    def after_step(self, engine: Any, stats: Any, call_time: float) -> None:
         if stats.kind != "idle":
             tokens = stats.num_prefill_tokens + stats.num_decode_tokens
             self._seen.setdefault(stats.kind, []).append((stats.duration, tokens))
@@ -95,7 +98,8 @@ class ProfileWindow:
                 "prefill_tokens": stats.num_prefill_tokens,
                 "decode_tokens": stats.num_decode_tokens,
                 "graph_bucket": stats.graph_bucket,
-                "engine_time": stats.duration,
+                "engine_time": stats.duration,  # the engine's step time: until its tokens reached the host
+                "call_time": call_time,  # the whole step() call, what the trace's step range covers
                 "window": in_window,
                 **self._slow(stats),
             }
@@ -103,7 +107,10 @@ class ProfileWindow:
         if in_window:
             self.counts[stats.kind] = self.counts.get(stats.kind, 0) + 1
             recorded = sum(self.counts.values())
-            enough = all(n >= self.steps_per_kind for n in self.counts.values())
+            # at least twice the steps asked, so that a second kind has had its chance to show up
+            enough = recorded >= 2 * self.steps_per_kind and all(
+                n >= self.steps_per_kind for n in self.counts.values()
+            )
             self.window_done = enough or recorded >= WINDOW_CAP * self.steps_per_kind
         if not self.slow_steps:
             if self.window_done:
