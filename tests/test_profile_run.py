@@ -42,6 +42,7 @@ def profiled_run(tmp_path, window: ProfileWindow, **workload):
     return outcome, json.loads(profile_path.read_text())
 
 
+@pytest.mark.slow
 def test_every_recorded_step_adds_up_to_the_engine_step_time(tmp_path):
     window = ProfileWindow(tmp_path / "p", steps_per_kind=4)
     outcome, profile = profiled_run(tmp_path, window)
@@ -96,6 +97,7 @@ def one_slow_step(monkeypatch):
     monkeypatch.setattr(Sampler, "sample", sample)
 
 
+@pytest.mark.slow
 def test_a_slow_step_is_flagged_with_its_cause_and_recorded_around(tmp_path, one_slow_step):
     window = ProfileWindow(tmp_path / "p", steps_per_kind=1, slow_steps=True, chunk=3)
     outcome, profile = profiled_run(tmp_path, window, output_len=24)

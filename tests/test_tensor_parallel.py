@@ -128,6 +128,7 @@ def test_greedy_tokens_at_tp_equal_transformers(model, tp, async_, all_reduce, f
     )
 
 
+@pytest.mark.slow
 def test_each_rank_records_the_same_steps_into_a_trace_of_its_own(model, tmp_path):
     """``llmbench profile`` at tp > 1: rank 0 starts and stops every rank's torch.profiler session between
     steps; each rank writes its own file, holding one step range per step, and the profile summary has a

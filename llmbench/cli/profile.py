@@ -19,7 +19,7 @@ from llmbench.bench.slow_steps import SLOW_FACTOR
 from llmbench.cli.ablate import Design
 from llmbench.cli.console import console, error, note, warning
 from llmbench.cli.errors import EXIT_FAILED, EXIT_INTERRUPTED, handle_errors
-from llmbench.cli.run import OutOption, ProfileOption, SetOption, profile_line, resolve
+from llmbench.cli.run import ProfileOption, SetOption, profile_line, resolve
 from llmbench.cli.tables import rich_table
 
 
@@ -75,7 +75,15 @@ def profile(
     slow_step_factor: Annotated[
         float, typer.Option(min=1.0, help="A step this many times the median of its kind is slow.")
     ] = SLOW_FACTOR,
-    out: OutOption = Path("results"),
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Results root; a profile goes to OUT/<scenario>/<time>-profile/, one folder per variant "
+            "(its run, its traces and its profile.json).",
+        ),
+    ] = Path("results"),
     set_: SetOption = None,
     profile: ProfileOption = "auto",
     timeout: Annotated[
@@ -124,8 +132,6 @@ def profile(
             console.print()
         for line in v.profile.get("notes", []):
             note(f"{v.variant.name}: {line}")
-        if not v.profile.get("kinds"):
-            warning(f"{v.variant.name}: no steady step was recorded (the run made too few steps)")
     for d in outcome.diffs:
         console.print(rich_table(diff_view(variants[0].name, d["variant"], d["rows"])))
         console.print()

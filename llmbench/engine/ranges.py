@@ -47,9 +47,12 @@ _nvtx = False  # set by enable_nvtx: an NVTX tool is attached and the engine run
 
 
 def enable_nvtx(device: torch.device) -> None:
-    """Emit NVTX ranges from now on if ``device`` is CUDA and an NVTX tool is attached."""
+    """Emit NVTX ranges from now on if ``device`` is CUDA and an NVTX tool is attached. Some CUDA images
+    point the variable at CUPTI itself, which is no viewer: a range would make CUPTI the NVTX handler and
+    leave torch.profiler without its CUDA activity, so that case counts as no tool."""
     global _nvtx
-    _nvtx = device.type == "cuda" and bool(os.environ.get("NVTX_INJECTION64_PATH"))
+    tool = os.environ.get("NVTX_INJECTION64_PATH", "")
+    _nvtx = device.type == "cuda" and bool(tool) and "libcupti" not in os.path.basename(tool)
 
 
 class _Range:

@@ -9,8 +9,9 @@
   synchronise; the caching allocator's own statistics are built as a Python dict on every read, far too
   slow for every step); on a CPU the process's resident set (``/proc/self/statm``, or psutil elsewhere).
 
-A snapshot costs a few microseconds (measured with the engine's step loop; see ``LLMEngine.step``).
-torch.compile recompiles are counted by the model runner (Dynamo's own counter).
+The memory is read once a step (a few microseconds: ``scripts/bench_ranges.py`` prints it); the other
+counters are plain numbers kept in this module. torch.compile recompiles are counted by the model runner
+(Dynamo's own counter).
 """
 
 from __future__ import annotations
@@ -110,21 +111,25 @@ class MemoryReader:
 
 
 class StepCounters:
-    """Reads every counter at a step's start (``read``) and writes the differences into its stats."""
+    """Reads the counters at a step's start (``read``) and writes the differences into its stats at its
+    end. Memory is read once a step, at its end (it is the one read that costs microseconds): a step's
+    growth is counted from the end of the step before."""
 
     def __init__(self, device: torch.device, recompiles: Callable[[], int]) -> None:
         install()
         self.memory = MemoryReader(device)
         self.recompiles = recompiles
+        self._memory = self.memory()
 
     def read(self) -> Snapshot:
         t = _totals
-        return Snapshot(t.triton_compiles, t.graph_captures, self.recompiles(), t.gc_time, self.memory())
+        return Snapshot(t.triton_compiles, t.graph_captures, self.recompiles(), t.gc_time, self._memory)
 
     def fill(self, stats: StepStats, before: Snapshot) -> None:
-        after = self.read()
-        stats.triton_compiles = after.triton_compiles - before.triton_compiles
-        stats.graph_captures = after.graph_captures - before.graph_captures
-        stats.recompiles = after.recompiles - before.recompiles
-        stats.memory_growth = after.memory - before.memory
-        stats.gc_time = after.gc_time - before.gc_time
+        t = _totals
+        self._memory = self.memory()
+        stats.triton_compiles = t.triton_compiles - before.triton_compiles
+        stats.graph_captures = t.graph_captures - before.graph_captures
+        stats.recompiles = self.recompiles() - before.recompiles
+        stats.memory_growth = self._memory - before.memory
+        stats.gc_time = t.gc_time - before.gc_time

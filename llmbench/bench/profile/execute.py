@@ -153,6 +153,10 @@ def run_profile(
                 error = _tail(result[1]) if result[0] != 0 else "the variant wrote no profile.json"
                 done.append(VariantProfile(v, target, "failed", error, profile))
                 on_event("warning", f"variant {v.name} failed (exit {result[0]}):\n{error}")
+            elif not profile.get("kinds"):
+                error = "no steady step was recorded: the run made too few steps for the window"
+                done.append(VariantProfile(v, target, "failed", error, profile))
+                on_event("warning", f"variant {v.name}: {error}")
             else:
                 done.append(VariantProfile(v, target, "ok", None, profile))
             record([])

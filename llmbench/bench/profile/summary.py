@@ -127,6 +127,11 @@ def summarise(
         for rank, path in files.items():
             traces.append(path.name)
             breakdown: TraceBreakdown = analyse(read_trace(path))
+            if mode == "cuda" and breakdown.mode == "cpu" and breakdown.steps:
+                notes.append(
+                    f"{path.name} holds no GPU activity (CUPTI unavailable, or taken by another tool): "
+                    "its breakdown is over CPU ops"
+                )
             mode = breakdown.mode
             if len(breakdown.steps) < len(members):
                 notes.append(f"{path.name}: {len(breakdown.steps)} step ranges for {len(members)} steps")
