@@ -37,6 +37,7 @@ from llmbench.bench.hardware import (
 )
 from llmbench.bench.peaks import choose_peak, derived_labels, peak_meta
 from llmbench.bench.scenario.loader import ResolvedScenario, scenario_dict
+from llmbench.bench.slow_steps import SLOW_FACTOR, find_slow_steps, slow_step_warning
 from llmbench.bench.store import RunWriter
 from llmbench.bench.summary import Measured, build_summary, repeat_metrics, unavailable_reasons
 from llmbench.bench.tables import (
@@ -82,6 +83,8 @@ class RunRequest(NamedTuple):
     )
     session: str | None = None  # groups runs that belong together (an ablation)
     repeat_index: int | None = None  # run only this repeat (ablation children interleave repeats)
+    slow_factor: float = SLOW_FACTOR  # a step this many times the median of its kind is slow
+    step_observer: Any = None  # sees every measured engine step (``llmbench profile``'s window)
 
 
 class RunOutcome(NamedTuple):
@@ -158,6 +161,8 @@ def _measure(req: RunRequest, backend: Backend, events: RunEvents, state: _Measu
         if result.status != "complete":
             state.stop_reason, state.error = result.status, result.error
             return
+    if req.step_observer is not None:  # after the warm-up: it sees measured steps only
+        backend.step_observer = req.step_observer
     for pi, point in enumerate(points):
         label = point_label(point)
         for r in repeats:
@@ -284,8 +289,10 @@ def _execute(req: RunRequest, backend: Backend, events: RunEvents) -> RunOutcome
     peak = choose_peak(backend.device)  # measured on this machine, else the datasheet's, else none
     if peak.warning:
         state.warnings.append(peak.warning)
-    per_repeat, req_rows, step_rows_ = [], [], []
+    per_repeat, req_rows, step_rows_, slow = [], [], [], []
     for m in state.measured:
+        slow_here = find_slow_steps(m.drive.steps, req.slow_factor)
+        slow += slow_here
         util = step_utilisation(m.drive.steps, backend.model_info, peak.peak)
         metrics = repeat_metrics(m, scenario.slo, rows, util)
         for name in metrics:  # what this backend cannot know is NaN, not the 0 a sum of nothing gives
@@ -293,7 +300,9 @@ def _execute(req: RunRequest, backend: Backend, events: RunEvents) -> RunOutcome
                 metrics[name] = math.nan
         per_repeat.append(metrics)
         req_rows += request_rows(m.point_label, m.repeat, m.drive.requests, scenario.slo, origin)
-        step_rows_ += step_rows(m.point_label, m.repeat, m.drive.steps, util, origin)
+        step_rows_ += step_rows(m.point_label, m.repeat, m.drive.steps, util, origin, slow_here)
+    if line := slow_step_warning(slow, req.slow_factor):
+        state.warnings.append(f"{line} (steps.parquet: slow, slow_causes)")
 
     status = "complete" if state.stop_reason is None else "incomplete"
     unavailable = {

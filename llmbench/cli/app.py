@@ -2,6 +2,7 @@
 
 run      one scenario, one engine configuration
 ablate   the same scenario with optimisations switched on and off, each variant in its own process
+profile  where each variant's step time goes (torch.profiler), with a diff against the baseline
 report   comparison tables (terminal, Markdown, CSV, HTML with plots) over any set of run folders
 compare  a regression gate between two runs
 models   the model presets
@@ -24,6 +25,7 @@ from llmbench.cli import compare as compare_cmd
 from llmbench.cli import docs as docs_cmd
 from llmbench.cli import env as env_cmd
 from llmbench.cli import models as models_cmd
+from llmbench.cli import profile as profile_cmd
 from llmbench.cli import report as report_cmd
 from llmbench.cli import run as run_cmd
 
@@ -44,6 +46,7 @@ def _root() -> None:
 
 app.command("run")(run_cmd.run)
 app.command("ablate")(ablate_cmd.ablate)
+app.command("profile")(profile_cmd.profile)
 app.command("report")(report_cmd.report)
 app.command("compare")(compare_cmd.compare)
 app.command("models")(models_cmd.models)

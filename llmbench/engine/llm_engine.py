@@ -14,11 +14,13 @@ from pathlib import Path
 
 import torch
 
+from llmbench.engine import step_counters
 from llmbench.engine.async_scheduling import InFlight, mark_pending, sampling_rows, set_token_fill
 from llmbench.engine.block_manager import BlockManager, SlabAllocator
 from llmbench.engine.config import ConfigError, EngineConfig
 from llmbench.engine.model_runner import ModelRunner
 from llmbench.engine.outputs import RequestOutput, StepOutput, StepStats, TokenEvent
+from llmbench.engine.ranges import phase, step_range
 from llmbench.engine.sampler import Sampler
 from llmbench.engine.sampling_params import SamplingParams
 from llmbench.engine.scheduler import ScheduledBatch, Scheduler, step_kind
@@ -162,6 +164,7 @@ class LLMEngine:
         self.tables = BlockTables(-(-max_len // bs))  # rows of the running sequences' block tables
         self._inflight: InFlight | None = None  # asynchronous scheduling: the step still on the device
         self._last_resolved = 0.0
+        self._counters = step_counters.StepCounters(self.runner.device, self.runner.recompiles)
         dtype_size = config.torch_dtype.itemsize
         self.model_info = ModelInfo(
             name=config.model,
@@ -233,35 +236,71 @@ class LLMEngine:
     # -- the loop ---------------------------------------------------------------------------------
 
     def step(self) -> StepOutput:
-        if self.config.async_scheduling:
-            return self._step_async()
+        """One iteration of the loop; its stats also say what happened during the call (compilations,
+        allocator growth, garbage collection: engine/step_counters.py)."""
+        before = self._counters.read()
+        with step_range():
+            out = self._step_async() if self.config.async_scheduling else self._step_sync()
+        self._counters.fill(out.stats, before)
+        return out
+
+    def _step_sync(self) -> StepOutput:
         start = time.perf_counter()
-        batch = self.scheduler.schedule()
+        with phase("schedule"):
+            batch = self.scheduler.schedule()
         self._step += 1
         if batch is None:
             return StepOutput(self._stats(start))
         stats = self._begin(batch, start)
-        arrays = build_step(batch.seqs, batch.num_new_tokens, self.config.block_size, self.tables)
+        with phase("build_inputs"):
+            arrays = build_step(batch.seqs, batch.num_new_tokens, self.config.block_size, self.tables)
         logits, stats.graph_bucket, stats.graph_padding = self._execute(arrays)
-        sampling = self.scheduler.advance(batch)
-        tokens = self.sampler(logits, [s.request_id for s in sampling], [s.params for s in sampling])
+        with phase("bookkeeping"):
+            sampling = self.scheduler.advance(batch)
+        with phase("sample"):
+            ids = self.sampler.sample(logits, [s.request_id for s in sampling], [s.params for s in sampling])
+        with phase("copy_to_host"):
+            tokens = ids.tolist()
         now = time.perf_counter()  # tokens are on the host now
         stats.end_time = now
         out = StepOutput(stats)
-        for seq, tok in zip(sampling, tokens, strict=True):
-            seq.token_ids.append(tok)
-            self._deliver(seq, tok, now, out)
-        return self._end(out)
+        with phase("bookkeeping"):
+            for seq, tok in zip(sampling, tokens, strict=True):
+                seq.token_ids.append(tok)
+                self._deliver(seq, tok, now, out)
+            return self._end(out)
 
     def _execute(self, arrays: StepArrays) -> tuple[torch.Tensor, int | None, int]:
         """The step on every rank (rank 0 sends it to the others first)."""
         if self.workers is None:
             return self.runner.execute(arrays)
         try:
-            self.workers.step(arrays)
+            with phase("tp_send"):
+                self.workers.step(arrays)
             return self.runner.execute(arrays)
         except BaseException as e:
             self._tp_failed(e)
+
+    # -- traces (engine/tracer.py): every rank records the same steps into a file of its own -----------
+
+    def start_trace(self) -> None:
+        """Start recording a torch.profiler trace on every rank (call it between steps)."""
+        if self.workers is not None:
+            self.workers.trace(None)
+        self.runner.tracer.start()
+        if self.workers is not None:  # a rank's first start can take seconds: not inside the first step
+            self.runner.barrier()
+
+    def stop_trace(self, path: str | None) -> None:
+        """Stop recording; each rank writes its trace to ``path`` with ``{rank}`` replaced by its rank
+        (None: drop them). Returns once every rank's file is written."""
+        from llmbench.engine.tracer import rank_path
+
+        if self.workers is not None:
+            self.workers.trace(path or "")
+        self.runner.tracer.stop(rank_path(path, 0) if path else None)
+        if self.workers is not None:
+            self.runner.barrier()
 
     def _begin(self, batch: ScheduledBatch, start: float) -> StepStats:
         for seq in batch.newly_scheduled:
@@ -292,43 +331,52 @@ class LLMEngine:
     def _step_async(self) -> StepOutput:
         start = time.perf_counter()
         prev = self._inflight
-        batch = self.scheduler.schedule()
+        with phase("schedule"):
+            batch = self.scheduler.schedule()
         launched: InFlight | None = None
         if batch is not None:
             self._step += 1
             stats = self._begin(batch, start)
-            arrays = build_step(batch.seqs, batch.num_new_tokens, self.config.block_size, self.tables)
-            set_token_fill(batch, arrays)
+            with phase("build_inputs"):
+                arrays = build_step(batch.seqs, batch.num_new_tokens, self.config.block_size, self.tables)
+                set_token_fill(batch, arrays)
             logits, stats.graph_bucket, stats.graph_padding = self._execute(arrays)
             sampling = sampling_rows(batch)
-            ids = self.sampler.sample(logits, [s.request_id for s in sampling], [s.params for s in sampling])
-            try:
-                self.runner.share_sampled(ids, len(sampling))  # the other ranks receive them likewise
-            except BaseException as e:
-                self._tp_failed(e)
-            launched = InFlight.launch(batch, sampling, stats, ids)
+            with phase("sample"):
+                ids = self.sampler.sample(
+                    logits, [s.request_id for s in sampling], [s.params for s in sampling]
+                )
+                try:
+                    self.runner.share_sampled(ids, len(sampling))  # the other ranks receive them likewise
+                except BaseException as e:
+                    self._tp_failed(e)
+            with phase("copy_to_host"):
+                launched = InFlight.launch(batch, sampling, stats, ids)
         out = self._resolve(prev) if prev is not None else StepOutput(self._stats(start))
-        if launched is not None:
-            self.scheduler.advance(launched.batch)  # after ``prev``'s ids are in: blocks hash real ids
-            mark_pending(launched.sampling)  # one that ended in ``prev`` gets no placeholder
-        self._inflight = launched
-        return self._end(out)
+        with phase("bookkeeping"):
+            if launched is not None:
+                self.scheduler.advance(launched.batch)  # after ``prev``'s ids are in: blocks hash real ids
+                mark_pending(launched.sampling)  # one that ended in ``prev`` gets no placeholder
+            self._inflight = launched
+            return self._end(out)
 
     def _resolve(self, prev: InFlight) -> StepOutput:
         """Wait for ``prev``'s sampled ids and deliver them."""
-        tokens = prev.wait()
+        with phase("copy_to_host"):
+            tokens = prev.wait()
         now = time.perf_counter()  # tokens are on the host now
         stats = prev.stats
         stats.start_time = max(stats.start_time, self._last_resolved)  # overlapped: from the last delivery
         stats.end_time = self._last_resolved = now
         out = StepOutput(stats)
-        for seq, tok in zip(prev.sampling, tokens, strict=True):
-            pos = seq.pending_pos
-            if pos is None:  # finished (or aborted) meanwhile; its placeholder is gone
-                continue
-            seq.token_ids[pos] = tok
-            seq.pending_pos = seq.pending_src = None
-            self._deliver(seq, tok, now, out)
+        with phase("bookkeeping"):
+            for seq, tok in zip(prev.sampling, tokens, strict=True):
+                pos = seq.pending_pos
+                if pos is None:  # finished (or aborted) meanwhile; its placeholder is gone
+                    continue
+                seq.token_ids[pos] = tok
+                seq.pending_pos = seq.pending_src = None
+                self._deliver(seq, tok, now, out)
         return out
 
     def _finish(self, seq: Sequence, reason: str, now: float) -> RequestOutput:

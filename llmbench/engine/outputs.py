@@ -40,6 +40,13 @@ class StepStats:
     # q*c + q(q+1)/2 (a decode: its context length)
     attention_pairs: int = 0
     context_tokens: int = 0  # keys each sequence attends over after the step (cached + new), summed
+    # What happened during the ``step()`` call that returned these stats (engine/step_counters.py):
+    # what a slow step is explained by.
+    triton_compiles: int = 0
+    graph_captures: int = 0
+    recompiles: int = 0  # torch.compile graphs built
+    memory_growth: int = 0  # bytes: device memory in use on CUDA, resident set on a CPU
+    gc_time: float = 0.0  # seconds in Python's garbage collector
 
     @property
     def duration(self) -> float:

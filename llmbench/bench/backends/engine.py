@@ -63,6 +63,7 @@ class EngineBackend:
             else:
                 self.cuda_indices = list(range(base, base + self.config.tp))
         self.engine: Any = None
+        self.step_observer: Any = None  # set by the runner for the measured steps (bench/profile/window.py)
         self.unavailable: dict[str, str] = {}
         self.startup: dict[str, Any] = {}
         self.warnings: list[str] = []
@@ -90,8 +91,9 @@ class EngineBackend:
         on_progress: OnProgress | None,
     ) -> DriveResult:
         check_drive_args(offsets, concurrency)
-        return drive(
-            self.engine,
+        observer = self.step_observer
+        result = drive(
+            self.engine if observer is None else observer.observe(self.engine),
             specs,
             offsets,
             lambda s: sampling_params(self.scenario, s),
@@ -100,6 +102,9 @@ class EngineBackend:
             max_duration=max_duration,
             on_progress=on_progress,
         )
+        if observer is not None:  # interrupted or not: what it recorded is closed now
+            observer.end_of_run(self.engine)
+        return result
 
     def between_repeats(self) -> None:
         self.engine.reset_prefix_cache()

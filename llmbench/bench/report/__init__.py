@@ -21,6 +21,7 @@ from llmbench.bench.metrics import METRICS
 from llmbench.bench.report.compare import DEFAULT_MIN_EFFECT
 from llmbench.bench.report.format import SUMMARY_METRICS
 from llmbench.bench.report.frame import Group, load_groups, tidy
+from llmbench.bench.report.profile_views import profile_section
 from llmbench.bench.report.views import View, by_scenario, deltas, overview, startup
 from llmbench.bench.store import Problem
 
@@ -75,7 +76,7 @@ def _ablation_baseline(group: Group) -> str | None:
     return None
 
 
-VIEWS = ("overview", "deltas", "startup")
+VIEWS = ("overview", "deltas", "startup", "profile")
 
 
 def build_report(
@@ -111,6 +112,8 @@ def build_report(
             built += deltas(scenario, base, others, threshold, metrics)
         if "startup" in wanted:
             built.append(startup(scenario, members))
+        if "profile" in wanted:
+            built += profile_section(members, base)  # runs recorded by ``llmbench profile``
         sections.append(Section(scenario, members, base, built))
     if baseline and not found_baseline:
         raise StoreError(f"--baseline {baseline}: no run folder or variant of that name among the runs read")

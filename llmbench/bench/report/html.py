@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 from llmbench.bench.report.frame import Group
+from llmbench.bench.report.profile_views import profile_bars
 from llmbench.bench.report.views import View
 
 _CSS = """
@@ -152,7 +153,12 @@ def render_html(sections: list[tuple[str, list[View], list[Group]]], problems: l
     for scenario, views, groups in sections:
         parts.append(f"<h2>{html.escape(scenario)}</h2>")
         parts += [view_html(v) for v in views]
-        for plot in (latency_cdfs(groups), throughput_bars(groups), telemetry_plot(groups)):
+        for plot in (
+            latency_cdfs(groups),
+            throughput_bars(groups),
+            telemetry_plot(groups),
+            profile_bars(groups),
+        ):
             if plot:
                 parts.append(f"<p>{plot}</p>")
     parts.append("</body></html>\n")
