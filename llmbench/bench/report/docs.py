@@ -92,9 +92,41 @@ def _stats_calibration(args: list[str], root: Path) -> str:
     return f"Computed by `python -m llmbench.bench.stats_calibration` (seeded: the same table on any machine).\n\n{table}"
 
 
+def _kernels(args: list[str], root: Path) -> str:
+    """A kernel benchmark's JSON (a list of rows: kernel, shape, time_us, gb_per_s, frac_peak, tflops,
+    max_rel_diff) as a table; rows whose check against the reference failed are marked."""
+    import json
+
+    if len(args) != 1:
+        raise BenchError("kernels takes one argument: the JSON file a kernel benchmark wrote")
+    path = root / args[0]
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise BenchError(f"kernels {args[0]}: cannot read it ({e})") from None
+    lines = [
+        f"From `{args[0]}`, written by the kernel benchmark (`python scripts/bench_kernels.py --json FILE`).",
+        "",
+        "| kernel | shape | µs | GB/s | of the copy ceiling | TFLOP/s | largest relative difference from the reference |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+
+        def num(key: str, fmt: str, r: dict = r) -> str:
+            v = r.get(key)
+            return format(v, fmt) if isinstance(v, (int, float)) else "–"
+
+        lines.append(
+            f"| {r.get('kernel', '?')} | {r.get('shape', '')} | {num('time_us', '.1f')} | {num('gb_per_s', ',.0f')} | "
+            f"{num('frac_peak', '.1%')} | {num('tflops', '.1f')} | {num('max_rel_diff', '.1e')} |"
+        )
+    return "\n".join(lines)
+
+
 KINDS: dict[str, Callable[[list[str], Path], str]] = {
     "report": _report,
     "stats-calibration": _stats_calibration,
+    "kernels": _kernels,
 }
 
 
