@@ -49,7 +49,7 @@ from llmbench.bench.tables import (
     telemetry_frame,
 )
 from llmbench.bench.telemetry import TelemetrySampler
-from llmbench.bench.workload import RequestSpec, build_requests
+from llmbench.bench.workload import RequestSpec, build_requests, check_prompt_file
 
 LAG_WARNING_S = 0.010  # a p99 hand-over lag above this means the schedule was not kept
 SALT_PER_POINT = 10_000  # prompt salt = point index * this + repeat index
@@ -230,6 +230,7 @@ def execute_run(req: RunRequest, events: RunEvents | None = None) -> RunOutcome:
     backend = make_backend(req.resolved.scenario)  # option errors go up before anything is written
     if getattr(backend, "launched_follower", False):
         backend.start()  # torchrun's rank > 0: serves rank 0's steps and exits, writing nothing
+    check_prompt_file(req.resolved.scenario.workload, backend.vocab_size)  # token ids, before any cost
     threads_before = torch.get_num_threads()
     try:
         return _execute(req, backend, events or QuietEvents())
