@@ -64,19 +64,36 @@ def test_variants_run_in_their_own_processes_with_interleaved_repeats(tmp_path):
     assert runs[0].meta["engine_config"]["attention_backend"] == "sdpa"
 
 
-@pytest.mark.slow
-def test_default_scenario_cuda_graph_on_cpu_says_it_needs_a_gpu(tmp_path):
-    # As written in the docs (default scenario chat), made small with --set so the test stays quick.
-    res = invoke("ablate", "--toggle", "cuda_graph", "--out", tmp_path / "r",
-                 "--set", "workload.num_requests=3", "--set", "warmup=0", "--set", "arrival={kind: offline}")  # fmt: skip
-    assert res.exit_code == 1
-    assert "cuda_graph=True needs a CUDA device: CUDA Graphs cannot run on the CPU" in res.stderr
-    assert "variant cuda_graph=on failed" in res.stderr
-    (folder,) = list((tmp_path / "r" / "chat").iterdir())
-    record = json.loads((folder / "ablation.json").read_text())
-    status = {v["name"]: v["status"] for v in record["variants"]}
-    assert status == {"baseline": "ok", "cuda_graph=on": "failed"}
-    assert load_run(folder / "baseline-r0").complete
+def test_a_variant_that_cannot_run_here_is_an_error_before_anything_runs(tmp_path, monkeypatch):
+    # As written in the docs (the default scenario): the baseline is not run first.
+    from llmbench.bench.ablation import execute
+
+    monkeypatch.setattr(execute, "_run_child", lambda *a, **k: pytest.fail("a variant was run"))
+    res = invoke("ablate", "--toggle", "cuda_graph", "--out", tmp_path / "r")
+    assert res.exit_code == 2
+    assert res.stderr.endswith(
+        "error: variant cuda_graph=on cannot run here: cuda_graph=True needs a CUDA device: CUDA Graphs "
+        "cannot run on the CPU. Nothing was run.\n"
+    )
+    assert not (tmp_path / "r").exists()
+
+
+def test_every_variant_that_cannot_run_is_named(tmp_path):
+    from llmbench.engine.config import ConfigError, EngineConfig
+
+    def why(**option) -> str:  # the engine's own reason, quoted after the variant's name
+        with pytest.raises(ConfigError) as info:
+            EngineConfig.from_options("qwen3-tiny", device="cpu", **option)
+        return str(info.value)
+
+    res = invoke("ablate", "--toggle", "cuda_graph", "--toggle", "attention_backend=flash_attn",
+                 "--design", "one-at-a-time", "--set", "engine.device=cpu", "--out", tmp_path / "r")  # fmt: skip
+    assert res.exit_code == 2
+    assert res.stderr.endswith(
+        f"error: 2 variants cannot run here: cuda_graph=on: {why(cuda_graph=True)}; "
+        f"attention_backend=flash_attn: {why(attention_backend='flash_attn')}. Nothing was run.\n"
+    )
+    assert not (tmp_path / "r").exists()
 
 
 def test_ablate_needs_a_toggle_and_a_known_one(tmp_path):
