@@ -417,7 +417,7 @@ def test_the_shipped_vllm_scenario_runs_its_openai_side_against_a_server(tmp_pat
     with Stub() as stub:
         sets = [
             "backend=openai", f"backend_options.openai.url={stub.url}", "backend_options.openai.model=stub-model",
-            "workload.num_requests=3", "workload.output_len=4", "warmup=1", "arrival.rate=50",
+            "workload.num_requests=3", "workload.output_len=4", "warmup=1", "arrival={kind: poisson, rate: 50}",
         ]  # fmt: skip
         args = ["run", str(shipped), "--profile", "cpu", "--out", str(tmp_path / "r"), "-q"]
         res = CliRunner().invoke(app, args + [x for s in sets for x in ("--set", s)])

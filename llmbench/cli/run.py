@@ -42,7 +42,9 @@ def resolve(
 
 def profile_line(resolved: ResolvedScenario) -> str:
     p = resolved.profile
-    return f"profile: {p.name} — {p.reason}" if p.name else f"profile: none — {p.reason}"
+    if not p.name:
+        return f"profile: none — {p.reason}"
+    return f"profile: {p.name} — {p.reason}" + (f"; it changes {p.changes}" if p.changes else "")
 
 
 def print_dry_run(resolved: ResolvedScenario) -> None:
