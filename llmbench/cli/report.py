@@ -10,12 +10,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from llmbench.bench.report import build_report
-from llmbench.bench.report.html import render_html
-from llmbench.bench.report.views import to_markdown
 from llmbench.cli.console import console, note, warning
 from llmbench.cli.errors import handle_errors
-from llmbench.cli.tables import rich_table
 
 
 class Format(enum.StrEnum):
@@ -42,6 +38,11 @@ def report(
     ] = None,
 ) -> None:
     """Tables comparing runs: grouped by scenario, one row per configuration and sweep point."""
+    from llmbench.bench.report import build_report
+    from llmbench.bench.report.html import render_html
+    from llmbench.bench.report.views import to_markdown
+    from llmbench.cli.tables import rich_table
+
     rep = build_report(dirs, baseline)
     for p in rep.problems:
         warning(f"skipped {p.path}: {p.reason}")

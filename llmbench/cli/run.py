@@ -12,7 +12,6 @@ from rich.markup import escape
 from llmbench.bench.scenario.loader import AUTO, ResolvedScenario, find_scenario, load_scenario, scenario_dict
 from llmbench.cli.console import console, note, warning
 from llmbench.cli.errors import EXIT_INTERRUPTED, handle_errors
-from llmbench.cli.views import ci_note, summary_table
 
 ScenarioArg = Annotated[
     str, typer.Argument(help="Scenario YAML file, or the name of a shipped one (chat, throughput, ...).")
@@ -105,6 +104,7 @@ def run(
 
     from llmbench.bench.runner import RunRequest, execute_run
     from llmbench.cli.progress import RichRunEvents
+    from llmbench.cli.views import ci_note, summary_table
 
     sc = resolved.scenario
     if not quiet:
