@@ -10,22 +10,11 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from llmbench.bench.ablation import (
-    BACKENDS_DESIGN,
-    BackendVariant,
-    parse_toggle,
-    plan,
-    plan_backends,
-    run_ablation,
-)
 from llmbench.bench.errors import BenchError
-from llmbench.bench.report import build_report
-from llmbench.bench.runner import engine_config
 from llmbench.cli.console import console, error, note, warning
 from llmbench.cli.errors import EXIT_FAILED, EXIT_INTERRUPTED, handle_errors
 from llmbench.cli.report import MinEffectOption
 from llmbench.cli.run import OutOption, ProfileOption, SetOption, profile_line, resolve
-from llmbench.cli.views import print_view
 
 
 class Design(enum.StrEnum):
@@ -90,6 +79,17 @@ def ablate(
     ] = 10,
 ) -> None:
     """Run the scenario once per variant (each in its own process) and print the deltas against the baseline."""
+    from llmbench.bench.ablation import (
+        BACKENDS_DESIGN,
+        BackendVariant,
+        parse_toggle,
+        plan,
+        plan_backends,
+        run_ablation,
+    )
+    from llmbench.bench.report import build_report
+    from llmbench.bench.runner import engine_config
+    from llmbench.cli.views import print_view
     from llmbench.engine.tp import launched_rank
 
     if launched_rank() is not None:

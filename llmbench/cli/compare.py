@@ -8,20 +8,22 @@ have no interval, so they are never judged (``inconclusive (n=1)``); an incomple
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from llmbench.bench.errors import StoreError
-from llmbench.bench.report.compare import GATE_METRICS, change, judged, method_note
-from llmbench.bench.report.format import format_pct, format_pct_interval, format_value, metric_label
-from llmbench.bench.report.frame import Group, load_groups
 from llmbench.cli.console import console, error, note, warning
 from llmbench.cli.errors import EXIT_FAILED, handle_errors
 
+if TYPE_CHECKING:
+    from llmbench.bench.report.frame import Group
+
 
 def _one_per_scenario(path: Path, role: str) -> dict[str, Group]:
+    from llmbench.bench.report.frame import load_groups
+
     groups, problems = load_groups([path])
     for p in problems:
         warning(f"skipped {p.path}: {p.reason}")
@@ -53,6 +55,9 @@ def compare(
     ] = 5.0,
 ) -> None:
     """Fail (exit 1) when NEW is worse than BASE: the whole 95% interval of a change beyond the threshold."""
+    from llmbench.bench.report.compare import GATE_METRICS, change, judged, method_note
+    from llmbench.bench.report.format import format_pct, format_pct_interval, format_value, metric_label
+
     a, b = _one_per_scenario(base, "BASE"), _one_per_scenario(new, "NEW")
     common = sorted(set(a) & set(b))
     if not common:

@@ -4,23 +4,20 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 
-from llmbench.bench.ablation import BASELINE, Variant, parse_toggle, plan
 from llmbench.bench.errors import BenchError
-from llmbench.bench.profile.execute import ProfileSettings, check_variants, new_folder, run_profile
-from llmbench.bench.profile.views import diff_view, profile_views
-from llmbench.bench.runner import engine_config
-from llmbench.bench.scenario.schema import Scenario
 from llmbench.bench.slow_steps import SLOW_FACTOR
 from llmbench.cli.ablate import Design
 from llmbench.cli.console import console, error, note, warning
 from llmbench.cli.errors import EXIT_FAILED, EXIT_INTERRUPTED, handle_errors
 from llmbench.cli.run import ProfileOption, SetOption, profile_line, resolve
-from llmbench.cli.tables import rich_table
+
+if TYPE_CHECKING:
+    from llmbench.bench.scenario.schema import Scenario
 
 
 def check_steady_state(sc: Scenario, steps: int, config) -> None:
@@ -92,6 +89,11 @@ def profile(
     ] = None,
 ) -> None:
     """Record each variant's steady-state steps with torch.profiler and show where their time goes."""
+    from llmbench.bench.ablation import BASELINE, Variant, parse_toggle, plan
+    from llmbench.bench.profile.execute import ProfileSettings, check_variants, new_folder, run_profile
+    from llmbench.bench.profile.views import diff_view, profile_views
+    from llmbench.bench.runner import engine_config
+    from llmbench.cli.tables import rich_table
     from llmbench.engine.tp import launched_rank
 
     if launched_rank() is not None:

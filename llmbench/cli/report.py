@@ -11,12 +11,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from llmbench.bench.report import VIEWS, build_report
-from llmbench.bench.report.html import render_html
-from llmbench.bench.report.views import to_markdown
 from llmbench.cli.console import console, note, warning
 from llmbench.cli.errors import handle_errors
-from llmbench.cli.views import print_view
 
 MinEffectOption = Annotated[
     float,
@@ -26,6 +22,13 @@ MinEffectOption = Annotated[
         "lies beyond it, equivalent when it lies within it, otherwise inconclusive.",
     ),
 ]
+
+
+class ViewName(enum.StrEnum):  # bench/report's VIEWS
+    overview = "overview"
+    deltas = "deltas"
+    startup = "startup"
+    profile = "profile"
 
 
 class Format(enum.StrEnum):
@@ -67,14 +70,20 @@ def report(
         ),
     ] = None,
     view: Annotated[
-        list[str] | None,
-        typer.Option(help=f"A table to build (repeatable; default: all): {', '.join(VIEWS)}."),
+        list[ViewName] | None, typer.Option(help="A table to build (repeatable; default: all of them).")
     ] = None,
 ) -> None:
     """Tables comparing runs: grouped by scenario, one column per configuration and sweep point; incomplete
     runs are shown, marked, and never judged."""
+    from llmbench.bench.report import build_report
+    from llmbench.bench.report.html import render_html
+    from llmbench.bench.report.views import to_markdown
+    from llmbench.cli.views import print_view
+
     metrics = [m.strip() for item in metric or [] for m in item.split(",") if m.strip()]
-    rep = build_report(dirs, baseline, min_effect / 100, metrics or None, view)
+    rep = build_report(
+        dirs, baseline, min_effect / 100, metrics or None, [v.value for v in view or []] or None
+    )
     for p in rep.problems:
         warning(f"skipped {p.path}: {p.reason}")
     if format is Format.csv:

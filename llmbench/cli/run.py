@@ -13,7 +13,6 @@ from llmbench.bench.scenario.loader import AUTO, ResolvedScenario, find_scenario
 from llmbench.bench.slow_steps import SLOW_FACTOR
 from llmbench.cli.console import console, note, warning
 from llmbench.cli.errors import EXIT_INTERRUPTED, handle_errors
-from llmbench.cli.views import ci_note, summary_table
 
 ScenarioArg = Annotated[
     str, typer.Argument(help="Scenario YAML file, or the name of a shipped one (chat, throughput, ...).")
@@ -43,7 +42,9 @@ def resolve(
 
 def profile_line(resolved: ResolvedScenario) -> str:
     p = resolved.profile
-    return f"profile: {p.name} — {p.reason}" if p.name else f"profile: none — {p.reason}"
+    if not p.name:
+        return f"profile: none — {p.reason}"
+    return f"profile: {p.name} — {p.reason}" + (f"; it changes {p.changes}" if p.changes else "")
 
 
 def print_dry_run(resolved: ResolvedScenario) -> None:
@@ -115,6 +116,7 @@ def run(
 
     from llmbench.bench.runner import RunRequest, execute_run
     from llmbench.cli.progress import RichRunEvents
+    from llmbench.cli.views import ci_note, summary_table
 
     sc = resolved.scenario
     if not quiet:

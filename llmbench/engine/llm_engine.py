@@ -42,6 +42,7 @@ from llmbench.engine.tp import (
 )
 from llmbench.engine.work import RankWeights, step_work
 from llmbench.models.config import ModelConfig
+from llmbench.models.errors import ModelError
 from llmbench.models.loader import read_model_config
 from llmbench.models.presets import PRESETS
 from llmbench.models.tokenizer import load_tokenizer
@@ -420,6 +421,8 @@ class LLMEngine:
         time.sleep(0.3)  # let the watchdog collect a worker's own message, if it sent one
         self.workers.terminate()
         self._teardown_group()
+        if isinstance(error, ModelError):  # the checkpoint is at fault, not the ranks: say so as it is
+            raise error
         raise TPError(f"tensor-parallel run stopped on every rank: {self.workers.error or error}") from None
 
     def shutdown(self) -> None:

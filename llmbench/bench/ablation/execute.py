@@ -9,9 +9,10 @@ metrics are known to within +-``until_ci`` percent (95% interval), or ``max_repe
 
 Each child is ``python -m llmbench run SCENARIO --set engine.X=Y ... --variant NAME --run-dir DIR
 --session ID --repeat-index K`` (``--set backend=NAME`` when backends are compared) and writes one run folder under the ablation's folder
-``<out>/<scenario>/<time>-ablate/``. A variant whose options the engine rejects (ConfigError, e.g. CUDA
-Graphs on a CPU) is recorded as failed with the engine's message and never started; one whose process
-fails is recorded as failed with the end of its stderr and is not run again; the others go on.
+``<out>/<scenario>/<time>-ablate/``. Every variant is checked first: one whose options the engine (or
+its peer backend) rejects, e.g. CUDA Graphs on a CPU, is a BenchError naming it and why, before anything
+runs or any folder is made. A variant whose process fails is recorded as failed with the end of its
+stderr and is not run again; the others go on.
 A child that outlives ``--timeout`` is stopped and its variant recorded as failed (timed out), keeping
 a partial run folder if the child wrote one. ``ablation.json`` in the folder records the plan, the run
 order and what became of each variant; ``comparison.json`` the variants' generated tokens against the
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from llmbench.bench.ablation.plan import BackendVariant, Toggle, Variant
-from llmbench.bench.errors import StoreError
+from llmbench.bench.errors import BenchError, StoreError
 from llmbench.bench.hardware import command_line
 from llmbench.bench.scenario.loader import ResolvedScenario
 from llmbench.bench.store import slug, write_json
@@ -200,6 +201,13 @@ def run_ablation(
     max_repeats: int | None = None,
 ) -> AblationOutcome:
     sc = resolved.scenario
+    cannot = [(v.name, why) for v in variants if (why := config_problem(resolved, v)) is not None]
+    if cannot:
+        if len(cannot) == 1:
+            what = f"variant {cannot[0][0]} cannot run here: {cannot[0][1]}"
+        else:
+            what = f"{len(cannot)} variants cannot run here: " + "; ".join(f"{n}: {why}" for n, why in cannot)
+        raise BenchError(f"{what}. Nothing was run.")
     folder = Path(out_root) / sc.name / f"{time.strftime('%Y%m%d-%H%M%S')}-ablate"
     k = 2
     while folder.exists():
@@ -208,11 +216,6 @@ def run_ablation(
     folder.mkdir(parents=True)
     session = folder.name
     states = {v.name: VariantState(v, "pending", None, []) for v in variants}
-    for v in variants:
-        problem = config_problem(resolved, v)
-        if problem is not None:
-            states[v.name] = VariantState(v, "failed", problem, [])
-            on_event("warning", f"variant {v.name}: cannot run here: {problem}")
 
     env = {
         **os.environ,

@@ -47,6 +47,11 @@ class EngineBackend:
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
         self.config = engine_config(scenario)  # ConfigError before anything is written
+        from llmbench.engine.llm_engine import resolve_model
+
+        # config.json only (a broken folder is a ModelError here, before anything is written); the
+        # vocabulary lets the runner check a prompt file's token ids before the engine starts.
+        self.vocab_size: int = resolve_model(self.config.model)[0].vocab_size
         self.device = self.config.device
         self.tp = self.config.tp
         self.cuda_indices: list[int] | None = None

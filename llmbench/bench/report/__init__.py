@@ -21,7 +21,6 @@ from llmbench.bench.metrics import METRICS
 from llmbench.bench.report.compare import DEFAULT_MIN_EFFECT
 from llmbench.bench.report.format import SUMMARY_METRICS
 from llmbench.bench.report.frame import Group, load_groups, tidy
-from llmbench.bench.report.profile_views import profile_section
 from llmbench.bench.report.views import View, by_scenario, deltas, overview, startup
 from llmbench.bench.store import Problem
 
@@ -113,6 +112,8 @@ def build_report(
         if "startup" in wanted:
             built.append(startup(scenario, members))
         if "profile" in wanted:
+            from llmbench.bench.report.profile_views import profile_section  # (it imports bench.profile)
+
             built += profile_section(members, base)  # runs recorded by ``llmbench profile``
         sections.append(Section(scenario, members, base, built))
     if baseline and not found_baseline:
