@@ -2,7 +2,7 @@
 # GPU-machine work in stages, each step under its own time limit; after every step the result folders
 # and the logs are packed into $OUT/results.tgz (so a stage cut short keeps what it measured).
 #
-#   bash scripts/gpu_session.sh STAGE...     stages: check tp tp2 prof skinny final arnorm armm tp_arnorm tp_workload pdl fusion tp_async peers bench ablate ablate2 fa4a fa4b fa4c fa4
+#   bash scripts/gpu_session.sh STAGE...     stages: check tp tp2 prof skinny final arnorm armm tp_arnorm tp_workload fusion tp_async peers bench ablate ablate2 fa4a fa4b fa4c fa4
 #
 #   tests   CUDA test suite (kernels at real sizes, parity in float32)
 #   check   CUDA test suite (kernels at real sizes, parity in float32), then scripts/bench_kernels.py
@@ -19,7 +19,6 @@
 #   armm    (two GPUs) tp_fuse_matmul: scripts/allreduce_probe.py --matmul, its tests, tp=2 with and without it
 #   tp_arnorm (two GPUs) tp=1 vs tp=2 at the defaults on one qwen3-8b sequence, and tp=2's profile
 #   tp_workload (two GPUs) the nano-vllm workload on qwen3-8b, tp=1 against tp=2
-#   pdl     (two GPUs) programmatic dependent launch: parity tests, then pdl x tp on one qwen3-8b sequence
 #   fusion  one sequence (qwen3-8b, qwen3-0.6b) with skinny_fusion all, silu, none
 #   tp_async (two GPUs) tp x async_scheduling on one qwen3-8b sequence
 #   peers   engine vs transformers: single stream and the nano-vllm workload (issue 7's table)
@@ -130,11 +129,6 @@ for stage in "$@"; do
       step tp_single 200 $LB ablate scenarios/bench/single_8b.yaml --toggle tp --repeats 3 --timeout 60 --out $R
       step prof_8b_tp2_fused 100 python3 scripts/profile_engine.py --workload single --skip 30 --steps 150 \
         --model qwen3-8b --set tp=2 ;;
-    pdl)  # (two GPUs) programmatic dependent launch: its parity tests, then pdl x tp on one qwen3-8b sequence
-      step tests_pdl 150 $PYTEST tests/test_parity.py tests/test_kernels.py -k "programmatic or skinny_matmul_matches"
-      grep -q " passed" $L/tests_pdl.txt && ! grep -q "failed" $L/tests_pdl.txt || exit 1
-      step pdl_tp 300 $LB ablate scenarios/bench/single_8b.yaml --toggle pdl --toggle tp --design factorial \
-        --repeats 2 --timeout 60 --out $R ;;
     tp_workload)  # (two GPUs) the nano-vllm workload on qwen3-8b at tp=1 and tp=2, today's defaults
       step tp_throughput 400 $LB ablate scenarios/bench/throughput.yaml --set model=qwen3-8b \
         --set name=bench-throughput-8b --set warmup=4 --toggle tp --repeats 1 --timeout 150 --out $R ;;
@@ -186,6 +180,6 @@ for stage in "$@"; do
         --repeats 2 --timeout 120 --out $R
       step fa4_single 200 $LB ablate scenarios/bench/single_0.6b.yaml --toggle attention_backend=triton,flash_attn \
         --repeats 3 --timeout 90 --out $R ;;
-    *) echo "unknown stage $stage (check tp tp2 prof skinny final arnorm tp_arnorm tp_workload pdl fusion tp_async peers bench ablate ablate2 fa4a fa4b fa4c fa4)"; exit 2 ;;
+    *) echo "unknown stage $stage (check tp tp2 prof skinny final arnorm tp_arnorm tp_workload fusion tp_async peers bench ablate ablate2 fa4a fa4b fa4c fa4)"; exit 2 ;;
   esac
 done

@@ -170,22 +170,12 @@ def test_tp_fuse_matmul_applies_where_it_can_and_says_what_it_needs():
     assert EngineConfig.from_options("qwen3-tiny", device="cpu", tp=2).tp_fuse_matmul is False
     with pytest.raises(
         ConfigError,
-        match=r"tp_fuse_matmul=True .* needs tp_fuse_norm \(.*\), skinny_matmul_rows >= 1 \(.*\), pdl=False$",
+        match=r"tp_fuse_matmul=True .* needs tp_fuse_norm \(.*\), skinny_matmul_rows >= 1 \(.*\)$",
     ):
-        EngineConfig.from_options(
-            "qwen3-tiny", device="cpu", tp_fuse_matmul=True, triton_kernels=False, pdl=True
-        )
+        EngineConfig.from_options("qwen3-tiny", device="cpu", tp_fuse_matmul=True, triton_kernels=False)
     with pytest.raises(ConfigError, match=r"needs tp_fuse_norm \(the all-reduce fused with the norm, .*\)$"):
         EngineConfig.from_options("qwen3-tiny", device="cpu", tp=2, tp_fuse_matmul=True)
     assert EngineConfig.from_options("qwen3-tiny", device="cpu", tp_fuse_matmul=False).tp_fuse_matmul is False
-
-
-def test_pdl_says_what_it_needs():
-    with pytest.raises(
-        ConfigError, match="pdl=True launches .* it needs a CUDA device, triton_kernels=True$"
-    ):
-        EngineConfig.from_options("qwen3-tiny", device="cpu", pdl=True)
-    assert EngineConfig.from_options("qwen3-tiny", device="cpu").pdl is False
 
 
 def test_flash_attn_in_float32_is_a_clear_error():

@@ -164,25 +164,6 @@ def test_torch_compile_keeps_tokens_and_does_not_recompile(arch_model):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA Graphs need a GPU")
-@pytest.mark.parametrize("cuda_graph", [False, True])
-def test_programmatic_dependent_launch_keeps_tokens(arch_model, cuda_graph):
-    # every decode kernel launched to overlap the one before (pdl), in graphs and eagerly, one row and
-    # batches (the skinny matmul and its fusions, the norms, the attention prologue and decode kernels)
-    from llmbench.kernels._triton import pdl_supported, set_pdl
-
-    if pdl_supported() or torch.cuda.get_device_capability()[0] < 9:
-        pytest.skip(f"no programmatic dependent launch here: {pdl_supported() or 'before Hopper'}")
-    _, folder, expected = arch_model
-    try:
-        got, llm = _generate(
-            folder, attention_backend="triton", cuda_graph=cuda_graph, pdl=True, skinny_matmul_rows=8
-        )
-    finally:
-        set_pdl(False)  # process-wide: the kernels other tests call directly launch plainly again
-    assert got == expected
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA Graphs need a GPU")
 @pytest.mark.parametrize("compile_", [False, True])
 def test_cuda_graph_replay_keeps_tokens(arch_model, compile_):
     _, folder, expected = arch_model

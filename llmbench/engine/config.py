@@ -103,10 +103,6 @@ class EngineConfig:
     # memory, and the norm after it is done on the next product's loads
     # (kernels/skinny_allreduce.py). None: wherever it can apply.
     tp_fuse_matmul: bool | None = None
-    # Programmatic dependent launch of the decode step's Triton kernels (Hopper and later): each may start
-    # while the one before runs; the skinny matmul prefetches its weights into L2 meanwhile
-    # (kernels/_triton.py). Off unless asked for.
-    pdl: bool = False
 
     @classmethod
     def from_options(cls, model: str, **options: Any) -> EngineConfig:
@@ -268,7 +264,6 @@ class EngineConfig:
         missing = _unmet(
             ("tp_fuse_norm (the all-reduce fused with the norm, and what that needs)", bool(fuse_norm)),
             ("skinny_matmul_rows >= 1 (the skinny matmul, whose kernel it extends)", skinny_rows >= 1),
-            ("pdl=False", not self.pdl),
         )
         if fuse_matmul is None:
             fuse_matmul = not missing
@@ -277,26 +272,6 @@ class EngineConfig:
                 "tp_fuse_matmul=True sums each row-parallel product of a one-row decode step over the GPUs "
                 f"in the product's own kernel: it needs {', '.join(missing)}"
             )
-        if self.pdl:
-            from llmbench.kernels._triton import pdl_supported
-
-            why = _unmet(
-                ("a CUDA device", cuda),
-                ("triton_kernels=True", triton_kernels),
-                ("torch_compile=False", not self.torch_compile),
-            )
-            if why:
-                raise ConfigError(
-                    "pdl=True launches the decode step's Triton kernels with programmatic dependent launch: "
-                    f"it needs {', '.join(why)}"
-                )
-            unsupported = pdl_supported()
-            if unsupported is None and torch.cuda.get_device_capability(device)[0] < 9:
-                unsupported = (
-                    f"{torch.cuda.get_device_name(device)} is older than Hopper (compute capability 9.0)"
-                )
-            if unsupported:
-                raise ConfigError(f"pdl=True cannot apply here: {unsupported}")
         for name in ("max_num_seqs", "max_num_batched_tokens", "tp"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -359,5 +334,4 @@ def toggle_names() -> tuple[str, ...]:
         "tp",
         "tp_fuse_norm",
         "tp_fuse_matmul",
-        "pdl",
     )

@@ -21,7 +21,6 @@ from llmbench.engine.sampling_params import SamplingParams
 from llmbench.engine.sequence import Sequence
 from llmbench.engine.staging import Staging
 from llmbench.engine.step_inputs import StepArrays, build_step
-from llmbench.kernels._triton import set_pdl
 from llmbench.layers.attention.backends import make_backend
 from llmbench.layers.attention.metadata import AttentionMetadata
 from llmbench.layers.parallel import SINGLE, TPGroup
@@ -63,7 +62,6 @@ class ModelRunner:
                 self.device = torch.device("cuda", torch.cuda.current_device())
             torch.cuda.set_device(self.device)
         self.startup = StartupStats()
-        set_pdl(config.pdl)  # before any kernel is compiled or captured
         self.tp = tp
         if tp.size > 1:  # what the group was built with, not what was asked for
             self.startup.all_reduce = (
