@@ -61,24 +61,24 @@ for stage in "$@"; do
       T="python3 scripts/tp_probe.py --model qwen3-8b --tp 2 --trace"
       step tp_trace_nagle 120 env LLMBENCH_TP_NODELAY=0 $T --set async_scheduling=true
       step tp_trace 120 $T --set async_scheduling=true
-      step tp_trace_symm 120 $T --set async_scheduling=true --set tp_all_reduce=symm_mem
-      step tp_trace_sync_symm 120 $T --set tp_all_reduce=symm_mem
+      step tp_trace_symm 120 $T --set async_scheduling=true --set tuning.tp_all_reduce=symm_mem
+      step tp_trace_sync_symm 120 $T --set tuning.tp_all_reduce=symm_mem
       step tp_symm 150 $LB ablate scenarios/bench/single_8b.yaml --set engine.tp=2 \
-        --set engine.async_scheduling=true --toggle tp_all_reduce=nccl,symm_mem --repeats 2 --timeout 60 --out $R
-      step tp_async 240 $LB ablate scenarios/bench/single_8b.yaml --set engine.tp_all_reduce=auto --toggle tp \
+        --set engine.async_scheduling=true --toggle tuning.tp_all_reduce=nccl,symm_mem --repeats 2 --timeout 60 --out $R
+      step tp_async 240 $LB ablate scenarios/bench/single_8b.yaml --set engine.tuning.tp_all_reduce=auto --toggle tp \
         --toggle async_scheduling --design factorial --repeats 2 --timeout 60 --out $R
       step tp_throughput 150 $LB ablate scenarios/bench/throughput.yaml --set model=qwen3-8b \
-        --set name=bench-throughput-8b --set warmup=4 --set engine.tp_all_reduce=auto --toggle tp \
+        --set name=bench-throughput-8b --set warmup=4 --set engine.tuning.tp_all_reduce=auto --toggle tp \
         --repeats 1 --timeout 120 --out $R ;;
     prof)  # (two GPUs) where a decode step's time goes, by kind of kernel: one sequence, qwen3-8b at tp=1
       # and tp=2 (both all-reduces), qwen3-0.6b
       P="python3 scripts/profile_engine.py --workload single --skip 30 --steps 150"
       step prof_8b_tp1 120 $P --model qwen3-8b
-      step prof_8b_tp2_nccl 120 $P --model qwen3-8b --set tp=2 --set tp_all_reduce=nccl
-      step prof_8b_tp2_symm 120 $P --model qwen3-8b --set tp=2 --set tp_all_reduce=symm_mem
+      step prof_8b_tp2_nccl 120 $P --model qwen3-8b --set tp=2 --set tuning.tp_all_reduce=nccl
+      step prof_8b_tp2_symm 120 $P --model qwen3-8b --set tp=2 --set tuning.tp_all_reduce=symm_mem
       step prof_0.6b 90 $P --model qwen3-0.6b ;;
     skinny)  # (two GPUs) about 8 minutes
-      A="$LB ablate --toggle skinny_matmul_rows=0,1 --timeout 60 --out $R"
+      A="$LB ablate --toggle tuning.skinny_matmul_rows=0,1 --timeout 60 --out $R"
       ( CUDA_VISIBLE_DEVICES=1 timeout 200 python3 scripts/bench_gemv.py --sweep --rows 2 4 8 \
           --json $L/gemv_rows.json > $L/gemv_rows.txt 2>&1 &
         CUDA_VISIBLE_DEVICES=0 step skinny_8b 200 $A scenarios/bench/single_8b.yaml --repeats 3
@@ -94,11 +94,11 @@ for stage in "$@"; do
       ( { CUDA_VISIBLE_DEVICES=1 step tests_skinny 200 $PYTEST tests/test_kernels.py tests/test_parity.py \
             -k "skinny or (per_attention_backend and triton)"
           CUDA_VISIBLE_DEVICES=1 step skinny_0.6b 150 $LB ablate scenarios/bench/single_0.6b.yaml \
-            --toggle skinny_matmul_rows=0,1 --repeats 3 --timeout 60 --out $R; } &
-        CUDA_VISIBLE_DEVICES=0 step prof_8b_fused 100 $P --model qwen3-8b --set skinny_fusion=all
-        CUDA_VISIBLE_DEVICES=0 step prof_8b_unfused 100 $P --model qwen3-8b --set skinny_fusion=none
-        CUDA_VISIBLE_DEVICES=0 step prof_0.6b_fused 80 $P --model qwen3-0.6b --set skinny_fusion=all
-        CUDA_VISIBLE_DEVICES=0 step prof_0.6b_unfused 80 $P --model qwen3-0.6b --set skinny_fusion=none
+            --toggle tuning.skinny_matmul_rows=0,1 --repeats 3 --timeout 60 --out $R; } &
+        CUDA_VISIBLE_DEVICES=0 step prof_8b_fused 100 $P --model qwen3-8b --set tuning.skinny_fusion=all
+        CUDA_VISIBLE_DEVICES=0 step prof_8b_unfused 100 $P --model qwen3-8b --set tuning.skinny_fusion=none
+        CUDA_VISIBLE_DEVICES=0 step prof_0.6b_fused 80 $P --model qwen3-0.6b --set tuning.skinny_fusion=all
+        CUDA_VISIBLE_DEVICES=0 step prof_0.6b_unfused 80 $P --model qwen3-0.6b --set tuning.skinny_fusion=none
         for f in scenarios/bench/*.yaml; do
           CUDA_VISIBLE_DEVICES=0 step "bench_$(basename "$f" .yaml)" 150 $LB run "$f" --out $R
         done
@@ -112,7 +112,7 @@ for stage in "$@"; do
       fi
       step tests_arnorm 200 $PYTEST tests/test_kernels.py tests/test_tensor_parallel.py \
         -k "allreduce or symm_mem or auto or slot or fuse_norm"
-      step tp_fuse 200 $LB ablate scenarios/bench/single_8b.yaml --set engine.tp=2 --toggle tp_fuse_norm \
+      step tp_fuse 200 $LB ablate scenarios/bench/single_8b.yaml --set engine.tp=2 --toggle tuning.tp_fuse_norm \
         --repeats 3 --timeout 60 --out $R ;;
     armm)  # (two GPUs) the product fused in too (tp_fuse_matmul): checked and timed on real ranks, its tests,
       # then what it is worth at tp=2
@@ -123,7 +123,7 @@ for stage in "$@"; do
       step tests_armm 150 $PYTEST tests/test_kernels.py tests/test_tensor_parallel.py \
         -k "allreduce or (each_product and True)"
       step tp_single 220 $LB ablate scenarios/bench/single_8b.yaml --toggle tp --repeats 3 --timeout 60 --out $R
-      step tp_fuse_mm 180 $LB ablate scenarios/bench/single_8b.yaml --set engine.tp=2 --toggle tp_fuse_matmul \
+      step tp_fuse_mm 180 $LB ablate scenarios/bench/single_8b.yaml --set engine.tp=2 --toggle tuning.tp_fuse_matmul \
         --repeats 2 --timeout 60 --out $R ;;
     tp_arnorm)  # (two GPUs) tp=1 against tp=2 at the defaults, and where tp=2's step goes now
       step tp_single 200 $LB ablate scenarios/bench/single_8b.yaml --toggle tp --repeats 3 --timeout 60 --out $R
@@ -135,7 +135,7 @@ for stage in "$@"; do
     fusion)  # which fusions pay: one sequence of qwen3-8b and qwen3-0.6b with each LLMBENCH_SKINNY_FUSION
       for fu in all silu none; do
         for m in 8b 0.6b; do
-          step "fusion_${fu}_$m" 100 $LB run scenarios/bench/single_$m.yaml --set engine.skinny_fusion=$fu \
+          step "fusion_${fu}_$m" 100 $LB run scenarios/bench/single_$m.yaml --set engine.tuning.skinny_fusion=$fu \
             --set name=fusion-$fu-$m --out $R
         done
       done ;;

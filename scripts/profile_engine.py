@@ -17,7 +17,7 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from llmbench.engine.config import EngineConfig
+from llmbench.engine.config import EngineConfig, nest
 from llmbench.engine.llm_engine import LLMEngine
 from llmbench.engine.sampling_params import SamplingParams
 
@@ -50,10 +50,12 @@ def main() -> None:
     ap.add_argument("--workload", default="throughput", help="throughput, single or batchN (engine_bench.py)")
     ap.add_argument("--skip", type=int, default=300, help="steps run before profiling")
     ap.add_argument("--steps", type=int, default=40, help="steps profiled")
-    ap.add_argument("--set", action="append", default=[], help="engine option key=value")
+    ap.add_argument(
+        "--set", action="append", default=[], help="engine option key=value; tuning knobs as tuning.key=value"
+    )
     args = ap.parse_args()
     options = {k: engine_bench.parse_value(v) for k, v in (kv.split("=", 1) for kv in args.set)}
-    engine = LLMEngine(EngineConfig.from_options(args.model, **options))
+    engine = LLMEngine(EngineConfig.from_options(args.model, **nest(options)))
     for i, (prompt, n) in enumerate(engine_bench.workload(args.workload, 0)):
         engine.add_request(str(i), prompt, SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True))
     sync = torch.cuda.synchronize if engine.config.is_cuda else (lambda: None)

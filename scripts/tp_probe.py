@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from llmbench.engine.config import EngineConfig
+from llmbench.engine.config import EngineConfig, nest
 from llmbench.engine.llm_engine import LLMEngine
 from llmbench.engine.sampling_params import SamplingParams
 
@@ -37,7 +37,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--model", default="qwen3-0.6b")
     ap.add_argument("--tp", type=int, default=2)
-    ap.add_argument("--set", action="append", default=[], help="engine option key=value")
+    ap.add_argument(
+        "--set", action="append", default=[], help="engine option key=value; tuning knobs as tuning.key=value"
+    )
     ap.add_argument("--trace", action="store_true", help="per-step timeline of every rank (one sequence)")
     ap.add_argument("--tokens", type=int, default=256, help="new tokens of the traced sequence")
     args = ap.parse_args()
@@ -46,7 +48,7 @@ def main() -> None:
         trace(args, options)
         return
     say(f"starting {args.model} tp={args.tp} {options}")
-    engine = LLMEngine(EngineConfig.from_options(args.model, tp=args.tp, **options))
+    engine = LLMEngine(EngineConfig.from_options(args.model, tp=args.tp, **nest(options)))
     say(f"engine up: {engine.startup}")
     for i in range(4):
         engine.add_request(
@@ -65,7 +67,7 @@ def main() -> None:
 def trace(args: argparse.Namespace, options: dict) -> None:
     folder = Path(tempfile.mkdtemp(prefix="llmbench-tp-trace-"))
     os.environ["LLMBENCH_TP_TRACE"] = str(folder)  # read by rank 0 here and inherited by the workers
-    engine = LLMEngine(EngineConfig.from_options(args.model, tp=args.tp, **options))
+    engine = LLMEngine(EngineConfig.from_options(args.model, tp=args.tp, **nest(options)))
     engine.add_request(
         "0", [1] * 128, SamplingParams(temperature=0.0, max_tokens=args.tokens, ignore_eos=True)
     )

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from llmbench import LLM, SamplingParams
-from llmbench.engine.config import triton_usable
+from llmbench.engine.facts import triton_usable
 
 from tiny_models import hf_greedy, make_tiny
 
@@ -82,7 +82,7 @@ def test_greedy_matches_transformers_per_attention_backend(arch_model, backend):
         folder,
         attention_backend=backend,
         triton_kernels=fused,
-        skinny_matmul_rows=skinny,
+        tuning={"skinny_matmul_rows": skinny},
         max_num_batched_tokens=24,
     )
     assert got == expected
@@ -101,7 +101,10 @@ def test_greedy_matches_transformers_with_each_skinny_fusion(arch_model, fusion)
         pytest.skip("triton is not installed")
     _, folder, expected = arch_model
     got, llm = _generate(
-        folder, attention_backend="triton", triton_kernels=True, skinny_matmul_rows=8, skinny_fusion=fusion
+        folder,
+        attention_backend="triton",
+        triton_kernels=True,
+        tuning={"skinny_matmul_rows": 8, "skinny_fusion": fusion},
     )
     assert got == expected
     layer = llm.engine.runner.model.model.layers[0]
@@ -112,7 +115,9 @@ def test_decode_in_fixed_length_slices_keeps_tokens(arch_model):
     if not triton_usable("cuda" if torch.cuda.is_available() else "cpu"):
         pytest.skip("triton is not installed")
     _, folder, expected = arch_model
-    got, _ = _generate(folder, attention_backend="triton", triton_kernels=True, decode_split_tokens=64)
+    got, _ = _generate(
+        folder, attention_backend="triton", triton_kernels=True, tuning={"decode_split_tokens": 64}
+    )
     assert got == expected
 
 

@@ -10,15 +10,16 @@ import atexit
 import time
 import weakref
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
 from llmbench.engine.async_scheduling import InFlight, mark_pending, sampling_rows, set_token_fill
 from llmbench.engine.block_manager import BlockManager, SlabAllocator
 from llmbench.engine.config import ConfigError, EngineConfig
+from llmbench.engine.facts import ModelFacts, read_facts
 from llmbench.engine.model_runner import ModelRunner
 from llmbench.engine.outputs import RequestOutput, StepOutput, StepStats, TokenEvent
+from llmbench.engine.resolve import find_model, resolve
 from llmbench.engine.sampler import Sampler
 from llmbench.engine.sampling_params import SamplingParams
 from llmbench.engine.scheduler import ScheduledBatch, Scheduler, step_kind
@@ -28,22 +29,15 @@ from llmbench.engine.tp import (
     LaunchedRanks,
     TPError,
     TPWorkers,
-    check_divisible,
     close_group,
     init_group,
     init_launched_group,
     launched_config,
     launched_rank,
     rank_config,
-    spawned_config,
     teardown_guard,
 )
-from llmbench.models.config import ModelConfig
-from llmbench.models.loader import read_model_config
-from llmbench.models.presets import PRESETS
 from llmbench.models.tokenizer import load_tokenizer
-
-_DEFAULT_MAX_MODEL_LEN = 8192  # when not set: enough for the shipped scenarios, cheap to reserve
 
 
 def _close_at_exit(ref: weakref.ref) -> None:
@@ -73,42 +67,19 @@ class ModelInfo:
     max_model_len: int
 
 
-def resolve_model(model: str) -> tuple[ModelConfig, Path | None]:
-    if model in PRESETS:
-        return PRESETS[model].config, None
-    folder = Path(model).expanduser()
-    if folder.is_dir():
-        return read_model_config(folder), folder
-    raise ConfigError(
-        f"Unknown model {model!r}: not a preset ({', '.join(PRESETS)}) nor a folder holding config.json"
-    )
-
-
 class LLMEngine:
     def __init__(self, config: EngineConfig) -> None:
-        self.config = config
-        model_config, folder = resolve_model(config.model)
-        self.model_config = model_config
-        max_len = config.max_model_len or min(model_config.max_position_embeddings, _DEFAULT_MAX_MODEL_LEN)
-        if max_len > model_config.max_position_embeddings:
-            raise ConfigError(
-                f"max_model_len={max_len} exceeds the model's max_position_embeddings "
-                f"({model_config.max_position_embeddings})"
-            )
-        self.max_model_len = max_len
-        self.tokenizer = load_tokenizer(folder, model_config.vocab_size)
         self.workers: TPWorkers | LaunchedRanks | None = None
-        launched = launched_rank() if config.tp > 1 else None
+        model_config, folder = find_model(config.model)
+        self.config = config = resolve(config, read_facts(ModelFacts.of(config.model, model_config)))
+        self.model_config = model_config
+        self.max_model_len = max_len = config.max_model_len
+        self.tokenizer = load_tokenizer(folder, model_config.vocab_size)
         if config.tp == 1:
             self.runner = ModelRunner(config, model_config, folder, max_len)
         else:
-            why = check_divisible(model_config, config.tp)
-            if why:
-                raise ConfigError(f"{why} of {config.model}")
-            # Under torchrun: tp must equal WORLD_SIZE (a clear error on every rank); ranks > 0 serve
-            # rank 0's steps and never return.
-            if launched is None:
-                config = spawned_config(config)
+            # Under torchrun ranks > 0 serve rank 0's steps and never return.
+            launched = launched_rank()
             own = launched_config(config, launched) if launched is not None else rank_config(config, 0)
             if launched is not None and launched.rank > 0:
                 from llmbench.engine.tp_worker import serve_launched

@@ -14,9 +14,9 @@ import numpy as np
 import torch
 
 from llmbench.engine import kv_cache
-from llmbench.engine.config import EngineConfig
-from llmbench.engine.cuda_graph import CUDAGraphRunner, default_buckets
+from llmbench.engine.cuda_graph import CUDAGraphRunner
 from llmbench.engine.outputs import StartupStats
+from llmbench.engine.resolve import ResolvedConfig
 from llmbench.engine.sampling_params import SamplingParams
 from llmbench.engine.sequence import Sequence
 from llmbench.engine.staging import Staging
@@ -46,7 +46,7 @@ class StepInputs:
 class ModelRunner:
     def __init__(
         self,
-        config: EngineConfig,
+        config: ResolvedConfig,
         model_config: ModelConfig,
         folder: Path | None,
         max_model_len: int,
@@ -74,7 +74,7 @@ class ModelRunner:
         dtype = config.torch_dtype
 
         start = time.perf_counter()
-        backend = make_backend(config.attention_backend, config.decode_split_tokens)
+        backend = make_backend(config.attention_backend, config.tuning.decode_split_tokens or None)
         if config.torch_compile:
             # Attention reads Python-side metadata; keeping it out of the compiled graphs avoids a guard
             # (and a recompile) per batch shape. The rest of each layer is compiled between these breaks.
@@ -86,8 +86,8 @@ class ModelRunner:
             max_positions=max_model_len,
             tp=tp,
             use_triton=config.triton_kernels,
-            skinny_rows=config.skinny_matmul_rows,
-            skinny_fusion=config.skinny_fusion,
+            skinny_rows=config.tuning.skinny_matmul_rows,
+            skinny_fusion=config.tuning.skinny_fusion,
         )
         previous = torch.get_default_dtype()
         torch.set_default_dtype(dtype)
@@ -120,7 +120,7 @@ class ModelRunner:
 
         if config.torch_compile:
             start = time.perf_counter()
-            self._forward = torch.compile(self.model.forward, dynamic=True, mode=config.compile_mode)
+            self._forward = torch.compile(self.model.forward, dynamic=True, mode=config.tuning.compile_mode)
         else:
             self._forward = self.model.forward
 
@@ -149,9 +149,12 @@ class ModelRunner:
             self.startup.kernel_warmup_time = time.perf_counter() - start
         self.graphs: CUDAGraphRunner | None = None
         if config.cuda_graph:
-            buckets = list(config.cuda_graph_buckets or default_buckets(config.max_num_seqs))
             self.graphs = CUDAGraphRunner(
-                self._logits_forward, buckets, self.max_blocks_per_seq, max_model_len, self.device
+                self._logits_forward,
+                list(config.tuning.cuda_graph_buckets),
+                self.max_blocks_per_seq,
+                max_model_len,
+                self.device,
             )
             self.graphs.capture()
             self.startup.graph_capture_time = self.graphs.capture_time

@@ -18,7 +18,7 @@ the kernel can end a row-parallel product at tp > 1 with the all-reduce and resi
 (``REDUCE``; kernels/skinny_allreduce.py says how, ``tp_fuse_matmul``).
 
 ``skinny_matmul`` takes up to ``MAX_ROWS`` rows and hands larger inputs to ``F.linear`` (prefill,
-decode batches: from two rows on cuBLAS' tiles win, hence ``EngineConfig.skinny_matmul_rows=1``). The
+decode batches: from two rows on cuBLAS' tiles win, hence ``Tuning.skinny_matmul_rows`` auto = 1). The
 sum runs in another order than cuBLAS', so bf16 results may differ in the last bit; float32 ones agree
 to rounding.
 """
