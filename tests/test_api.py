@@ -3,6 +3,9 @@ timestamps and step statistics reported, presets usable."""
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import pytest
 import torch
 
@@ -52,7 +55,7 @@ def test_tuning_is_taken_as_a_mapping_or_a_tuning():
         llm = LLM("qwen3-tiny", num_kv_blocks=16, max_model_len=64, tuning=tuning)
         assert llm.engine.config.tuning.skinny_matmul_rows == 0
         assert llm.engine.config.tuning.skinny_fusion == "none"
-        llm.engine.shutdown()
+        llm.shutdown()
 
 
 def test_unknown_model_lists_presets():
@@ -64,6 +67,19 @@ def test_prompt_longer_than_max_model_len_is_rejected(tiny):
     with pytest.raises(RequestError, match="does not fit max_model_len=256"):
         tiny.generate([[1] * 256], GREEDY)
     assert not tiny.engine.has_unfinished()
+
+
+def test_llm_is_a_context_manager_whose_shutdown_frees_the_model_once():
+    with LLM("qwen3-tiny", num_kv_blocks=16, max_model_len=64) as llm:
+        first = llm.generate([[1, 2, 3]], GREEDY)[0].token_ids
+        model = weakref.ref(llm.engine.runner.model)
+    gc.collect()
+    assert model() is None, "the model outlived shutdown"
+    llm.shutdown()  # a second time: nothing happens
+    with pytest.raises(RuntimeError, match="^this engine was shut down: build a new one to generate again$"):
+        llm.generate([[1, 2, 3]], GREEDY)
+    again = LLM("qwen3-tiny", num_kv_blocks=16, max_model_len=64)
+    assert again.generate([[1, 2, 3]], GREEDY)[0].token_ids == first
 
 
 def test_request_larger_than_the_pool_is_rejected_not_hung(tiny):

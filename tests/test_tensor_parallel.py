@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -316,6 +317,39 @@ def test_greedy_tokens_at_tp8_equal_transformers(tmp_path):
     finally:
         llm.engine.shutdown()
     assert got == expected
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(DEVICE == "cuda" and torch.cuda.device_count() < 2, reason="two GPUs")
+def test_a_second_tensor_parallel_engine_starts_once_the_first_is_shut_down_or_collected(model):
+    from llmbench.engine.llm_engine import EngineConflictError
+
+    folder, expected = model
+    options = dict(tp=2, dtype="float32", num_kv_blocks=64, block_size=8, device=DEVICE)
+
+    def tokens(llm: LLM) -> list[list[int]]:
+        return [o.token_ids for o in llm.generate(PROMPTS, GREEDY)]
+
+    with LLM(str(folder), **options) as first:
+        assert tokens(first) == expected
+        with pytest.raises(
+            EngineConflictError,
+            match=r"^a tensor-parallel engine cannot start: another tensor-parallel engine \(.*, tp=2\) is "
+            r"alive in this process, and a process has only one default process group\. Shut the other down",
+        ):
+            LLM(str(folder), **options)
+        assert tokens(first) == expected  # the refused engine left the first one whole
+    second = LLM(str(folder), **options)  # after shutdown
+    assert tokens(second) == expected
+    workers = list(second.engine.workers.procs)
+    del second  # dropped without shutdown: collected, it stops its ranks and frees the process group
+    gc.collect()
+    assert all(p.poll() is not None for p in workers) and not torch.distributed.is_initialized()
+    third = LLM(str(folder), **options)
+    assert tokens(third) == expected
+    third.shutdown()
+    third.shutdown()
+    assert not _workers_of(os.getpid())
 
 
 def test_shutdown_releases_cuda_graphs_before_the_process_group(model, monkeypatch):

@@ -7,11 +7,13 @@ of scenarios, tables or files of results; the bench layer drives it through ``ad
 from __future__ import annotations
 
 import atexit
+import gc
 import time
 import weakref
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
 from llmbench.engine.async_scheduling import InFlight, mark_pending, sampling_rows, set_token_fill
 from llmbench.engine.block_manager import BlockManager, SlabAllocator
@@ -50,6 +52,15 @@ class RequestError(ValueError):
     """A request the engine cannot serve (too long, bad token ids, duplicate id...)."""
 
 
+class EngineConflictError(RuntimeError):
+    """An engine that cannot start while another one in this process holds what it needs."""
+
+
+# The tensor-parallel engine of this process, while one holds torch.distributed's default process group
+# (there is one per process, so a second tensor-parallel engine must wait for the first to go).
+_tp_engine: weakref.ref | None = None
+
+
 @dataclass(frozen=True)
 class ModelInfo:
     name: str
@@ -69,7 +80,9 @@ class ModelInfo:
 
 class LLMEngine:
     def __init__(self, config: EngineConfig) -> None:
+        global _tp_engine
         self.workers: TPWorkers | LaunchedRanks | None = None
+        self._closed = False
         model_config, folder = find_model(config.model)
         self.config = config = resolve(config, read_facts(ModelFacts.of(config.model, model_config)))
         self.model_config = model_config
@@ -78,6 +91,7 @@ class LLMEngine:
         if config.tp == 1:
             self.runner = ModelRunner(config, model_config, folder, max_len)
         else:
+            _check_no_tp_engine_alive()
             # Under torchrun ranks > 0 serve rank 0's steps and never return.
             launched = launched_rank()
             own = launched_config(config, launched) if launched is not None else rank_config(config, 0)
@@ -87,6 +101,7 @@ class LLMEngine:
                 serve_launched(config, model_config, folder, max_len, launched)
             # A script that ends without shutdown() must still tear the ranks down in the right order.
             atexit.register(_close_at_exit, weakref.ref(self))
+            _tp_engine = weakref.ref(self)
             try:
                 if launched is not None:  # torchrun's rank 0
                     group, control = init_launched_group(own, launched)
@@ -157,6 +172,8 @@ class LLMEngine:
         params: SamplingParams,
         arrival_time: float | None = None,
     ) -> None:
+        if self._closed:
+            raise RuntimeError("this engine was shut down: build a new one to generate again")
         if request_id in self._seqs:
             raise RequestError(f"request id {request_id!r} is already in the engine")
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
@@ -341,9 +358,27 @@ class LLMEngine:
         raise TPError(f"tensor-parallel run stopped on every rank: {self.workers.error or error}") from None
 
     def shutdown(self) -> None:
+        """Abort what is unfinished, stop the tensor-parallel ranks and free the model, its KV pool and
+        its CUDA Graphs. Calling it again does nothing; the engine takes no requests afterwards."""
+        if self._closed:
+            return
+        self._closed = True
         for seq in list(self._seqs.values()):
             self._finish(seq, "abort", time.perf_counter())
+        self._inflight = None
         self._close_tp()
+        if hasattr(self, "runner"):
+            self.runner.release_graphs()
+            del self.runner
+
+    def __del__(self) -> None:
+        # Dropped without shutdown(): stop the ranks and free the process group now, so that another
+        # tensor-parallel engine can start in this process.
+        if getattr(self, "workers", None) is not None:
+            try:
+                self._close_tp()
+            except Exception:  # nothing to report to at collection time; the process stays usable
+                pass
 
     def _close_tp(self) -> None:
         """Stop ranks 1..tp-1, then release this rank's CUDA Graphs and only then its process group."""
@@ -366,3 +401,24 @@ class LLMEngine:
             if workers is not None:
                 workers.before_teardown()
             close_group()
+
+
+def _check_no_tp_engine_alive() -> None:
+    """A tensor-parallel engine needs the process's one default process group: it cannot start while
+    another holds it."""
+    if not dist.is_initialized():
+        return
+    gc.collect()  # an engine dropped inside a reference cycle lets its group go when it is collected
+    if not dist.is_initialized():
+        return
+    holder = _tp_engine() if _tp_engine is not None else None
+    who = (
+        f"another tensor-parallel engine ({holder.config.model}, tp={holder.config.tp}) is alive in this process"
+        if holder is not None and holder.workers is not None
+        else "torch.distributed's default process group is already set up in this process"
+    )
+    raise EngineConflictError(
+        f"a tensor-parallel engine cannot start: {who}, and a process has only one default process group. "
+        "Shut the other down first (llm.shutdown(), or build it in `with LLM(...) as llm:`), or start this "
+        "engine in another process"
+    )
