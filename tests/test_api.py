@@ -69,6 +69,21 @@ def test_prompt_longer_than_max_model_len_is_rejected(tiny):
     assert not tiny.engine.has_unfinished()
 
 
+def test_max_tokens_beyond_max_model_len_is_rejected_not_clamped(tiny):
+    # as the CLI rejects such a workload (test_cli_run): the request, its prompt and max_tokens, the limit
+    with pytest.raises(RequestError) as exc:
+        tiny.generate([[1, 2, 3], [1] * 200], SamplingParams(max_tokens=60, ignore_eos=True))
+    assert str(exc.value) == (
+        "request 'gen-1': 200 prompt + 60 output tokens (max_tokens) exceed max_model_len=256: shorten the "
+        "prompt, lower max_tokens or raise max_model_len"
+    )
+    assert not tiny.engine.has_unfinished()  # the first prompt, accepted, was taken back
+    with pytest.raises(RequestError, match="^request 'x': 250 prompt \\+ 7 output tokens"):
+        tiny.engine.add_request("x", [1] * 250, SamplingParams(max_tokens=7))
+    out = tiny.generate([[1] * 250], SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True))[0]
+    assert len(out.token_ids) == 6  # exactly max_model_len tokens in all: allowed
+
+
 def test_llm_is_a_context_manager_whose_shutdown_frees_the_model_once():
     with LLM("qwen3-tiny", num_kv_blocks=16, max_model_len=64) as llm:
         first = llm.generate([[1, 2, 3]], GREEDY)[0].token_ids

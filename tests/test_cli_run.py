@@ -176,6 +176,15 @@ def test_bad_engine_values_fail_before_a_results_folder_is_made(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+def test_output_beyond_max_model_len_is_rejected_as_the_api_rejects_it(tmp_path):
+    # (the Python API: tests/test_api.py test_max_tokens_beyond_max_model_len_is_rejected_not_clamped)
+    res = invoke("run", scenario(tmp_path), "--out", tmp_path / "r",
+                 "--set", "engine.max_model_len=64", "--set", "workload.output_len=60")  # fmt: skip
+    assert res.exit_code == 2
+    assert "output tokens exceed the engine's max_model_len (64)" in res.stderr
+    assert find_runs([tmp_path / "r"])[0] == []
+
+
 def test_workload_that_does_not_fit_the_model_is_a_clean_error(tmp_path):
     res = invoke("run", scenario(tmp_path), "--out", tmp_path / "r", "--set", "workload.input_len=5000")
     assert res.exit_code == 2 and "exceed the engine's max_model_len" in res.stderr

@@ -188,7 +188,13 @@ class LLMEngine:
                 f"request {request_id!r}: prompt of {len(ids)} tokens does not fit max_model_len={self.max_model_len} "
                 "(it needs room for at least one new token)"
             )
-        longest = min(len(ids) + params.max_tokens, self.max_model_len)
+        longest = len(ids) + params.max_tokens
+        if longest > self.max_model_len:
+            raise RequestError(
+                f"request {request_id!r}: {len(ids)} prompt + {params.max_tokens} output tokens (max_tokens) "
+                f"exceed max_model_len={self.max_model_len}: shorten the prompt, lower max_tokens or raise "
+                "max_model_len"
+            )
         if self.kv.blocks_needed(longest) > self.kv.num_blocks:
             raise RequestError(
                 f"request {request_id!r} needs {self.kv.blocks_needed(longest)} KV blocks "
