@@ -1,7 +1,7 @@
 """llmbench: benchmark and profile LLM inference on a built-in engine whose every optimisation is a switch.
 
-``LLM`` and ``SamplingParams`` are imported when first used, so that the command line can answer
-``--help`` without loading torch.
+``LLM`` and ``SamplingParams`` are imported on first use, so that the command line, the scenario files
+and the peer backends load without the engine.
 """
 
 from __future__ import annotations

@@ -35,7 +35,6 @@ try:
 except ImportError:  # pragma: no cover - the CLI says so below
     triton = None
 
-from llmbench.kernels._triton import set_pdl  # noqa: E402
 from llmbench.kernels.activation import silu_and_mul  # noqa: E402
 from llmbench.kernels.allreduce_norm import allreduce_norm  # noqa: E402
 from llmbench.kernels.attention_prologue import attention_prologue  # noqa: E402
@@ -60,7 +59,7 @@ TRITON_DTYPES = {
     torch.bool: "i1",
     torch.uint8: "u8",
 }
-LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "launch_pdl")
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas")
 
 # (name, q heads, kv heads, head_dim, hidden, intermediate, q/k norm): the presets' shapes, and the
 # per-GPU shards of qwen3-8b at tp=2 (GQA 4) and a llama-style model without q/k norm.
@@ -224,15 +223,7 @@ def main() -> int:
     if triton is None:
         print("error: needs the triton package (pip install triton)", file=sys.stderr)
         return 2
-
-    def every_call() -> None:  # each dtype, with and without programmatic dependent launch (pdl)
-        for on in (False, True):
-            set_pdl(on)
-            for dtype in dtypes:
-                engine_calls(dtype)
-        set_pdl(False)
-
-    results = compile_all(capture(every_call), args.arch)
+    results = compile_all(capture(lambda: [engine_calls(dtype) for dtype in dtypes]), args.arch)
     failed = [(launch, error) for launch, error in results if error]
     for launch, error in failed:
         print(f"FAILED {launch.describe()}\n    {error}")

@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from llmbench.engine.config import EngineConfig
+from llmbench.engine.config import EngineConfig, nest
 from llmbench.engine.llm_engine import LLMEngine
 from llmbench.engine.sampling_params import SamplingParams
 
@@ -80,12 +80,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--model", default="qwen3-0.6b", help="preset name or HF folder")
     ap.add_argument("--workload", default="throughput", help="throughput | single | batchN")
-    ap.add_argument("--set", action="append", default=[], help="engine option key=value (repeatable)")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        help="engine option key=value, tuning knobs as tuning.key=value (repeatable)",
+    )
     ap.add_argument("--warmup", type=int, default=1, help="warm-up runs of a short request before timing")
     args = ap.parse_args()
     options = dict(kv.split("=", 1) for kv in args.set)
     engine = LLMEngine(
-        EngineConfig.from_options(args.model, **{k: parse_value(v) for k, v in options.items()})
+        EngineConfig.from_options(args.model, **nest({k: parse_value(v) for k, v in options.items()}))
     )
     for _ in range(args.warmup):
         run(engine, [([1] * 64, 16), ([2] * 200, 8)])

@@ -3,12 +3,16 @@ timestamps and step statistics reported, presets usable."""
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import pytest
 import torch
 
 from llmbench import LLM, SamplingParams
-from llmbench.engine.config import ConfigError, EngineConfig
+from llmbench.engine.config import ConfigError, EngineConfig, Tuning
 from llmbench.engine.llm_engine import LLMEngine, RequestError
+from llmbench.engine.resolve import ResolvedConfig
 from llmbench.models.presets import PRESETS
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
@@ -20,29 +24,38 @@ def tiny():
 
 
 def test_unknown_option_names_the_valid_ones():
-    with pytest.raises(
-        ConfigError, match=r"Unknown engine option\(s\): cuda_graphs\. Valid options: .*cuda_graph,"
-    ):
+    with pytest.raises(ConfigError, match=r"^cuda_graphs: unknown engine option; valid: .*cuda_graph,"):
         LLM("qwen3-tiny", cuda_graphs=True)
+
+
+def test_malformed_options_are_all_named_before_anything_is_built():
+    with pytest.raises(ConfigError) as exc:
+        LLM("qwen3-tiny", max_num_seqs="abc", tuning={"skinny_fusion": "norm"})
+    assert str(exc.value).splitlines() == [
+        "max_num_seqs: expected an integer >= 1, got 'abc'",
+        "tuning.skinny_fusion: unsupported 'norm'; supported: auto, all, silu, none",
+    ]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU refusal")
 def test_cuda_graph_on_cpu_says_it_needs_a_gpu():
     with pytest.raises(ConfigError, match="cuda_graph=True needs a CUDA device"):
-        EngineConfig.from_options("qwen3-tiny", device="cpu", cuda_graph=True)
+        LLM("qwen3-tiny", device="cpu", cuda_graph=True)
 
 
-def test_prefix_cache_without_paged_kv_is_refused():
-    with pytest.raises(ConfigError, match="prefix_cache=True .* needs paged_kv=True"):
-        EngineConfig.from_options("qwen3-tiny", paged_kv=False, prefix_cache=True)
+def test_the_engine_runs_and_reports_the_resolved_options(tiny):
+    config = tiny.engine.config
+    assert isinstance(config, ResolvedConfig) and config.max_model_len == 256
+    assert config.prefix_cache is True and config.tuning.tp_all_reduce == "none"
+    assert config.tuning.skinny_matmul_rows == (1 if config.triton_kernels else 0)
 
 
-def test_unsupported_backend_lists_supported():
-    with pytest.raises(
-        ConfigError,
-        match=r"Unsupported attention backend: 'xformers'\. Supported: \['torch', 'sdpa', 'triton', 'flash_attn'\]",
-    ):
-        EngineConfig.from_options("qwen3-tiny", attention_backend="xformers")
+def test_tuning_is_taken_as_a_mapping_or_a_tuning():
+    for tuning in ({"skinny_fusion": "none", "skinny_matmul_rows": 0}, Tuning(skinny_matmul_rows=0)):
+        llm = LLM("qwen3-tiny", num_kv_blocks=16, max_model_len=64, tuning=tuning)
+        assert llm.engine.config.tuning.skinny_matmul_rows == 0
+        assert llm.engine.config.tuning.skinny_fusion == "none"
+        llm.shutdown()
 
 
 def test_unknown_model_lists_presets():
@@ -54,6 +67,34 @@ def test_prompt_longer_than_max_model_len_is_rejected(tiny):
     with pytest.raises(RequestError, match="does not fit max_model_len=256"):
         tiny.generate([[1] * 256], GREEDY)
     assert not tiny.engine.has_unfinished()
+
+
+def test_max_tokens_beyond_max_model_len_is_rejected_not_clamped(tiny):
+    # as the CLI rejects such a workload (test_cli_run): the request, its prompt and max_tokens, the limit
+    with pytest.raises(RequestError) as exc:
+        tiny.generate([[1, 2, 3], [1] * 200], SamplingParams(max_tokens=60, ignore_eos=True))
+    assert str(exc.value) == (
+        "request 'gen-1': 200 prompt + 60 output tokens (max_tokens) exceed max_model_len=256: shorten the "
+        "prompt, lower max_tokens or raise max_model_len"
+    )
+    assert not tiny.engine.has_unfinished()  # the first prompt, accepted, was taken back
+    with pytest.raises(RequestError, match="^request 'x': 250 prompt \\+ 7 output tokens"):
+        tiny.engine.add_request("x", [1] * 250, SamplingParams(max_tokens=7))
+    out = tiny.generate([[1] * 250], SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True))[0]
+    assert len(out.token_ids) == 6  # exactly max_model_len tokens in all: allowed
+
+
+def test_llm_is_a_context_manager_whose_shutdown_frees_the_model_once():
+    with LLM("qwen3-tiny", num_kv_blocks=16, max_model_len=64) as llm:
+        first = llm.generate([[1, 2, 3]], GREEDY)[0].token_ids
+        model = weakref.ref(llm.engine.runner.model)
+    gc.collect()
+    assert model() is None, "the model outlived shutdown"
+    llm.shutdown()  # a second time: nothing happens
+    with pytest.raises(RuntimeError, match="^this engine was shut down: build a new one to generate again$"):
+        llm.generate([[1, 2, 3]], GREEDY)
+    again = LLM("qwen3-tiny", num_kv_blocks=16, max_model_len=64)
+    assert again.generate([[1, 2, 3]], GREEDY)[0].token_ids == first
 
 
 def test_request_larger_than_the_pool_is_rejected_not_hung(tiny):
@@ -124,89 +165,3 @@ def test_presets_have_the_published_shapes():
     expected = {"qwen3-0.6b": 0.596e9, "qwen3-8b": 8.19e9, "llama3.2-1b": 1.236e9, "llama3.1-8b": 8.03e9}
     for name, n in expected.items():
         assert abs(PRESETS[name].config.num_params() - n) / n < 0.01, name
-
-
-def test_decode_split_tokens_is_checked_where_it_enters():
-    with pytest.raises(ConfigError, match="decode_split_tokens must be a positive multiple of 64, got 100"):
-        EngineConfig.from_options("qwen3-tiny", device="cpu", decode_split_tokens=100)
-    with pytest.raises(ConfigError, match="needs attention_backend='triton', got 'sdpa'"):
-        EngineConfig.from_options(
-            "qwen3-tiny", device="cpu", attention_backend="sdpa", decode_split_tokens=64
-        )
-
-
-def test_skinny_matmul_rows_is_checked_and_follows_triton_kernels():
-    with pytest.raises(ConfigError, match="skinny_matmul_rows must be in 0..8, got 9"):
-        EngineConfig.from_options("qwen3-tiny", device="cpu", skinny_matmul_rows=9)
-    with pytest.raises(ConfigError, match="needs triton_kernels=True \\(or skinny_matmul_rows=0\\)"):
-        EngineConfig.from_options("qwen3-tiny", device="cpu", triton_kernels=False, skinny_matmul_rows=1)
-    assert EngineConfig.from_options("qwen3-tiny", device="cpu", triton_kernels=False).skinny_matmul_rows == 0
-    with pytest.raises(
-        ConfigError, match="Unsupported skinny_fusion: 'norm'. Supported: \\['auto', 'all', 'silu', 'none'\\]"
-    ):
-        EngineConfig.from_options("qwen3-tiny", device="cpu", skinny_fusion="norm")
-    with pytest.raises(ConfigError, match="skinny_fusion='silu' fuses into the skinny matmul, which is off"):
-        EngineConfig.from_options("qwen3-tiny", device="cpu", triton_kernels=False, skinny_fusion="silu")
-
-
-def test_tp_fuse_norm_applies_where_it_can_and_says_what_it_needs():
-    # on the CPU it can never apply: asked for, the error lists each missing condition
-    assert EngineConfig.from_options("qwen3-tiny", device="cpu", tp=2).tp_fuse_norm is False
-    with pytest.raises(
-        ConfigError, match="tp_fuse_norm=True .* needs tp > 1, a CUDA device, triton_kernels=True"
-    ):
-        EngineConfig.from_options("qwen3-tiny", device="cpu", tp_fuse_norm=True, triton_kernels=False)
-    with pytest.raises(
-        ConfigError,
-        match="needs a CUDA device, triton_kernels=True, tp_all_reduce 'symm_mem' or 'auto', torch_compile=False$",
-    ):
-        EngineConfig.from_options(
-            "qwen3-tiny", device="cpu", tp=2, tp_fuse_norm=True, tp_all_reduce="nccl", torch_compile=True
-        )
-    assert EngineConfig.from_options("qwen3-tiny", device="cpu", tp_fuse_norm=False).tp_fuse_norm is False
-
-
-def test_tp_fuse_matmul_applies_where_it_can_and_says_what_it_needs():
-    assert EngineConfig.from_options("qwen3-tiny", device="cpu", tp=2).tp_fuse_matmul is False
-    with pytest.raises(
-        ConfigError,
-        match=r"tp_fuse_matmul=True .* needs tp_fuse_norm \(.*\), skinny_matmul_rows >= 1 \(.*\), pdl=False$",
-    ):
-        EngineConfig.from_options(
-            "qwen3-tiny", device="cpu", tp_fuse_matmul=True, triton_kernels=False, pdl=True
-        )
-    with pytest.raises(ConfigError, match=r"needs tp_fuse_norm \(the all-reduce fused with the norm, .*\)$"):
-        EngineConfig.from_options("qwen3-tiny", device="cpu", tp=2, tp_fuse_matmul=True)
-    assert EngineConfig.from_options("qwen3-tiny", device="cpu", tp_fuse_matmul=False).tp_fuse_matmul is False
-
-
-def test_pdl_says_what_it_needs():
-    with pytest.raises(
-        ConfigError, match="pdl=True launches .* it needs a CUDA device, triton_kernels=True$"
-    ):
-        EngineConfig.from_options("qwen3-tiny", device="cpu", pdl=True)
-    assert EngineConfig.from_options("qwen3-tiny", device="cpu").pdl is False
-
-
-def test_flash_attn_in_float32_is_a_clear_error():
-    with pytest.raises(
-        ConfigError, match="runs in float16 or bfloat16 only \\(flash-attn has no float32 kernels\\)"
-    ):
-        EngineConfig.from_options("qwen3-tiny", device="cpu", dtype="float32", attention_backend="flash_attn")
-
-
-def test_async_scheduling_is_on_by_default_only_where_it_can_overlap():
-    assert EngineConfig.from_options("qwen3-tiny", device="cpu").async_scheduling is False
-    assert (
-        EngineConfig.from_options("qwen3-tiny", device="cpu", async_scheduling=True).async_scheduling is True
-    )
-
-
-def test_tp_all_reduce_is_checked_where_it_enters():
-    with pytest.raises(
-        ConfigError, match=r"Unsupported tp_all_reduce: 'mpi'. Supported: \['nccl', 'symm_mem', 'auto'\]"
-    ):
-        EngineConfig.from_options("qwen3-tiny", device="cpu", tp_all_reduce="mpi")
-    with pytest.raises(ConfigError, match="needs tp > 1 on CUDA devices \\(got tp=2 on 'cpu'\\)"):
-        EngineConfig.from_options("qwen3-tiny", device="cpu", tp=2, tp_all_reduce="symm_mem")
-    assert EngineConfig.from_options("qwen3-tiny", device="cpu", tp=2).tp_all_reduce == "auto"

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from llmbench.bench.ablation import BASELINE, parse_toggle, plan
+from llmbench.bench.ablation import BASELINE, parse_toggle, parse_toggles, plan
 from llmbench.bench.errors import BenchError
-from llmbench.engine.config import ATTENTION_BACKENDS, EngineConfig
+from llmbench.engine.config import EngineConfig
+from llmbench.engine.option_checks import ATTENTION_BACKENDS
+from llmbench.engine.resolve import resolve_here
 
 
 @pytest.fixture
 def cpu_config():
-    return EngineConfig.from_options("qwen3-tiny", device="cpu")
+    return resolve_here(EngineConfig.from_options("qwen3-tiny", device="cpu"))
 
 
 def names(variants):
@@ -85,3 +87,31 @@ def test_a_knob_is_swept_over_the_values_given(cpu_config):
         parse_toggle("max_num_seqs")
     with pytest.raises(BenchError, match=r"knobs, with values \(NAME=A,B\): .*block_size"):
         parse_toggle("warp_speed=1,2")
+
+
+def test_tuning_knobs_are_varied_by_their_dotted_names(cpu_config):
+    vs = plan("flip", [parse_toggle("tuning.tp_fuse_norm")], cpu_config)  # an on/off knob flips
+    assert [(v.name, v.options) for v in vs] == [
+        (BASELINE, {}),
+        ("tuning.tp_fuse_norm=on", {"tuning.tp_fuse_norm": True}),
+    ]
+    toggle = parse_toggle("tuning.skinny_matmul_rows=0,1")
+    assert toggle.values == (0, 1)
+    assert [v.options for v in plan("flip", [toggle], cpu_config)] == [{}, {"tuning.skinny_matmul_rows": 1}]
+    with pytest.raises(BenchError, match="--toggle tuning.skinny_fusion is a knob, not an on/off toggle"):
+        parse_toggle("tuning.skinny_fusion")
+
+
+def test_toggle_values_are_checked_as_the_engine_checks_them_all_at_once():
+    with pytest.raises(BenchError) as exc:
+        parse_toggles(["max_num_seqs=abc,8", "tuning.skinny_matmul_rows=0,9", "cuda_graph=maybe"])
+    assert str(exc.value).splitlines() == [
+        "--toggle max_num_seqs=abc,8: engine.max_num_seqs: expected an integer >= 1, got 'abc'",
+        "--toggle tuning.skinny_matmul_rows=0,9: engine.tuning.skinny_matmul_rows: expected an integer in "
+        "0..8 or auto, got 9",
+        "--toggle cuda_graph=maybe: engine.cuda_graph: expected true, false or auto, got 'maybe'",
+    ]
+    with pytest.raises(
+        BenchError, match=r"^--toggle block_size=2.5: engine.block_size: expected an integer >= 1"
+    ):
+        parse_toggle("block_size=2.5")

@@ -70,6 +70,44 @@ def test_unknown_top_level_key_and_unknown_engine_option(tmp_path):
     assert "engine.cuda_graphs: unknown engine option; valid:" in msg and "cuda_graph," in msg
 
 
+def test_every_bad_engine_value_is_named_with_its_full_path_at_once(tmp_path):
+    engine = {
+        "dtype": "float13",
+        "max_num_seqs": -5,
+        "cuda_graph": "yes please",
+        "block_size": 2.5,
+        "skinny_fusion": "none",
+        "tuning": {"skinny_matmul_rows": "one", "warp": True},
+    }
+    msg = error_of(write(tmp_path, {**MINIMAL, "engine": engine}))
+    assert sorted(msg.splitlines()[1:]) == [
+        "  engine.block_size: expected an integer >= 1, got 2.5",
+        "  engine.cuda_graph: expected true, false or auto, got 'yes please'",
+        "  engine.dtype: unsupported 'float13'; supported: auto, float32, float16, bfloat16",
+        "  engine.max_num_seqs: expected an integer >= 1, got -5",
+        "  engine.skinny_fusion: a tuning knob: set it under tuning (tuning.skinny_fusion)",
+        "  engine.tuning.skinny_matmul_rows: expected an integer in 0..8 or auto, got 'one'",
+        "  engine.tuning.warp: unknown tuning knob; valid: compile_mode, cuda_graph_buckets, "
+        "decode_split_tokens, skinny_fusion, skinny_matmul_rows, tp_all_reduce, tp_fuse_matmul, tp_fuse_norm",
+    ]
+
+
+def test_engine_values_given_with_set_are_checked_with_the_file(tmp_path):
+    path = write(tmp_path, {**MINIMAL, "workload": {**MINIMAL["workload"], "num_requests": 0}})
+    msg = error_of(path, ["engine.max_num_seqs=abc", "engine.tuning.skinny_fusion=norm"])
+    assert msg.splitlines()[1:] == [  # (in the schema's order of fields)
+        "  engine.max_num_seqs: expected an integer >= 1, got 'abc'",
+        "  engine.tuning.skinny_fusion: unsupported 'norm'; supported: auto, all, silu, none",
+        "  workload.num_requests: Input should be greater than or equal to 1 (got 0)",
+    ]
+
+
+def test_tuning_knobs_are_set_in_the_file_or_with_set(tmp_path):
+    path = write(tmp_path, {**MINIMAL, "engine": {"tp": 1, "tuning": {"skinny_matmul_rows": 0}}})
+    sc = load_scenario(path, ["engine.tuning.skinny_fusion=none"]).scenario
+    assert sc.engine == {"tp": 1, "tuning": {"skinny_matmul_rows": 0, "skinny_fusion": "none"}}
+
+
 @pytest.mark.parametrize(
     ("patch", "expected"),
     [

@@ -115,6 +115,42 @@ def test_ablate_needs_a_toggle_and_a_known_one(tmp_path):
     assert res.exit_code == 2 and "Unknown toggle: 'warp_speed'. Toggles: paged_kv" in res.stderr
 
 
+def test_bad_toggle_values_fail_before_anything_runs(tmp_path):
+    path = tmp_path / "abl.yaml"
+    path.write_text(yaml.safe_dump(TINY))
+    res = invoke("ablate", path, "--toggle", "max_num_seqs=abc", "--toggle", "tuning.skinny_matmul_rows=0,9",
+                 "--out", tmp_path / "r")  # fmt: skip
+    assert res.exit_code == 2
+    assert "--toggle max_num_seqs=abc: engine.max_num_seqs: expected an integer >= 1, got 'abc'" in res.stderr
+    assert (
+        "--toggle tuning.skinny_matmul_rows=0,9: engine.tuning.skinny_matmul_rows: expected an integer in "
+        "0..8 or auto, got 9" in res.stderr
+    )
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_tuning_variant_is_set_by_its_path_and_checked_by_the_engine(tmp_path):
+    from llmbench.bench.ablation import Variant
+    from llmbench.bench.ablation.execute import child_command, config_problem
+    from llmbench.bench.scenario import load_scenario
+
+    path = tmp_path / "abl.yaml"
+    path.write_text(
+        yaml.safe_dump({**TINY, "engine": {"device": "cpu", "tuning": {"skinny_fusion": "none"}}})
+    )
+    resolved = load_scenario(path)
+    variant = Variant("tuning.tp_fuse_norm=on", {"tuning.tp_fuse_norm": True})
+    cmd = child_command(resolved, [], variant, tmp_path / "run", "s", 0)
+    assert cmd[cmd.index("--set") + 1] == "engine.tuning.tp_fuse_norm=true"
+    # merged into the scenario's tuning section (skinny_fusion kept), then resolved here: on the CPU it
+    # cannot apply, and says why
+    assert config_problem(resolved, variant).startswith(
+        "tuning.tp_fuse_norm=True does each tensor-parallel all-reduce with the RMSNorm after it in one "
+        "Triton kernel over the GPUs' shared memory: it needs tp > 1, a CUDA device,"
+    )
+    assert config_problem(resolved, Variant("x", {"tuning.skinny_matmul_rows": 0})) is None
+
+
 def test_a_baseline_the_engine_rejects_is_a_clean_error(tmp_path):
     path = tmp_path / "abl.yaml"
     path.write_text(yaml.safe_dump({**TINY, "engine": {"device": "cpu", "cuda_graph": True}}))

@@ -59,6 +59,11 @@ def test_run_writes_a_complete_result_folder(tmp_path):
     meta = run.meta
     assert meta["status"] == "complete" and meta["variant"] == "default" and meta["seed"] == 0
     assert meta["scenario"]["workload"]["num_requests"] == 6 and meta["engine_config"]["device"] == "cpu"
+    # what ran, every choice made: nothing left "auto" (only the KV pool's size is the start-up's to measure)
+    config = meta["engine_config"]
+    assert config["max_model_len"] == 4096 and config["attention_backend"] == "sdpa"
+    assert config["tuning"]["skinny_fusion"] == "none" and config["tuning"]["tp_all_reduce"] == "none"
+    assert "auto" not in json.dumps(config) and meta["engine_options"] == {"device": "cpu"}
     assert {"python", "torch", "triton", "transformers", "llmbench"} <= set(meta["versions"])
     assert "commit" in meta["git"] and meta["command_line"] and meta["model_info"]["name"] == "qwen3-tiny"
     assert meta["startup"]["kv_num_blocks"] > 0
@@ -160,6 +165,24 @@ def test_engine_config_error_is_a_clean_cli_error(tmp_path):
         "engine options: cuda_graph=True needs a CUDA device: CUDA Graphs cannot run on the CPU" in res.stderr
     )
     assert not (tmp_path / "r").exists()
+
+
+def test_bad_engine_values_fail_before_a_results_folder_is_made(tmp_path):
+    res = invoke("run", scenario(tmp_path), "--out", tmp_path / "r",
+                 "--set", "engine.max_num_seqs=abc", "--set", "engine.block_size=2.5")  # fmt: skip
+    assert res.exit_code == 2
+    assert "engine.max_num_seqs: expected an integer >= 1, got 'abc'" in res.stderr
+    assert "engine.block_size: expected an integer >= 1, got 2.5" in res.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_output_beyond_max_model_len_is_rejected_as_the_api_rejects_it(tmp_path):
+    # (the Python API: tests/test_api.py test_max_tokens_beyond_max_model_len_is_rejected_not_clamped)
+    res = invoke("run", scenario(tmp_path), "--out", tmp_path / "r",
+                 "--set", "engine.max_model_len=64", "--set", "workload.output_len=60")  # fmt: skip
+    assert res.exit_code == 2
+    assert "output tokens exceed the engine's max_model_len (64)" in res.stderr
+    assert find_runs([tmp_path / "r"])[0] == []
 
 
 def test_workload_that_does_not_fit_the_model_is_a_clean_error(tmp_path):

@@ -20,7 +20,7 @@ from torch.utils._device import _device_constructors
 
 pytest.importorskip("triton")
 
-from llmbench.engine.config import flash_attn_available  # noqa: E402
+from llmbench.engine.facts import flash_attn_available  # noqa: E402
 from llmbench.kernels.activation import silu_and_mul, silu_and_mul_ref  # noqa: E402
 from llmbench.kernels.allreduce_norm import (  # noqa: E402
     MAX_PROGRAMS,

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from llmbench import LLM, SamplingParams
-from llmbench.engine.config import triton_usable
+from llmbench.engine.facts import triton_usable
 
 from tiny_models import hf_greedy, make_tiny
 
@@ -82,7 +82,7 @@ def test_greedy_matches_transformers_per_attention_backend(arch_model, backend):
         folder,
         attention_backend=backend,
         triton_kernels=fused,
-        skinny_matmul_rows=skinny,
+        tuning={"skinny_matmul_rows": skinny},
         max_num_batched_tokens=24,
     )
     assert got == expected
@@ -101,7 +101,10 @@ def test_greedy_matches_transformers_with_each_skinny_fusion(arch_model, fusion)
         pytest.skip("triton is not installed")
     _, folder, expected = arch_model
     got, llm = _generate(
-        folder, attention_backend="triton", triton_kernels=True, skinny_matmul_rows=8, skinny_fusion=fusion
+        folder,
+        attention_backend="triton",
+        triton_kernels=True,
+        tuning={"skinny_matmul_rows": 8, "skinny_fusion": fusion},
     )
     assert got == expected
     layer = llm.engine.runner.model.model.layers[0]
@@ -112,7 +115,9 @@ def test_decode_in_fixed_length_slices_keeps_tokens(arch_model):
     if not triton_usable("cuda" if torch.cuda.is_available() else "cpu"):
         pytest.skip("triton is not installed")
     _, folder, expected = arch_model
-    got, _ = _generate(folder, attention_backend="triton", triton_kernels=True, decode_split_tokens=64)
+    got, _ = _generate(
+        folder, attention_backend="triton", triton_kernels=True, tuning={"decode_split_tokens": 64}
+    )
     assert got == expected
 
 
@@ -161,25 +166,6 @@ def test_torch_compile_keeps_tokens_and_does_not_recompile(arch_model):
     assert got == expected
     assert llm.engine.startup.compile_time > 0
     assert llm.engine.startup.recompiles == 0, "torch.compile recompiled in steady state"
-
-
-@pytest.mark.gpu  # CUDA Graphs need a GPU
-@pytest.mark.parametrize("cuda_graph", [False, True])
-def test_programmatic_dependent_launch_keeps_tokens(arch_model, cuda_graph):
-    # every decode kernel launched to overlap the one before (pdl), in graphs and eagerly, one row and
-    # batches (the skinny matmul and its fusions, the norms, the attention prologue and decode kernels)
-    from llmbench.kernels._triton import pdl_supported, set_pdl
-
-    if pdl_supported() or torch.cuda.get_device_capability()[0] < 9:
-        pytest.skip(f"no programmatic dependent launch here: {pdl_supported() or 'before Hopper'}")
-    _, folder, expected = arch_model
-    try:
-        got, llm = _generate(
-            folder, attention_backend="triton", cuda_graph=cuda_graph, pdl=True, skinny_matmul_rows=8
-        )
-    finally:
-        set_pdl(False)  # process-wide: the kernels other tests call directly launch plainly again
-    assert got == expected
 
 
 @pytest.mark.gpu  # CUDA Graphs need a GPU

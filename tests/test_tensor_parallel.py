@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -19,7 +20,8 @@ from hypothesis import strategies as st
 
 from llmbench import LLM, SamplingParams
 from llmbench.engine import tp as tp_mod
-from llmbench.engine.config import ConfigError, triton_usable
+from llmbench.engine.config import ConfigError
+from llmbench.engine.facts import triton_usable
 from llmbench.engine.tp import TPError
 
 from tiny_models import hf_greedy, make_tiny
@@ -108,8 +110,8 @@ def test_greedy_tokens_at_tp_equal_transformers(model, tp, async_, all_reduce, f
         block_size=8,
         device=DEVICE,
         async_scheduling=async_,  # the sampled ids then reach ranks 1.. by a broadcast on the device
-        tp_all_reduce=all_reduce,
-        tp_fuse_norm=fuse_norm,  # None: with the one-shot all-reduce and Triton, each norm in its kernel
+        # tp_fuse_norm None: with the one-shot all-reduce and Triton, each norm in its kernel
+        tuning={"tp_all_reduce": all_reduce, "tp_fuse_norm": fuse_norm},
     )
     if DEVICE == "cuda" and all_reduce != "nccl":
         # the one-shot all-reduce can be set up once per process: each such case gets its own interpreter
@@ -174,9 +176,9 @@ def test_each_rank_records_the_same_steps_into_a_trace_of_its_own(model, tmp_pat
     assert "schedule" in ranks[0]["phases"] and "schedule" not in ranks[1]["phases"]
 
 
-def _skinny_tp2(**options) -> dict:
+def _skinny_tp2(attention_backend: str = "auto", **tuning) -> dict:
     """Engine options for tp=2 in float32 with every decode step of up to 8 rows through the skinny
-    kernels, and ``options``."""
+    kernels, and the tuning knobs ``tuning``."""
     return dict(
         tp=2,
         dtype="float32",
@@ -184,8 +186,8 @@ def _skinny_tp2(**options) -> dict:
         block_size=8,
         device=DEVICE,
         triton_kernels=True,
-        skinny_matmul_rows=8,
-        **options,
+        attention_backend=attention_backend,
+        tuning={"skinny_matmul_rows": 8, **tuning},
     )
 
 
@@ -352,6 +354,39 @@ def test_greedy_tokens_at_tp8_equal_transformers(tmp_path):
     assert got == expected
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(DEVICE == "cuda" and torch.cuda.device_count() < 2, reason="two GPUs")
+def test_a_second_tensor_parallel_engine_starts_once_the_first_is_shut_down_or_collected(model):
+    from llmbench.engine.llm_engine import EngineConflictError
+
+    folder, expected = model
+    options = dict(tp=2, dtype="float32", num_kv_blocks=64, block_size=8, device=DEVICE)
+
+    def tokens(llm: LLM) -> list[list[int]]:
+        return [o.token_ids for o in llm.generate(PROMPTS, GREEDY)]
+
+    with LLM(str(folder), **options) as first:
+        assert tokens(first) == expected
+        with pytest.raises(
+            EngineConflictError,
+            match=r"^a tensor-parallel engine cannot start: another tensor-parallel engine \(.*, tp=2\) is "
+            r"alive in this process, and a process has only one default process group\. Shut the other down",
+        ):
+            LLM(str(folder), **options)
+        assert tokens(first) == expected  # the refused engine left the first one whole
+    second = LLM(str(folder), **options)  # after shutdown
+    assert tokens(second) == expected
+    workers = list(second.engine.workers.procs)
+    del second  # dropped without shutdown: collected, it stops its ranks and frees the process group
+    gc.collect()
+    assert all(p.poll() is not None for p in workers) and not torch.distributed.is_initialized()
+    third = LLM(str(folder), **options)
+    assert tokens(third) == expected
+    third.shutdown()
+    third.shutdown()
+    assert not _workers_of(os.getpid())
+
+
 def test_shutdown_releases_cuda_graphs_before_the_process_group(model, monkeypatch):
     # NCCL's teardown waits for good on communicators that live CUDA Graphs captured (seen on two H200s).
     import llmbench.engine.llm_engine as llm_engine
@@ -477,10 +512,10 @@ def test_a_teardown_that_blocks_ends_the_process_with_a_message():
         """
         import time
         from llmbench.engine.config import EngineConfig
+        from llmbench.engine.resolve import resolve_here
         from llmbench.engine.tp import teardown_guard
-        config = EngineConfig.from_options("qwen3-tiny", device="cpu")
         print(time.monotonic(), flush=True)
-        with teardown_guard(config, timeout_s=0.5):
+        with teardown_guard(resolve_here(EngineConfig(device="cpu")), timeout_s=0.5):
             time.sleep(30)  # stands in for an NCCL teardown that never returns
         """
     )
@@ -490,43 +525,20 @@ def test_a_teardown_that_blocks_ends_the_process_with_a_message():
     assert "tensor-parallel teardown (gloo) still blocked" in done.stderr
 
 
-def test_auto_all_reduce_is_the_one_shot_only_on_one_hosts_gpus(monkeypatch):
-    from llmbench.engine import symm_all_reduce
+def test_each_rank_is_placed_on_its_own_gpu():
+    # (which all-reduce and fusions the ranks use is resolve's to decide: tests/test_engine_config.py)
     from llmbench.engine.config import EngineConfig
-    from llmbench.engine.tp import LaunchedRank, launched_config, rank_config, spawned_config
+    from llmbench.engine.facts import Facts, ModelFacts
+    from llmbench.engine.resolve import resolve
+    from llmbench.engine.tp import LaunchedRank, launched_config, rank_config
+    from llmbench.models.presets import PRESETS
 
-    monkeypatch.setattr(symm_all_reduce, "rendezvous_count", 0)
-    gpus = EngineConfig(model="m", device="cuda", tp=2, tp_all_reduce="auto")
-    assert spawned_config(gpus).tp_all_reduce == "symm_mem"
-    assert rank_config(spawned_config(gpus), 1).device == "cuda:1"
-    cpu = EngineConfig(model="m", device="cpu", tp=2, tp_all_reduce="auto")
-    assert spawned_config(cpu).tp_all_reduce == "nccl"  # (gloo on the CPU: no fast path)
-    nccl = EngineConfig(model="m", device="cuda", tp=2, tp_all_reduce="nccl")
-    assert spawned_config(nccl).tp_all_reduce == "nccl"
-    launched = LaunchedRank(rank=1, world_size=2, local_rank=0)
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # torchrun put the other rank on another host
-    assert launched_config(gpus, launched).tp_all_reduce == "nccl"
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
-    assert launched_config(gpus, launched).tp_all_reduce == "symm_mem"
-
-
-def test_one_shot_all_reduce_is_set_up_once_per_rank_0_process(monkeypatch):
-    """A second engine in one process would hang in PyTorch's symmetric-memory rendezvous (its fresh
-    ranks count exchanges from the first; seen on two H200s): auto falls back to NCCL, symm_mem says why."""
-    from llmbench.engine import symm_all_reduce
-    from llmbench.engine.config import EngineConfig
-    from llmbench.engine.tp import spawned_config
-
-    auto = EngineConfig(model="m", device="cuda", tp=2, tp_all_reduce="auto")
-    explicit = EngineConfig(model="m", device="cuda", tp=2, tp_all_reduce="symm_mem")
-    monkeypatch.setattr(symm_all_reduce, "rendezvous_count", 0)
-    assert spawned_config(auto).tp_all_reduce == spawned_config(explicit).tp_all_reduce == "symm_mem"
-    monkeypatch.setattr(symm_all_reduce, "rendezvous_count", 1)
-    assert spawned_config(auto).tp_all_reduce == "nccl"
-    with pytest.raises(
-        ConfigError, match="can be set up once per process .* start this engine in a new process"
-    ):
-        spawned_config(explicit)
+    facts = Facts(model=ModelFacts.of("qwen3-tiny", PRESETS["qwen3-tiny"].config), cuda_devices=4)
+    gpus = resolve(EngineConfig(model="qwen3-tiny", device="cuda:2", tp=2), facts)
+    assert [rank_config(gpus, rank).device for rank in (0, 1)] == ["cuda:2", "cuda:3"]
+    assert launched_config(gpus, LaunchedRank(rank=1, world_size=2, local_rank=1)).device == "cuda:1"
+    cpu = resolve(EngineConfig(model="qwen3-tiny", device="cpu", tp=2), facts)
+    assert rank_config(cpu, 1) == cpu
 
 
 def test_step_messages_are_sent_without_nagles_delay(monkeypatch):

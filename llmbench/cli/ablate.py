@@ -32,7 +32,8 @@ def ablate(
         typer.Option(
             "--toggle",
             "-t",
-            help="Engine toggle to vary (repeatable): cuda_graph, paged_kv, ..., or NAME=A,B to pick the values compared.",
+            help="Engine toggle to vary (repeatable): cuda_graph, paged_kv, ..., tuning.tp_fuse_norm; or NAME=A,B "
+            "to pick the values compared, for any option (max_num_seqs=128,256, tuning.skinny_matmul_rows=0,1).",
         ),
     ] = None,
     backend: Annotated[
@@ -82,7 +83,7 @@ def ablate(
     from llmbench.bench.ablation import (
         BACKENDS_DESIGN,
         BackendVariant,
-        parse_toggle,
+        parse_toggles,
         plan,
         plan_backends,
         run_ablation,
@@ -109,8 +110,8 @@ def ablate(
                 f"--toggle varies the engine's options, but this scenario is served by {', '.join(sc.backends)}; "
                 "add --set backend=engine, or compare backends with --backend"
             )
+        toggles = parse_toggles(toggle)  # every bad value at once, before anything starts
         config = engine_config(sc)  # the scenario itself must be runnable
-        toggles = [parse_toggle(t) for t in toggle]
         variants = plan(design.value, toggles, config)
         design_name = design.value
     elif backend or len(sc.backends) > 1:

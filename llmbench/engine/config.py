@@ -1,363 +1,314 @@
-"""Engine options: one frozen dataclass, validated where it enters.
+"""Engine options as a user writes them, checked where they enter.
 
-Every optimisation toggle of DESIGN.md is a field here with a real "off" path. ``None`` on a
-device-dependent toggle means "the best choice for the device"; the resolved value (never ``None``)
-is what the engine runs with and what results record. A toggle asked for explicitly on a device
-that cannot honour it is an error that says why, never a silent no-op.
+``EngineConfig`` holds what a user of llmbench studies: the model and device, the optimisation toggles
+(each with a real "off" path) and the memory and batch knobs. Choices that tune how an optimisation is
+carried out (kernel tiles, graph buckets, which all-reduce, which fusions) sit in its nested ``Tuning``.
+``auto`` (or None) leaves a choice to the engine; ``resolve`` (engine/resolve.py) makes every such
+choice from this config and the facts of the machine, and its ``ResolvedConfig`` is what runs and what
+results record.
+
+``check_options`` checks a mapping of options (types, ranges, choices) and returns every problem at once,
+each named by its path (``tuning.skinny_fusion``): ``EngineConfig.from_options`` (the ``LLM`` keywords)
+and the scenario loader (``engine:``, ``--set engine.x=``, ``ablate --toggle NAME=A,B``) both call it.
+Nothing here imports torch.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-import torch
+from llmbench.engine.option_checks import AUTO, ENGINE_CHECKS, TUNING_CHECKS, Check, Invalid
 
-from llmbench.kernels import skinny_matmul
+# The optimisations of DESIGN.md's table: what ``ablate --toggle NAME`` flips.
+TOGGLES = (
+    "paged_kv",
+    "prefix_cache",
+    "continuous_batching",
+    "chunked_prefill",
+    "attention_backend",
+    "triton_kernels",
+    "torch_compile",
+    "cuda_graph",
+    "async_scheduling",
+    "tp",
+)
 
-ATTENTION_BACKENDS = ("torch", "sdpa", "triton", "flash_attn")
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+class OptionProblem(NamedTuple):
+    """One bad option: its path (``max_num_seqs``, ``tuning.skinny_fusion``) and what is allowed."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
 
 
 class ConfigError(ValueError):
-    """An engine option is unknown, out of range, or cannot apply on the chosen device."""
+    """Engine options that are malformed, out of range, or cannot apply on this machine or model."""
+
+    def __init__(self, message: str, problems: tuple[OptionProblem, ...] = ()) -> None:
+        super().__init__(message)
+        self.problems = problems
+
+    @classmethod
+    def listing(cls, problems: list[OptionProblem]) -> ConfigError:
+        """One error naming every problem, one a line."""
+        return cls("\n".join(str(p) for p in problems), tuple(problems))
 
 
-def triton_available() -> bool:
-    return importlib.util.find_spec("triton") is not None
+@dataclass(frozen=True)
+class Tuning:
+    """How the optimisations are carried out: the defaults (``auto``) are what the measurements chose;
+    set one to study or reproduce a choice. ``auto`` / None is decided by ``resolve``.
 
+    cuda_graph_buckets: batch sizes that get a CUDA Graph (a decode batch runs in the smallest one that
+        holds it). auto: 1, 2, 4, 8, then every 16 up to max_num_seqs.
+    decode_split_tokens: Triton decode attention cuts each context into slices of this many tokens (a
+        multiple of 64), which evens out batches of mixed lengths. 0: equal slices per sequence, chosen
+        per step from the batch's shape. Needs attention_backend 'triton'.
+    skinny_matmul_rows: linear layers take the skinny Triton matmul for inputs of up to this many rows
+        (0..8; decode at small batches), cuBLAS above; 0: cuBLAS always. auto: 1 with triton_kernels, else 0.
+    skinny_fusion: what the skinny matmul does on its input's loads: 'all' (the RMSNorm before it, with
+        the residual add, and the SiLU-and-multiply before the down projection), 'silu' (the latter only),
+        'none'. auto: 'all' for hidden sizes up to 2048 (unless tp_fuse_norm takes the norms), else 'silu'.
+    tp_all_reduce: the all-reduce between tensor-parallel ranks: 'nccl' (torch.distributed: NCCL on
+        GPUs, gloo on the CPU) or 'symm_mem' (one-shot over NVLink for small messages, NCCL for the rest;
+        GPUs of one host). auto: 'symm_mem' where the ranks can share GPU memory, else 'nccl'.
+    tp_fuse_norm: tp > 1: each all-reduce of a decode step done together with the RMSNorm after it, in
+        one Triton kernel over the GPUs' shared memory. auto: wherever it can apply.
+    tp_fuse_matmul: tp > 1, with tp_fuse_norm: at one-row decode steps each row-parallel product
+        (o_proj, down_proj) sums itself over the ranks in its own kernel. auto: wherever it can apply.
+    compile_mode: the torch.compile mode when torch_compile is on: default, reduce-overhead,
+        max-autotune, max-autotune-no-cudagraphs.
+    """
 
-def flash_attn_available() -> bool:
-    for name in ("flash_attn.cute", "flash_attn"):
-        try:
-            if importlib.util.find_spec(name) is not None:
-                return True
-        except (ImportError, ValueError):
-            continue
-    return False
+    cuda_graph_buckets: tuple[int, ...] | None = None
+    decode_split_tokens: int = 0
+    skinny_matmul_rows: int | None = None
+    skinny_fusion: str = AUTO
+    tp_all_reduce: str = AUTO
+    tp_fuse_norm: bool | None = None
+    tp_fuse_matmul: bool | None = None
+    compile_mode: str = "default"
 
-
-def triton_usable(device: str) -> bool:
-    """Triton runs on CUDA, or anywhere under its interpreter (TRITON_INTERPRET=1)."""
-    import os
-
-    if not triton_available():
-        return False
-    return device.startswith("cuda") or os.environ.get("TRITON_INTERPRET") == "1"
+    def __post_init__(self) -> None:
+        _check_fields(self, TUNING_CHECKS, "tuning.")
 
 
 @dataclass(frozen=True)
 class EngineConfig:
+    """The engine's options; every one a keyword of ``LLM`` with a default. ``auto`` (or None) lets
+    the engine choose for the device (``resolve``); a toggle asked for where it cannot apply is an error.
+
+    model: a preset name (``llmbench models``) or a folder with config.json and *.safetensors.
+    device: auto (CUDA when torch sees a GPU, else cpu), cpu, cuda or cuda:N.
+    dtype: auto (bfloat16 on CUDA, float32 on the CPU), float32, float16 or bfloat16.
+    seed: the seed of a preset's random weights.
+
+    Optimisation toggles:
+    paged_kv: block-paged KV pool with block tables (off: one contiguous max_model_len slab per sequence).
+    prefix_cache: share full KV blocks of identical prefixes across requests (needs paged_kv). auto: on
+        with paged_kv.
+    continuous_batching: requests join and leave the batch every step (off: static batches).
+    chunked_prefill: long prompts split under the per-step token budget, mixed with decodes.
+    attention_backend: triton, flash_attn (when installed), sdpa, or the torch reference. auto: triton on
+        CUDA, sdpa on the CPU.
+    triton_kernels: fused Triton RMSNorm(+residual), RoPE, SiLU-and-multiply, KV store (off: plain torch
+        ops). auto: on for CUDA with Triton installed.
+    torch_compile: torch.compile on the model's step functions (Tuning.compile_mode).
+    cuda_graph: decode steps replayed from CUDA Graphs captured per batch-size bucket
+        (Tuning.cuda_graph_buckets). auto: on for CUDA with a graph-safe attention backend.
+    async_scheduling: step N+1 scheduled and launched before step N's ids reach the host. auto: on for
+        CUDA (on the CPU host and device are the same cores: nothing overlaps).
+    tp: tensor-parallel degree (NCCL between GPUs, gloo on the CPU).
+
+    Memory and batch knobs:
+    gpu_memory_utilization: the share of the GPU's memory the engine may use (0 < x <= 1); the KV pool
+        gets what weights, activations and graphs leave.
+    kv_cache_memory: bytes of the CPU's KV pool. auto: what max_num_seqs full-length sequences need, at
+        most 1 GiB.
+    num_kv_blocks: the KV pool's size in blocks, overriding both budgets. auto: from the budget.
+    block_size: tokens per KV block (a power of two with the triton and flash_attn backends).
+    max_num_seqs: sequences in one batch at most.
+    max_num_batched_tokens: tokens in one step at most (the chunked-prefill budget).
+    max_model_len: prompt plus output tokens of one request at most. auto: the model's
+        max_position_embeddings, at most 8192.
+
+    tuning: a ``Tuning`` (or a mapping of its fields): how the optimisations are carried out.
+    """
+
     model: str = "qwen3-tiny"
-    device: str = "auto"
-    dtype: str = "auto"
+    device: str = AUTO
+    dtype: str = AUTO
     seed: int = 0
 
-    # toggles
+    # optimisation toggles
     paged_kv: bool = True
     prefix_cache: bool | None = None
     continuous_batching: bool = True
     chunked_prefill: bool = True
-    attention_backend: str | None = None
+    attention_backend: str = AUTO
     triton_kernels: bool | None = None
     torch_compile: bool = False
-    compile_mode: str = "default"
     cuda_graph: bool | None = None
-    cuda_graph_buckets: tuple[int, ...] | None = None
-    tp: int = 1
-    # Schedule and launch step N+1 before reading step N's tokens; None: on for CUDA, off on the CPU
-    # (where host and "device" are the same cores, nothing overlaps).
     async_scheduling: bool | None = None
+    tp: int = 1
 
     # memory and batch knobs
     gpu_memory_utilization: float = 0.9
-    kv_cache_memory: int | None = None  # bytes; the CPU budget for the KV pool
+    kv_cache_memory: int | None = None
     num_kv_blocks: int | None = None
     block_size: int = 16
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     max_model_len: int | None = None
-    # Triton decode attention: cut contexts into slices of this many tokens (a multiple of 64), which
-    # evens out batches of mixed lengths; None: equal slices per sequence, chosen from the batch shape.
-    decode_split_tokens: int | None = None
-    # Tensor parallelism: "nccl" (torch.distributed), "symm_mem" (one-shot over NVLink for small
-    # messages, NCCL for the rest; CUDA, one host: engine/symm_all_reduce.py) or "auto" (symm_mem where
-    # it applies, nccl elsewhere; the engine records the one it used in its startup stats).
-    tp_all_reduce: str = "auto"
-    # Linear layers: inputs of up to this many rows (decode at small batches) take the skinny Triton
-    # matmul (kernels/skinny_matmul.py), larger ones cuBLAS; 0: cuBLAS always. None: the default from the
-    # H200 sweep with triton_kernels, 0 without.
-    skinny_matmul_rows: int | None = None
-    # What the skinny matmul does on its input's loads: "all" (the RMSNorm before it, with the residual
-    # add, and the SiLU-and-multiply before the down projection), "silu" (the latter only), "none", or
-    # "auto": "all" for hidden sizes up to 2048, "silu" above (models/llama.py; numbers in BENCHMARKS.md).
-    skinny_fusion: str = "auto"
-    # tp > 1: each all-reduce of a decode step done together with the RMSNorm after it, in one Triton
-    # kernel over symmetric memory (kernels/allreduce_norm.py); None: wherever it can apply.
-    tp_fuse_norm: bool | None = None
-    # tp > 1, with tp_fuse_norm: at one-row decode steps each row-parallel product (o_proj, down_proj) sums
-    # itself over the ranks in its own kernel, each rank writing its partial sums into every rank's
-    # memory, and the norm after it is done on the next product's loads
-    # (kernels/skinny_allreduce.py). None: wherever it can apply.
-    tp_fuse_matmul: bool | None = None
-    # Programmatic dependent launch of the decode step's Triton kernels (Hopper and later): each may start
-    # while the one before runs; the skinny matmul prefetches its weights into L2 meanwhile
-    # (kernels/_triton.py). Off unless asked for.
-    pdl: bool = False
+
+    tuning: Tuning = dataclasses.field(default_factory=Tuning)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tuning, Tuning):
+            object.__setattr__(self, "tuning", _tuning_from(self.tuning))
+        _check_fields(self, ENGINE_CHECKS, "")
 
     @classmethod
-    def from_options(cls, model: str, **options: Any) -> EngineConfig:
-        known = {f.name for f in dataclasses.fields(cls)} - {"model"}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise ConfigError(
-                f"Unknown engine option(s): {', '.join(unknown)}. Valid options: {', '.join(sorted(known))}"
-            )
-        if options.get("cuda_graph_buckets") is not None:
-            options["cuda_graph_buckets"] = tuple(int(b) for b in options["cuda_graph_buckets"])
-        return cls(model=model, **options).resolved()
-
-    @property
-    def torch_dtype(self) -> torch.dtype:
-        return DTYPES[self.dtype]
-
-    @property
-    def is_cuda(self) -> bool:
-        return self.device.startswith("cuda")
-
-    def resolved(self) -> EngineConfig:
-        """Fill every ``None``/``auto`` from the device and check that the combination can run."""
-        device = self.device
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        if not (device == "cpu" or device.startswith("cuda")):
-            raise ConfigError(f"Unsupported device: {device!r}. Supported: ['auto', 'cpu', 'cuda', 'cuda:N']")
-        if device.startswith("cuda") and not torch.cuda.is_available():
-            raise ConfigError(f"device={device!r} was asked for, but torch sees no CUDA device")
-        cuda = device.startswith("cuda")
-
-        dtype = self.dtype
-        if dtype == "auto":
-            dtype = "bfloat16" if cuda else "float32"
-        if dtype not in DTYPES:
-            raise ConfigError(f"Unsupported dtype: {dtype!r}. Supported: {['auto', *DTYPES]}")
-
-        backend = self.attention_backend
-        if backend is None:
-            backend = "triton" if cuda and triton_available() else ("sdpa" if not cuda else "torch")
-        if backend not in ATTENTION_BACKENDS:
-            raise ConfigError(
-                f"Unsupported attention backend: {backend!r}. Supported: {list(ATTENTION_BACKENDS)}"
-            )
-        if backend == "triton" and not triton_usable(device):
-            raise ConfigError(
-                "attention_backend='triton' needs the triton package and a CUDA device "
-                "(or TRITON_INTERPRET=1 to run its kernels on the CPU, slowly)"
-            )
-        if backend == "flash_attn" and dtype not in ("float16", "bfloat16"):
-            raise ConfigError(
-                f"attention_backend='flash_attn' runs in float16 or bfloat16 only (flash-attn has no {dtype} "
-                "kernels): set dtype='bfloat16' or choose another attention backend"
-            )
-        if backend == "flash_attn":
-            if not cuda:
-                raise ConfigError("attention_backend='flash_attn' needs a CUDA device")
-            if not flash_attn_available():
-                raise ConfigError(
-                    "attention_backend='flash_attn' needs flash-attn installed (pip install 'llmbench[flash]'); "
-                    "available here: torch, sdpa" + (", triton" if triton_available() else "")
-                )
-            if not self.paged_kv:
-                raise ConfigError(
-                    "attention_backend='flash_attn' reads a paged KV cache: it needs paged_kv=True"
-                )
-
-        triton_kernels = self.triton_kernels
-        if triton_kernels is None:
-            triton_kernels = cuda and triton_available()
-        if triton_kernels and not triton_usable(device):
-            raise ConfigError(
-                "triton_kernels=True needs the triton package and a CUDA device (or TRITON_INTERPRET=1 on the CPU)"
-            )
-
-        cuda_graph = self.cuda_graph
-        if cuda_graph is None:
-            cuda_graph = cuda and backend in ("triton", "flash_attn")
-        if cuda_graph and not cuda:
-            raise ConfigError("cuda_graph=True needs a CUDA device: CUDA Graphs cannot run on the CPU")
-        if cuda_graph and backend not in ("triton", "flash_attn"):
-            raise ConfigError(
-                f"cuda_graph=True needs a graph-safe attention backend ('triton' or 'flash_attn'), got {backend!r}"
-            )
-
-        prefix_cache = self.prefix_cache
-        if prefix_cache is None:
-            prefix_cache = self.paged_kv
-        if prefix_cache and not self.paged_kv:
-            raise ConfigError("prefix_cache=True shares KV blocks between requests: it needs paged_kv=True")
-
-        if self.compile_mode not in COMPILE_MODES:
-            raise ConfigError(
-                f"Unsupported compile_mode: {self.compile_mode!r}. Supported: {list(COMPILE_MODES)}"
-            )
-        if self.block_size < 1 or (
-            backend in ("triton", "flash_attn") and self.block_size & (self.block_size - 1)
-        ):
-            raise ConfigError(f"block_size must be a positive power of two, got {self.block_size}")
-        if self.decode_split_tokens is not None:
-            if self.decode_split_tokens < 1 or self.decode_split_tokens % 64:
-                raise ConfigError(
-                    f"decode_split_tokens must be a positive multiple of 64, got {self.decode_split_tokens}"
-                )
-            if backend != "triton":
-                raise ConfigError(
-                    f"decode_split_tokens tunes the Triton decode kernel: it needs attention_backend='triton', "
-                    f"got {backend!r}"
-                )
-        skinny_rows = self.skinny_matmul_rows
-        if skinny_rows is None:
-            skinny_rows = SKINNY_MATMUL_ROWS if triton_kernels else 0
-        elif not 0 <= skinny_rows <= skinny_matmul.MAX_ROWS:
-            raise ConfigError(f"skinny_matmul_rows must be in 0..{skinny_matmul.MAX_ROWS}, got {skinny_rows}")
-        elif skinny_rows and not triton_kernels:
-            raise ConfigError(
-                f"skinny_matmul_rows={skinny_rows} asks for a Triton kernel: it needs triton_kernels=True "
-                "(or skinny_matmul_rows=0)"
-            )
-        if self.skinny_fusion not in SKINNY_FUSIONS:
-            raise ConfigError(
-                f"Unsupported skinny_fusion: {self.skinny_fusion!r}. Supported: {list(SKINNY_FUSIONS)}"
-            )
-        if self.skinny_fusion in ("all", "silu") and not skinny_rows:
-            raise ConfigError(
-                f"skinny_fusion={self.skinny_fusion!r} fuses into the skinny matmul, which is off "
-                "(skinny_matmul_rows=0 or triton_kernels=False)"
-            )
-        if self.tp_all_reduce not in TP_ALL_REDUCE:
-            raise ConfigError(
-                f"Unsupported tp_all_reduce: {self.tp_all_reduce!r}. Supported: {list(TP_ALL_REDUCE)}"
-            )
-        if self.tp_all_reduce == "symm_mem" and not (cuda and self.tp > 1):
-            raise ConfigError(
-                "tp_all_reduce='symm_mem' reads the other GPUs' memory over NVLink: it needs tp > 1 on CUDA "
-                f"devices (got tp={self.tp} on {device!r})"
-            )
-        fuse_norm = self.tp_fuse_norm
-        missing = _unmet(
-            ("tp > 1", self.tp > 1),
-            ("a CUDA device", cuda),
-            ("triton_kernels=True", triton_kernels),
-            ("tp_all_reduce 'symm_mem' or 'auto'", self.tp_all_reduce != "nccl"),
-            ("torch_compile=False", not self.torch_compile),
-            (
-                "skinny_fusion other than 'all' (that fuses the norms into the matmuls)",
-                self.skinny_fusion != "all",
-            ),
-        )
-        if fuse_norm is None:
-            fuse_norm = not missing
-        elif fuse_norm and missing:
-            raise ConfigError(
-                "tp_fuse_norm=True does each tensor-parallel all-reduce with the RMSNorm after it in one "
-                f"Triton kernel over the GPUs' shared memory: it needs {', '.join(missing)}"
-            )
-        fuse_matmul = self.tp_fuse_matmul
-        missing = _unmet(
-            ("tp_fuse_norm (the all-reduce fused with the norm, and what that needs)", bool(fuse_norm)),
-            ("skinny_matmul_rows >= 1 (the skinny matmul, whose kernel it extends)", skinny_rows >= 1),
-            ("pdl=False", not self.pdl),
-        )
-        if fuse_matmul is None:
-            fuse_matmul = not missing
-        elif fuse_matmul and missing:
-            raise ConfigError(
-                "tp_fuse_matmul=True sums each row-parallel product of a one-row decode step over the GPUs "
-                f"in the product's own kernel: it needs {', '.join(missing)}"
-            )
-        if self.pdl:
-            from llmbench.kernels._triton import pdl_supported
-
-            why = _unmet(
-                ("a CUDA device", cuda),
-                ("triton_kernels=True", triton_kernels),
-                ("torch_compile=False", not self.torch_compile),
-            )
-            if why:
-                raise ConfigError(
-                    "pdl=True launches the decode step's Triton kernels with programmatic dependent launch: "
-                    f"it needs {', '.join(why)}"
-                )
-            unsupported = pdl_supported()
-            if unsupported is None and torch.cuda.get_device_capability(device)[0] < 9:
-                unsupported = (
-                    f"{torch.cuda.get_device_name(device)} is older than Hopper (compute capability 9.0)"
-                )
-            if unsupported:
-                raise ConfigError(f"pdl=True cannot apply here: {unsupported}")
-        for name in ("max_num_seqs", "max_num_batched_tokens", "tp"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if not 0.0 < self.gpu_memory_utilization <= 1.0:
-            raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
-        if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
-            raise ConfigError(f"num_kv_blocks must be at least 1, got {self.num_kv_blocks}")
-        if self.max_model_len is not None and self.max_model_len < 2:
-            raise ConfigError(f"max_model_len must be at least 2, got {self.max_model_len}")
-        if self.cuda_graph_buckets is not None and (
-            not self.cuda_graph_buckets or min(self.cuda_graph_buckets) < 1
-        ):
-            raise ConfigError(
-                f"cuda_graph_buckets must be positive batch sizes, got {self.cuda_graph_buckets}"
-            )
-
-        return dataclasses.replace(
-            self,
-            device=device,
-            dtype=dtype,
-            attention_backend=backend,
-            triton_kernels=bool(triton_kernels),
-            cuda_graph=bool(cuda_graph),
-            prefix_cache=bool(prefix_cache),
-            async_scheduling=cuda if self.async_scheduling is None else bool(self.async_scheduling),
-            skinny_matmul_rows=skinny_rows,
-            tp_fuse_norm=bool(fuse_norm),
-            tp_fuse_matmul=bool(fuse_matmul),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        if d["cuda_graph_buckets"] is not None:
-            d["cuda_graph_buckets"] = list(d["cuda_graph_buckets"])
-        return d
+    def from_options(cls, model: str = "qwen3-tiny", **options: Any) -> EngineConfig:
+        """The config of ``LLM(model, **options)``: every problem with the options in one ConfigError."""
+        values, problems = check_options(options)
+        if not isinstance(model, str) or not model:
+            problems.insert(0, OptionProblem("model", f"expected a preset name or a folder, got {model!r}"))
+        if problems:
+            raise ConfigError.listing(problems)
+        return cls(model=model, **values)
 
 
-def _unmet(*conditions: tuple[str, bool]) -> list[str]:
-    """The names of the (name, met) conditions not met, in order: what an error says is missing."""
-    return [name for name, met in conditions if not met]
+def check_options(options: Mapping[Any, Any], prefix: str = "") -> tuple[dict[str, Any], list[OptionProblem]]:
+    """``options`` (EngineConfig's fields but ``model``, with ``tuning`` a mapping or a ``Tuning``) checked:
+    the values normalised (``auto`` -> None where None means auto, ``tuning`` a ``Tuning``) and every
+    problem found, each path prefixed with ``prefix`` (``engine.``)."""
+    values: dict[str, Any] = {}
+    problems: list[OptionProblem] = []
+    for key, value in options.items():
+        path = f"{prefix}{key}"
+        if key == "tuning":
+            tuning, found = _check_tuning(value, f"{path}.")
+            problems += found
+            if not found:
+                values["tuning"] = Tuning(**tuning)
+        elif key in ENGINE_CHECKS:
+            _check_one(ENGINE_CHECKS[key], value, path, values, problems, key)
+        elif key in TUNING_CHECKS:
+            problems.append(OptionProblem(path, f"a tuning knob: set it under tuning ({prefix}tuning.{key})"))
+        else:
+            valid = ", ".join(sorted([*ENGINE_CHECKS, "tuning"]))
+            problems.append(OptionProblem(path, f"unknown engine option; valid: {valid}"))
+    return values, problems
 
 
-TP_ALL_REDUCE = ("nccl", "symm_mem", "auto")
-SKINNY_FUSIONS = ("auto", "all", "silu", "none")
-SKINNY_MATMUL_ROWS = 1  # where the skinny kernel beat cuBLAS on every layer of the H200 sweep
+def check_option(name: str, value: Any, prefix: str = "") -> tuple[Any, list[OptionProblem]]:
+    """One option by its dotted name (``max_num_seqs``, ``tuning.skinny_matmul_rows``): the value
+    normalised, and its problems (an unknown name is one)."""
+    values, problems = check_options(nest({name: value}), prefix)
+    if problems:
+        return value, problems
+    if name.startswith("tuning."):
+        return getattr(values["tuning"], name.split(".", 1)[1]), []
+    return values[name], []
+
+
+def nest(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """Dotted names made nested: ``{"tuning.skinny_fusion": "none"}`` -> ``{"tuning": {...}}``."""
+    out: dict[str, Any] = {}
+    for name, value in flat.items():
+        head, dot, rest = name.partition(".")
+        if dot:
+            inner = out.get(head)
+            out[head] = {**(dict(inner) if isinstance(inner, Mapping) else {}), **nest({rest: value})}
+        else:
+            out[name] = value
+    return out
+
+
+def with_option(options: Mapping[str, Any], name: str, value: Any) -> dict[str, Any]:
+    """``options`` with the option at dotted ``name`` set to ``value`` (the rest of ``tuning`` kept)."""
+    out = dict(options)
+    head, dot, rest = name.partition(".")
+    if not dot:
+        out[name] = value
+        return out
+    inner = out.get(head)
+    if isinstance(inner, Tuning):
+        inner = dataclasses.asdict(inner)
+    out[head] = with_option(inner if isinstance(inner, Mapping) else {}, rest, value)
+    return out
 
 
 def toggle_names() -> tuple[str, ...]:
-    """The optimisation switches an ablation may flip."""
-    return (
-        "paged_kv",
-        "prefix_cache",
-        "continuous_batching",
-        "chunked_prefill",
-        "attention_backend",
-        "triton_kernels",
-        "torch_compile",
-        "cuda_graph",
-        "async_scheduling",
-        "tp",
-        "tp_fuse_norm",
-        "tp_fuse_matmul",
-        "pdl",
-    )
+    """The optimisation switches an ablation may flip by name alone."""
+    return TOGGLES
+
+
+def knob_names() -> tuple[str, ...]:
+    """Every other option an ablation may vary, given its values (``NAME=A,B``); tuning knobs dotted."""
+    engine = [name for name in ENGINE_CHECKS if name not in TOGGLES]
+    return (*engine, *(f"tuning.{name}" for name in TUNING_CHECKS))
+
+
+def flippable_knobs() -> tuple[str, ...]:
+    """Tuning knobs that are on/off switches: ``ablate --toggle tuning.NAME`` flips them like toggles."""
+    return ("tuning.tp_fuse_norm", "tuning.tp_fuse_matmul")
+
+
+def _check_one(
+    check: Check, value: Any, path: str, values: dict[str, Any], problems: list[OptionProblem], key: str
+) -> None:
+    try:
+        values[key] = check(value)
+    except Invalid as exc:
+        problems.append(OptionProblem(path, str(exc)))
+
+
+def _check_tuning(value: Any, prefix: str) -> tuple[dict[str, Any], list[OptionProblem]]:
+    if isinstance(value, Tuning):
+        value = dataclasses.asdict(value)
+    if value is None:
+        return {}, []
+    if not isinstance(value, Mapping):
+        knobs = ", ".join(TUNING_CHECKS)
+        return {}, [
+            OptionProblem(prefix.rstrip("."), f"expected a mapping of tuning knobs ({knobs}), got {value!r}")
+        ]
+    values: dict[str, Any] = {}
+    problems: list[OptionProblem] = []
+    for key, knob in value.items():
+        if key in TUNING_CHECKS:
+            _check_one(TUNING_CHECKS[key], knob, f"{prefix}{key}", values, problems, key)
+        else:
+            problems.append(
+                OptionProblem(
+                    f"{prefix}{key}", f"unknown tuning knob; valid: {', '.join(sorted(TUNING_CHECKS))}"
+                )
+            )
+    return values, problems
+
+
+def _tuning_from(value: Any) -> Tuning:
+    values, problems = _check_tuning(value, "tuning.")
+    if problems:
+        raise ConfigError.listing(problems)
+    return Tuning(**values)
+
+
+def _check_fields(config: Any, checks: dict[str, Check], prefix: str) -> None:
+    """A dataclass built directly (not through ``from_options``): its fields checked and normalised."""
+    values: dict[str, Any] = {}
+    problems: list[OptionProblem] = []
+    for name, check in checks.items():
+        _check_one(check, getattr(config, name), f"{prefix}{name}", values, problems, name)
+    if problems:
+        raise ConfigError.listing(problems)
+    for name, value in values.items():
+        object.__setattr__(config, name, value)

@@ -17,12 +17,6 @@ from llmbench.engine.step_counters import note_graph_capture
 from llmbench.layers.attention.metadata import AttentionMetadata
 
 
-def default_buckets(max_num_seqs: int) -> list[int]:
-    # Fine steps where padding would cost most (small batches), then every 16 like vLLM.
-    small = [b for b in (1, 2, 4, 8) if b <= max_num_seqs]
-    return sorted(set(small + list(range(16, max_num_seqs + 1, 16)) + [max_num_seqs]))
-
-
 class CUDAGraphRunner:
     def __init__(
         self,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from llmbench.engine.config import EngineConfig
+from llmbench.engine.resolve import ResolvedConfig
 
 _CPU_DEFAULT_CAP = 1 << 30  # bytes: the default CPU pool never takes more than this
 _CUDA_HEADROOM = 256 << 20  # bytes left free for the allocator's fragmentation and CUDA Graph pools
@@ -25,7 +25,7 @@ def block_bytes(num_layers: int, block_size: int, kv_heads: int, head_dim: int, 
     return 2 * num_layers * block_size * kv_heads * head_dim * dtype.itemsize
 
 
-def num_blocks_for(config: EngineConfig, max_model_len: int, bytes_per_block: int, peak_bytes: int) -> int:
+def num_blocks_for(config: ResolvedConfig, max_model_len: int, bytes_per_block: int, peak_bytes: int) -> int:
     if config.num_kv_blocks is not None:
         return config.num_kv_blocks
     blocks_per_seq = -(-max_model_len // config.block_size)

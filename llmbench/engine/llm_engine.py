@@ -7,20 +7,23 @@ of scenarios, tables or files of results; the bench layer drives it through ``ad
 from __future__ import annotations
 
 import atexit
+import gc
 import time
 import weakref
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 from llmbench.engine import step_counters
 from llmbench.engine.async_scheduling import InFlight, mark_pending, sampling_rows, set_token_fill
 from llmbench.engine.block_manager import BlockManager, SlabAllocator
 from llmbench.engine.config import ConfigError, EngineConfig
+from llmbench.engine.facts import ModelFacts, read_facts
 from llmbench.engine.model_runner import ModelRunner
 from llmbench.engine.outputs import RequestOutput, StepOutput, StepStats, TokenEvent
 from llmbench.engine.ranges import phase, step_range
+from llmbench.engine.resolve import find_model, resolve
 from llmbench.engine.sampler import Sampler
 from llmbench.engine.sampling_params import SamplingParams
 from llmbench.engine.scheduler import ScheduledBatch, Scheduler, step_kind
@@ -30,24 +33,17 @@ from llmbench.engine.tp import (
     LaunchedRanks,
     TPError,
     TPWorkers,
-    check_divisible,
     close_group,
     init_group,
     init_launched_group,
     launched_config,
     launched_rank,
     rank_config,
-    spawned_config,
     teardown_guard,
 )
 from llmbench.engine.work import RankWeights, step_work
-from llmbench.models.config import ModelConfig
 from llmbench.models.errors import ModelError
-from llmbench.models.loader import read_model_config
-from llmbench.models.presets import PRESETS
 from llmbench.models.tokenizer import load_tokenizer
-
-_DEFAULT_MAX_MODEL_LEN = 8192  # when not set: enough for the shipped scenarios, cheap to reserve
 
 
 def _close_at_exit(ref: weakref.ref) -> None:
@@ -58,6 +54,15 @@ def _close_at_exit(ref: weakref.ref) -> None:
 
 class RequestError(ValueError):
     """A request the engine cannot serve (too long, bad token ids, duplicate id...)."""
+
+
+class EngineConflictError(RuntimeError):
+    """An engine that cannot start while another one in this process holds what it needs."""
+
+
+# The tensor-parallel engine of this process, while one holds torch.distributed's default process group
+# (there is one per process, so a second tensor-parallel engine must wait for the first to go).
+_tp_engine: weakref.ref | None = None
 
 
 @dataclass(frozen=True)
@@ -78,42 +83,22 @@ class ModelInfo:
     rank_weights: RankWeights | None = None  # rank 0's parameters by kind (every rank holds the same shapes)
 
 
-def resolve_model(model: str) -> tuple[ModelConfig, Path | None]:
-    if model in PRESETS:
-        return PRESETS[model].config, None
-    folder = Path(model).expanduser()
-    if folder.is_dir():
-        return read_model_config(folder), folder
-    raise ConfigError(
-        f"Unknown model {model!r}: not a preset ({', '.join(PRESETS)}) nor a folder holding config.json"
-    )
-
-
 class LLMEngine:
     def __init__(self, config: EngineConfig) -> None:
-        self.config = config
-        model_config, folder = resolve_model(config.model)
-        self.model_config = model_config
-        max_len = config.max_model_len or min(model_config.max_position_embeddings, _DEFAULT_MAX_MODEL_LEN)
-        if max_len > model_config.max_position_embeddings:
-            raise ConfigError(
-                f"max_model_len={max_len} exceeds the model's max_position_embeddings "
-                f"({model_config.max_position_embeddings})"
-            )
-        self.max_model_len = max_len
-        self.tokenizer = load_tokenizer(folder, model_config.vocab_size)
+        global _tp_engine
         self.workers: TPWorkers | LaunchedRanks | None = None
-        launched = launched_rank() if config.tp > 1 else None
+        self._closed = False
+        model_config, folder = find_model(config.model)
+        self.config = config = resolve(config, read_facts(ModelFacts.of(config.model, model_config)))
+        self.model_config = model_config
+        self.max_model_len = max_len = config.max_model_len
+        self.tokenizer = load_tokenizer(folder, model_config.vocab_size)
         if config.tp == 1:
             self.runner = ModelRunner(config, model_config, folder, max_len)
         else:
-            why = check_divisible(model_config, config.tp)
-            if why:
-                raise ConfigError(f"{why} of {config.model}")
-            # Under torchrun: tp must equal WORLD_SIZE (a clear error on every rank); ranks > 0 serve
-            # rank 0's steps and never return.
-            if launched is None:
-                config = spawned_config(config)
+            _check_no_tp_engine_alive()
+            # Under torchrun ranks > 0 serve rank 0's steps and never return.
+            launched = launched_rank()
             own = launched_config(config, launched) if launched is not None else rank_config(config, 0)
             if launched is not None and launched.rank > 0:
                 from llmbench.engine.tp_worker import serve_launched
@@ -121,6 +106,7 @@ class LLMEngine:
                 serve_launched(config, model_config, folder, max_len, launched)
             # A script that ends without shutdown() must still tear the ranks down in the right order.
             atexit.register(_close_at_exit, weakref.ref(self))
+            _tp_engine = weakref.ref(self)
             try:
                 if launched is not None:  # torchrun's rank 0
                     group, control = init_launched_group(own, launched)
@@ -193,6 +179,8 @@ class LLMEngine:
         params: SamplingParams,
         arrival_time: float | None = None,
     ) -> None:
+        if self._closed:
+            raise RuntimeError("this engine was shut down: build a new one to generate again")
         if request_id in self._seqs:
             raise RequestError(f"request id {request_id!r} is already in the engine")
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
@@ -207,7 +195,13 @@ class LLMEngine:
                 f"request {request_id!r}: prompt of {len(ids)} tokens does not fit max_model_len={self.max_model_len} "
                 "(it needs room for at least one new token)"
             )
-        longest = min(len(ids) + params.max_tokens, self.max_model_len)
+        longest = len(ids) + params.max_tokens
+        if longest > self.max_model_len:
+            raise RequestError(
+                f"request {request_id!r}: {len(ids)} prompt + {params.max_tokens} output tokens (max_tokens) "
+                f"exceed max_model_len={self.max_model_len}: shorten the prompt, lower max_tokens or raise "
+                "max_model_len"
+            )
         if self.kv.blocks_needed(longest) > self.kv.num_blocks:
             raise RequestError(
                 f"request {request_id!r} needs {self.kv.blocks_needed(longest)} KV blocks "
@@ -426,9 +420,27 @@ class LLMEngine:
         raise TPError(f"tensor-parallel run stopped on every rank: {self.workers.error or error}") from None
 
     def shutdown(self) -> None:
+        """Abort what is unfinished, stop the tensor-parallel ranks and free the model, its KV pool and
+        its CUDA Graphs. Calling it again does nothing; the engine takes no requests afterwards."""
+        if self._closed:
+            return
+        self._closed = True
         for seq in list(self._seqs.values()):
             self._finish(seq, "abort", time.perf_counter())
+        self._inflight = None
         self._close_tp()
+        if hasattr(self, "runner"):
+            self.runner.release_graphs()
+            del self.runner
+
+    def __del__(self) -> None:
+        # Dropped without shutdown(): stop the ranks and free the process group now, so that another
+        # tensor-parallel engine can start in this process.
+        if getattr(self, "workers", None) is not None:
+            try:
+                self._close_tp()
+            except Exception:  # nothing to report to at collection time; the process stays usable
+                pass
 
     def _close_tp(self) -> None:
         """Stop ranks 1..tp-1, then release this rank's CUDA Graphs and only then its process group."""
@@ -451,3 +463,24 @@ class LLMEngine:
             if workers is not None:
                 workers.before_teardown()
             close_group()
+
+
+def _check_no_tp_engine_alive() -> None:
+    """A tensor-parallel engine needs the process's one default process group: it cannot start while
+    another holds it."""
+    if not dist.is_initialized():
+        return
+    gc.collect()  # an engine dropped inside a reference cycle lets its group go when it is collected
+    if not dist.is_initialized():
+        return
+    holder = _tp_engine() if _tp_engine is not None else None
+    who = (
+        f"another tensor-parallel engine ({holder.config.model}, tp={holder.config.tp}) is alive in this process"
+        if holder is not None and holder.workers is not None
+        else "torch.distributed's default process group is already set up in this process"
+    )
+    raise EngineConflictError(
+        f"a tensor-parallel engine cannot start: {who}, and a process has only one default process group. "
+        "Shut the other down first (llm.shutdown(), or build it in `with LLM(...) as llm:`), or start this "
+        "engine in another process"
+    )

@@ -14,17 +14,16 @@ import numpy as np
 import torch
 
 from llmbench.engine import kv_cache
-from llmbench.engine.config import EngineConfig
-from llmbench.engine.cuda_graph import CUDAGraphRunner, default_buckets
+from llmbench.engine.cuda_graph import CUDAGraphRunner
 from llmbench.engine.outputs import StartupStats
 from llmbench.engine.ranges import enable_nvtx, phase
+from llmbench.engine.resolve import ResolvedConfig
 from llmbench.engine.sampling_params import SamplingParams
 from llmbench.engine.sequence import Sequence
 from llmbench.engine.staging import Staging
 from llmbench.engine.step_inputs import StepArrays, build_step
 from llmbench.engine.tracer import Tracer
 from llmbench.engine.work import RankWeights, rank_weights
-from llmbench.kernels._triton import set_pdl
 from llmbench.layers.attention.backends import make_backend
 from llmbench.layers.attention.metadata import AttentionMetadata
 from llmbench.layers.parallel import SINGLE, TPGroup
@@ -50,7 +49,7 @@ class StepInputs:
 class ModelRunner:
     def __init__(
         self,
-        config: EngineConfig,
+        config: ResolvedConfig,
         model_config: ModelConfig,
         folder: Path | None,
         max_model_len: int,
@@ -66,7 +65,6 @@ class ModelRunner:
                 self.device = torch.device("cuda", torch.cuda.current_device())
             torch.cuda.set_device(self.device)
         self.startup = StartupStats()
-        set_pdl(config.pdl)  # before any kernel is compiled or captured
         self.tp = tp
         if tp.size > 1:  # what the group was built with, not what was asked for
             self.startup.all_reduce = (
@@ -79,7 +77,7 @@ class ModelRunner:
         dtype = config.torch_dtype
 
         start = time.perf_counter()
-        backend = make_backend(config.attention_backend, config.decode_split_tokens)
+        backend = make_backend(config.attention_backend, config.tuning.decode_split_tokens or None)
         if config.torch_compile:
             # Attention reads Python-side metadata; keeping it out of the compiled graphs avoids a guard
             # (and a recompile) per batch shape. The rest of each layer is compiled between these breaks.
@@ -91,8 +89,8 @@ class ModelRunner:
             max_positions=max_model_len,
             tp=tp,
             use_triton=config.triton_kernels,
-            skinny_rows=config.skinny_matmul_rows,
-            skinny_fusion=config.skinny_fusion,
+            skinny_rows=config.tuning.skinny_matmul_rows,
+            skinny_fusion=config.tuning.skinny_fusion,
         )
         previous = torch.get_default_dtype()
         torch.set_default_dtype(dtype)
@@ -128,7 +126,7 @@ class ModelRunner:
 
         if config.torch_compile:
             start = time.perf_counter()
-            self._forward = torch.compile(self.model.forward, dynamic=True, mode=config.compile_mode)
+            self._forward = torch.compile(self.model.forward, dynamic=True, mode=config.tuning.compile_mode)
         else:
             self._forward = self.model.forward
 
@@ -157,9 +155,12 @@ class ModelRunner:
             self.startup.kernel_warmup_time = time.perf_counter() - start
         self.graphs: CUDAGraphRunner | None = None
         if config.cuda_graph:
-            buckets = list(config.cuda_graph_buckets or default_buckets(config.max_num_seqs))
             self.graphs = CUDAGraphRunner(
-                self._logits_forward, buckets, self.max_blocks_per_seq, max_model_len, self.device
+                self._logits_forward,
+                list(config.tuning.cuda_graph_buckets),
+                self.max_blocks_per_seq,
+                max_model_len,
+                self.device,
             )
             self.graphs.capture()
             self.startup.graph_capture_time = self.graphs.capture_time

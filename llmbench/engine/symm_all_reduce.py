@@ -36,7 +36,8 @@ DEFAULT_MAX_BYTES = 4 << 20  # a decode step of 512 rows of 4096 bf16 values; on
 
 # Buffers this process has rendezvoused. PyTorch numbers its symmetric-memory exchanges per process, so a
 # second engine whose ranks 1.. are fresh processes would wait for keys they never write (measured: a
-# 60 s store timeout on two H200s); ``tp.spawned_config`` keeps rank 0 from trying.
+# 60 s store timeout on two H200s); ``resolve`` (engine/resolve.py, ``Facts.symm_mem_used``) keeps
+# rank 0 from trying.
 rendezvous_count = 0
 SLOTS = 3
 RECEIVE_BUFFERS = 2

@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from llmbench.engine.config import ConfigError, EngineConfig
+from llmbench.engine.resolve import ResolvedConfig
 from llmbench.layers.parallel import TPGroup
 from llmbench.models.config import ModelConfig
 
@@ -64,68 +64,16 @@ def no_delay(conn) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-def check_divisible(model_config: ModelConfig, tp: int) -> str | None:
-    """Why ``tp`` cannot split this model, or None."""
-    heads, kv, inter = (
-        model_config.num_attention_heads,
-        model_config.num_key_value_heads,
-        model_config.intermediate_size,
-    )
-    if heads % tp:
-        return f"tp={tp} does not divide the {heads} attention heads"
-    if kv % tp and tp % kv:
-        return f"tp={tp} neither divides nor is a multiple of the {kv} key/value heads"
-    if inter % tp:
-        return f"tp={tp} does not divide the MLP width {inter}"
-    return None
-
-
-def first_gpu(config: EngineConfig) -> int:
+def first_gpu(config: ResolvedConfig) -> int:
     """Rank r runs on GPU ``first_gpu + r``: device="cuda:2" with tp=2 takes GPUs 2 and 3."""
     return torch.device(config.device).index or 0
 
 
-def rank_config(config: EngineConfig, rank: int) -> EngineConfig:
-    """The options as rank ``rank`` sees them: its own GPU. The config passed is ``spawned_config``'s
-    (rank 0's device, the all-reduce already chosen)."""
+def rank_config(config: ResolvedConfig, rank: int) -> ResolvedConfig:
+    """The options as spawned rank ``rank`` sees them: its own GPU (rank 0's device + rank)."""
     if config.is_cuda:
         return dataclasses.replace(config, device=f"cuda:{first_gpu(config) + rank}")
     return config
-
-
-def resolved_all_reduce(config: EngineConfig, can_share: bool) -> EngineConfig:
-    """``tp_all_reduce="auto"`` made concrete: the one-shot all-reduce where the ranks can share memory
-    (GPUs of one host, symmetric memory not yet set up in this process), NCCL (or gloo) otherwise."""
-    if config.tp_all_reduce != "auto":
-        return config
-    fast = config.is_cuda and config.tp > 1 and can_share
-    # the fused all-reduce + norm lives in the symmetric memory: with NCCL there is none to fuse with
-    return dataclasses.replace(
-        config,
-        tp_all_reduce="symm_mem" if fast else "nccl",
-        tp_fuse_norm=config.tp_fuse_norm and fast,
-        tp_fuse_matmul=config.tp_fuse_matmul and fast,
-    )
-
-
-def spawned_config(config: EngineConfig) -> EngineConfig:
-    """The options rank 0 sends to the ranks it spawns, ``auto`` made concrete first (so that every rank
-    makes the same choice).
-
-    The one-shot all-reduce can be set up once per rank-0 process: PyTorch numbers symmetric-memory
-    exchanges per process, and freshly spawned ranks would wait for the first exchange while this
-    process is at a later one. A later engine in the same process gets NCCL under ``auto`` and a clear
-    error when it asks for ``symm_mem`` (torchrun's ranks live as long as rank 0 and stay in step)."""
-    from llmbench.engine import symm_all_reduce
-
-    used = symm_all_reduce.rendezvous_count > 0
-    if config.tp_all_reduce == "symm_mem" and used:
-        raise ConfigError(
-            "tp_all_reduce='symm_mem' can be set up once per process (PyTorch numbers its symmetric-memory "
-            "exchanges per process, and this engine's new ranks would start again from the first): start "
-            "this engine in a new process, or use tp_all_reduce='nccl' or 'auto'"
-        )
-    return resolved_all_reduce(config, can_share=not used)
 
 
 _LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -146,26 +94,14 @@ def launched_rank() -> LaunchedRank | None:
     return LaunchedRank(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env["LOCAL_RANK"]))
 
 
-def launched_config(config: EngineConfig, launched: LaunchedRank) -> EngineConfig:
+def launched_config(config: ResolvedConfig, launched: LaunchedRank) -> ResolvedConfig:
     """The options as this launched rank sees them: its host's GPU ``LOCAL_RANK``."""
-    if config.tp != launched.world_size:
-        raise ConfigError(
-            f"torchrun started {launched.world_size} processes (WORLD_SIZE) but tp={config.tp}: "
-            f"they must be equal (set tp={launched.world_size}, or start {config.tp} processes)"
-        )
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", launched.world_size))
-    config = resolved_all_reduce(config, can_share=local == launched.world_size)
-    if config.tp_all_reduce == "symm_mem" and local != launched.world_size:
-        raise ConfigError(
-            f"tp_all_reduce='symm_mem' needs every rank on one host (NVLink); torchrun placed "
-            f"{local} of {launched.world_size} ranks here: use tp_all_reduce='nccl' across hosts"
-        )
     if config.is_cuda:
         return dataclasses.replace(config, device=f"cuda:{launched.local_rank}")
     return config
 
 
-def init_launched_group(config: EngineConfig, launched: LaunchedRank) -> tuple[TPGroup, object]:
+def init_launched_group(config: ResolvedConfig, launched: LaunchedRank) -> tuple[TPGroup, object]:
     """The tensor-parallel group from torchrun's rendezvous, and a gloo group for rank 0's messages."""
     if config.is_cuda:
         torch.cuda.set_device(torch.device(config.device))
@@ -228,7 +164,7 @@ def receive_broadcast(control) -> tuple[str, object]:
     return box[0]  # type: ignore[return-value]
 
 
-def init_group(config: EngineConfig, rank: int, port: int) -> TPGroup:
+def init_group(config: ResolvedConfig, rank: int, port: int) -> TPGroup:
     backend = "nccl" if config.is_cuda else "gloo"
     if config.is_cuda:
         torch.cuda.set_device(torch.device(config.device))
@@ -238,9 +174,9 @@ def init_group(config: EngineConfig, rank: int, port: int) -> TPGroup:
     return with_fast_all_reduce(config, TPGroup(rank, config.tp, dist.group.WORLD))
 
 
-def with_fast_all_reduce(config: EngineConfig, group: TPGroup) -> TPGroup:
-    """``group`` with the all-reduce ``config.tp_all_reduce`` asks for (every rank calls this together)."""
-    if config.tp_all_reduce != "symm_mem":
+def with_fast_all_reduce(config: ResolvedConfig, group: TPGroup) -> TPGroup:
+    """``group`` with the all-reduce ``config.tuning.tp_all_reduce`` names (every rank calls this together)."""
+    if config.tuning.tp_all_reduce != "symm_mem":
         return group
     from llmbench.engine.symm_all_reduce import OneShotAllReduce
 
@@ -248,14 +184,14 @@ def with_fast_all_reduce(config: EngineConfig, group: TPGroup) -> TPGroup:
         group.group,
         config.torch_dtype,
         torch.device(config.device),
-        fuse_norm=bool(config.tp_fuse_norm),
-        fuse_matmul=bool(config.tp_fuse_matmul),
+        fuse_norm=config.tuning.tp_fuse_norm,
+        fuse_matmul=config.tuning.tp_fuse_matmul,
     )
     return dataclasses.replace(group, fast=fast)
 
 
 @contextlib.contextmanager
-def teardown_guard(config: EngineConfig, timeout_s: float = 60.0):
+def teardown_guard(config: ResolvedConfig, timeout_s: float = 60.0):
     """Bound a tensor-parallel teardown: should it block (NCCL waiting on a rank that is gone, a graph
     still holding a communicator, a collective left half-done by Ctrl-C), say so and end the process
     after ``timeout_s`` rather than hang."""
@@ -293,7 +229,7 @@ class TPWorkers:
     the caller's ``__main__`` is never re-imported and needs no ``if __name__ == "__main__"`` guard."""
 
     def __init__(
-        self, config: EngineConfig, model_config: ModelConfig, folder: Path | None, max_model_len: int
+        self, config: ResolvedConfig, model_config: ModelConfig, folder: Path | None, max_model_len: int
     ):
         if config.is_cuda and torch.cuda.device_count() < config.tp:
             raise TPError(

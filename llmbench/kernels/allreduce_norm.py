@@ -37,7 +37,7 @@ from collections.abc import Sequence
 
 import torch
 
-from llmbench.kernels._triton import jit, next_power_of_2, pdl, pdl_enter, pdl_launch, require_triton, tl
+from llmbench.kernels._triton import jit, next_power_of_2, require_triton, tl
 from llmbench.kernels.rmsnorm import rms_norm_ref
 
 MAX_PROGRAMS = 64
@@ -76,9 +76,7 @@ def _allreduce_norm_kernel(
     parts_ptr, flags_ptr, res_ptr, w_ptr, out_ptr, h_ptr,
     T, H, stride_r, stride_o, stride_h, eps,
     RANK: tl.constexpr, WORLD: tl.constexpr, HAS_RESIDUAL: tl.constexpr, BLOCK_H: tl.constexpr,
-    PDL: tl.constexpr,
 ):  # fmt: skip
-    pdl_enter(PDL, True)  # latency-bound: the next kernel may launch now (_triton.py)
     # parts_ptr: WORLD addresses of (T, H) row-major partial sums; flags_ptr: WORLD addresses of each
     # rank's int32 counters [MAX_PROGRAMS, WORLD], flags[p, q] = arrivals of rank q's program p not yet
     # taken back. (Each atomic on a single address is done by one thread of the program.)
@@ -198,6 +196,6 @@ def allreduce_norm(
         part_addrs, flag_addrs, residual if residual is not None else h, weight, out, h,
         T, H, residual.stride(0) if residual is not None else 0, out.stride(0), h.stride(0), eps,
         RANK=rank, WORLD=world, HAS_RESIDUAL=residual is not None, BLOCK_H=BLOCK_H,
-        PDL=pdl(), num_warps=min(16, max(1, BLOCK_H // 512)), **pdl_launch(),
+        num_warps=min(16, max(1, BLOCK_H // 512)),
     )  # fmt: skip
     return out, h

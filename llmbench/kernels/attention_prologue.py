@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from llmbench.kernels._triton import jit, next_power_of_2, pdl, pdl_enter, pdl_launch, require_triton, tl
+from llmbench.kernels._triton import jit, next_power_of_2, require_triton, tl
 from llmbench.kernels.kv_store import store_kv_ref
 from llmbench.kernels.rmsnorm import rms_norm_ref
 from llmbench.kernels.rotary import apply_rotary_ref
@@ -79,9 +79,7 @@ def _prologue_kernel(
     stride_t, stride_cs, stride_qt, stride_kcb, stride_kcs, stride_vcb, stride_vcs,
     HQ, HK, HALF, BLOCK_SIZE, eps,
     HAS_NORM: tl.constexpr, BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr, BLOCK_HALF: tl.constexpr,
-    PDL: tl.constexpr,
 ):  # fmt: skip
-    pdl_enter(PDL, True)  # latency-bound: the next kernel may launch now (_triton.py)
     # One program per token: its cos/sin row once, then all q heads, all k heads and all v heads.
     t = tl.program_id(0).to(tl.int64)
     pos = tl.load(pos_ptr + t).to(tl.int64)
@@ -156,6 +154,6 @@ def attention_prologue(
             k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
             num_heads, num_kv_heads, D // 2, k_cache.shape[1], eps,
             HAS_NORM=has_norm, BLOCK_HQ=next_power_of_2(num_heads), BLOCK_HK=next_power_of_2(num_kv_heads),
-            BLOCK_HALF=next_power_of_2(D // 2), PDL=pdl(), num_warps=4, **pdl_launch(),
+            BLOCK_HALF=next_power_of_2(D // 2), num_warps=4,
         )  # fmt: skip
     return q

@@ -18,7 +18,7 @@ the kernel can end a row-parallel product at tp > 1 with the all-reduce and resi
 (``REDUCE``; kernels/skinny_allreduce.py says how, ``tp_fuse_matmul``).
 
 ``skinny_matmul`` takes up to ``MAX_ROWS`` rows and hands larger inputs to ``F.linear`` (prefill,
-decode batches: from two rows on cuBLAS' tiles win, hence ``EngineConfig.skinny_matmul_rows=1``). The
+decode batches: from two rows on cuBLAS' tiles win, hence ``Tuning.skinny_matmul_rows`` auto = 1). The
 sum runs in another order than cuBLAS', so bf16 results may differ in the last bit; float32 ones agree
 to rounding.
 """
@@ -34,10 +34,6 @@ from llmbench.kernels._triton import (
     cdiv,
     jit,
     next_power_of_2,
-    pdl,
-    pdl_enter,
-    pdl_launch,
-    prefetch_l2,
     require_triton,
     tl,
 )
@@ -100,7 +96,6 @@ def _skinny_matmul_kernel(
     NORM: tl.constexpr,  # the input is RMS-normalised (after the residual add with HAS_RES)
     HAS_RES: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    PDL: tl.constexpr, LINE: tl.constexpr, LINES: tl.constexpr,
     SS_BLOCK: tl.constexpr,  # NORM with the row's squares summed already: SS_PARTS sums at ss_ptr (pow2 >=)
     REDUCE: tl.constexpr,  # then the sum over the ranks and the residual add (kernels/skinny_allreduce.py)
     RANK: tl.constexpr, WORLD: tl.constexpr, RED_RES: tl.constexpr, BLOCK_H: tl.constexpr,
@@ -111,10 +106,6 @@ def _skinny_matmul_kernel(
     offs_k = tl.arange(0, BLOCK_K)[None, :]  # (1, BK)
     n_mask = offs_n < N
     w_rows = w_ptr + offs_n.to(tl.int64)[:, None] * stride_wn  # (BN, 1)
-    if PDL:  # launched while the kernel before runs: bring this program's weights into L2 meanwhile
-        line = tl.minimum(tl.arange(0, LINES) * LINE, K - 1)[None, :]  # (1, LINES): LINE elements each
-        prefetch_l2(w_ptr + tl.minimum(offs_n, N - 1).to(tl.int64)[:, None] * stride_wn + line)
-    pdl_enter(PDL, False)  # a read-bound kernel: the next one launches when it ends
     if BLOCK_M == 1:
         rows = tl.zeros((1, 1), dtype=tl.int32)  # (BM, 1)
     else:
@@ -384,9 +375,6 @@ def launch(
         BLOCK_M=_block_m(M),
         BLOCK_N=t.block_n,
         BLOCK_K=t.block_k,
-        PDL=pdl(),
-        LINE=128 // weight.element_size(),
-        LINES=next_power_of_2(cdiv(K, 128 // weight.element_size())),
         SS_BLOCK=next_power_of_2(squares.shape[1]) if squares is not None else 0,
         REDUCE=reduce is not None,
         RANK=red.rank,
@@ -395,6 +383,5 @@ def launch(
         BLOCK_H=min(red.block, next_power_of_2(N)),
         num_warps=t.num_warps,
         num_stages=t.num_stages,
-        **pdl_launch(),
     )
     return y

@@ -24,16 +24,7 @@ from typing import NamedTuple
 
 import torch
 
-from llmbench.kernels._triton import (
-    jit,
-    next_power_of_2,
-    num_sms,
-    pdl,
-    pdl_enter,
-    pdl_launch,
-    require_triton,
-    tl,
-)
+from llmbench.kernels._triton import jit, next_power_of_2, num_sms, require_triton, tl
 
 LOG2E = math.log2(math.e)
 
@@ -75,9 +66,8 @@ def _decode_kernel(
     stride_bt, stride_ob, stride_oh,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-    SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr, PDL: tl.constexpr,
+    SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
-    pdl_enter(PDL, True)  # latency-bound: the next kernel may launch now (_triton.py)
     seq = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -149,9 +139,8 @@ def _decode_kernel(
 @jit(do_not_specialize=("num_splits",))
 def _decode_reduce_kernel(
     part_out_ptr, part_lse_ptr, out_ptr, num_splits, stride_ob, stride_oh,
-    HEAD_DIM: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
-    pdl_enter(PDL, True)
     # Grid (B, Hq): merge the slices of one query head, weighting each by exp(lse - max lse).
     seq = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
@@ -232,13 +221,12 @@ def decode_attention(
         GROUP=group, HEAD_DIM=D, PAGE_SIZE=page_size,
         BLOCK_G=max(16, next_power_of_2(group)), BLOCK_D=max(16, block_d), BLOCK_N=config.block_n,
         SPLIT=split, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        PDL=pdl(), num_warps=config.num_warps, num_stages=config.num_stages, **pdl_launch(),
+        num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     if split:
         _decode_reduce_kernel[(B, Hq)](
             part_out, part_lse, out, num_splits, out.stride(0), out.stride(1),
-            HEAD_DIM=D, BLOCK_S=next_power_of_2(num_splits), BLOCK_D=block_d, PDL=pdl(), num_warps=4,
-            **pdl_launch(),
+            HEAD_DIM=D, BLOCK_S=next_power_of_2(num_splits), BLOCK_D=block_d, num_warps=4,
         )  # fmt: skip
     return out
 

@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
 import torch
 from torch import nn
 
 from llmbench.kernels import rotary
-from llmbench.models.config import RopeConfig
 
 
-def inverse_frequencies(head_dim: int, rope: RopeConfig) -> torch.Tensor:
+class RopeParameters(Protocol):
+    """The rotary parameters a model's config carries (models/config.py ``RopeConfig`` has them)."""
+
+    theta: float
+    kind: str  # "default" | "llama3"
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_position_embeddings: int
+
+
+def inverse_frequencies(head_dim: int, rope: RopeParameters) -> torch.Tensor:
     # Same float32 arithmetic as Hugging Face's rope initialisers, so positions rotate identically.
     inv_freq = 1.0 / (rope.theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
     if rope.kind == "default":
@@ -29,7 +40,9 @@ def inverse_frequencies(head_dim: int, rope: RopeConfig) -> torch.Tensor:
 
 
 class RotaryEmbedding(nn.Module):
-    def __init__(self, head_dim: int, max_positions: int, rope: RopeConfig, use_triton: bool = False) -> None:
+    def __init__(
+        self, head_dim: int, max_positions: int, rope: RopeParameters, use_triton: bool = False
+    ) -> None:
         super().__init__()
         inv_freq = inverse_frequencies(head_dim, rope)
         freqs = torch.outer(torch.arange(max_positions, dtype=torch.float32), inv_freq)  # (P, D/2)

@@ -24,7 +24,6 @@ from llmbench.layers.rotary import RotaryEmbedding
 from llmbench.models.config import ModelConfig
 
 KVCache = tuple[torch.Tensor, torch.Tensor]
-NORM_FUSION_MAX_HIDDEN = 2048  # skinny_fusion="auto" fuses the RMSNorms up to this hidden size
 
 
 @dataclass(frozen=True)
@@ -34,8 +33,8 @@ class BuildOptions:
     tp: TPGroup = SINGLE
     use_triton: bool = False
     skinny_rows: int = 0  # linear layers: inputs of up to this many rows take the skinny Triton kernel
-    # what the skinny kernel does on its loads (EngineConfig.skinny_fusion): auto, all, silu, none
-    skinny_fusion: str = "auto"
+    # what the skinny kernel does on its loads (Tuning.skinny_fusion, resolved): all, silu, none
+    skinny_fusion: str = "none"
 
 
 class MLP(nn.Module):
@@ -79,16 +78,9 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(cfg, opts)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, opts.use_triton)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, opts.use_triton)
-        # Each program of the fused kernel sums the whole row's squares for itself: on an H200 that paid
-        # at hidden size 1024 (qwen3-0.6b, -2.7% per token) and cost at 4096 (qwen3-8b, +1.6%).
-        # At tp > 1 the norms go with the all-reduce before them instead, where it can take them
-        # (tp_fuse_norm, kernels/allreduce_norm.py).
-        fuse_norms = opts.skinny_fusion == "all" or (
-            opts.skinny_fusion == "auto"
-            and cfg.hidden_size <= NORM_FUSION_MAX_HIDDEN
-            and not getattr(opts.tp.fast, "fuse_norm", False)
-        )
-        self.norm_rows = opts.skinny_rows if fuse_norms else 0
+        # "all": each RMSNorm on the loads of the skinny matmul after it (where tp_fuse_norm applies, the
+        # norms go with the all-reduce instead: engine/resolve.py chose "silu" then)
+        self.norm_rows = opts.skinny_rows if opts.skinny_fusion == "all" else 0
         self.tp = opts.tp
 
     def forward(

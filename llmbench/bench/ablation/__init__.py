@@ -12,6 +12,7 @@ from llmbench.bench.ablation.plan import (
     Toggle,
     Variant,
     parse_toggle,
+    parse_toggles,
     plan,
     plan_backends,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "Variant",
     "VariantState",
     "parse_toggle",
+    "parse_toggles",
     "plan",
     "plan_backends",
     "run_ablation",

@@ -57,15 +57,19 @@ class AblationOutcome(NamedTuple):
 
 def config_problem(resolved: ResolvedScenario, variant: Variant | BackendVariant) -> str | None:
     """The engine's (or the peer backend's) objection to this variant, if any."""
-    from llmbench.engine.config import ConfigError, EngineConfig
+    from llmbench.engine.config import ConfigError, EngineConfig, with_option
+    from llmbench.engine.resolve import resolve_here
 
     sc = resolved.scenario
     if isinstance(variant, BackendVariant):
         from llmbench.bench.backends import backend_problem
 
         return backend_problem(sc.model_copy(update={"backend": variant.backend}))
+    options = dict(sc.engine)
+    for name, value in variant.options.items():
+        options = with_option(options, name, value)
     try:
-        EngineConfig.from_options(sc.model, **{**sc.engine, **variant.options})
+        resolve_here(EngineConfig.from_options(sc.model, **options))
     except ConfigError as exc:
         return str(exc)
     return None

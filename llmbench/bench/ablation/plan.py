@@ -1,10 +1,12 @@
 """Which engine configurations an ablation runs.
 
-A toggle is one of the engine's ``toggle_names()``, optionally with the values to compare
-(``attention_backend=sdpa,torch``). Its baseline value is what the scenario's engine options resolve to
-on this machine; its alternatives are: booleans flipped; ``attention_backend`` every other backend;
-``tp`` 1 vs 2. For the designs that speak of on/off, "on" is True / the best backend / tp=2 and "off" is
-False / the ``torch`` reference / tp=1.
+A toggle is one of the engine's ``toggle_names()`` or on/off tuning knobs (``tuning.tp_fuse_norm``),
+optionally with the values to compare (``attention_backend=sdpa,torch``); any other option is varied by
+giving its values (``max_num_seqs=128,256``, ``tuning.skinny_matmul_rows=0,1``). Values are checked by
+the engine's own option checks when parsed, so a bad one fails before anything runs. A toggle's
+baseline value is what the scenario's engine options resolve to on this machine; its alternatives are:
+booleans flipped; ``attention_backend`` every other backend; ``tp`` 1 vs 2. For the designs that speak of
+on/off, "on" is True / the best backend / tp=2 and "off" is False / the ``torch`` reference / tp=1.
 
 Designs:
 - flip (default): the baseline, and every toggle switched to an alternative at once (one variant per
@@ -15,7 +17,7 @@ Designs:
 
 A variant is engine options on top of the scenario's, or (``backends``) another backend serving the same
 scenario: ``backend=engine``, ``backend=transformers``, ... with the first one named as the baseline.
-Whether a variant can run is checked separately (``EngineConfig`` raises ConfigError, e.g. CUDA Graphs on a
+Whether a variant can run is checked separately (``resolve`` raises ConfigError, e.g. CUDA Graphs on a
 CPU; a peer backend says what it lacks).
 """
 
@@ -38,7 +40,7 @@ class Toggle(NamedTuple):
 
 class Variant(NamedTuple):
     name: str
-    options: dict[str, Any]  # engine options set on top of the scenario's
+    options: dict[str, Any]  # engine options set on top of the scenario's, by dotted name
 
 
 class BackendVariant(NamedTuple):
@@ -50,32 +52,63 @@ class BackendVariant(NamedTuple):
 
 
 def parse_toggle(text: str) -> Toggle:
-    """``cuda_graph``, ``attention_backend=sdpa,torch``, or any other engine option with the values to
-    compare, ``max_num_seqs=128,256`` (values parsed as YAML scalars)."""
-    import dataclasses
-
+    """``cuda_graph``, ``attention_backend=sdpa,torch``, ``tuning.tp_fuse_norm``, or any other engine
+    option with the values to compare, ``max_num_seqs=128,256`` (values parsed as YAML scalars and
+    checked as the engine checks them)."""
     import yaml
 
-    from llmbench.engine.config import EngineConfig, toggle_names
+    from llmbench.engine.config import check_option, flippable_knobs, knob_names, toggle_names
 
     name, sep, raw = text.partition("=")
     name = name.strip()
-    knobs = sorted({f.name for f in dataclasses.fields(EngineConfig)} - {"model", *toggle_names()})
-    if name not in toggle_names() and not (sep and name in knobs):
+    switches = (*toggle_names(), *flippable_knobs())
+    knobs = [k for k in knob_names() if k not in switches]
+    if name not in switches and not (sep and name in knobs):
         if name in knobs:
             raise BenchError(
                 f"--toggle {name} is a knob, not an on/off toggle: give its values, e.g. {name}=A,B"
             )
         raise BenchError(
-            f"Unknown toggle: {name!r}. Toggles: {', '.join(toggle_names())}; "
+            f"Unknown toggle: {name!r}. Toggles: {', '.join(switches)}; "
             f"knobs, with values (NAME=A,B): {', '.join(knobs)}"
         )
     if not sep:
         return Toggle(name, None)
-    values = tuple(yaml.safe_load(v.strip()) for v in raw.split(",") if v.strip())
-    if not values:
+    pieces = [v.strip() for v in raw.split(",") if v.strip()]
+    if not pieces:
         raise BenchError(f"--toggle {text!r}: no values after '='")
-    return Toggle(name, values)
+    values, problems = [], []
+    for piece in pieces:
+        try:
+            value = yaml.safe_load(piece)
+        except yaml.YAMLError:
+            value = piece  # not YAML: the string the user typed
+        checked, found = check_option(name, value, prefix="engine.")
+        values.append(checked)
+        problems += [f"--toggle {text}: {p}" for p in found]
+    if problems:
+        raise BenchError("\n".join(problems))
+    return Toggle(name, tuple(values))
+
+
+def parse_toggles(texts: list[str]) -> list[Toggle]:
+    """Every ``--toggle``, with every problem among them reported at once."""
+    toggles, problems = [], []
+    for text in texts:
+        try:
+            toggles.append(parse_toggle(text))
+        except BenchError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise BenchError("\n".join(problems))
+    return toggles
+
+
+def option_value(resolved: Any, name: str) -> Any:
+    """The value of a (dotted) option in a resolved config: ``tuning.skinny_matmul_rows``."""
+    for part in name.split("."):
+        resolved = getattr(resolved, part)
+    return resolved
 
 
 def _text(value: Any) -> str:
@@ -86,9 +119,9 @@ def _text(value: Any) -> str:
 
 def levels(toggle: Toggle, resolved: Any) -> tuple[Any, list[Any]]:
     """(baseline value, alternatives) for one toggle against the resolved engine config."""
-    from llmbench.engine.config import ATTENTION_BACKENDS
+    from llmbench.engine.option_checks import ATTENTION_BACKENDS
 
-    base = getattr(resolved, toggle.name)
+    base = option_value(resolved, toggle.name)
     if toggle.values is not None:
         return base, [v for v in toggle.values if v != base]
     if isinstance(base, bool):
@@ -145,7 +178,7 @@ def plan(design: str, toggles: list[Toggle], resolved: Any) -> list[Variant]:
             variants.append(Variant(f"{t.name}={_text(options[t.name])}", options))
     else:  # factorial
         grid = [on_off(t, resolved) for t in toggles]
-        current = {t.name: getattr(resolved, t.name) for t in toggles}
+        current = {t.name: option_value(resolved, t.name) for t in toggles}
         variants = []
         for combo in itertools.product(*grid):
             options = dict(zip(names, combo, strict=True))

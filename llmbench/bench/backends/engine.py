@@ -13,11 +13,19 @@ from llmbench.bench.scenario.schema import Scenario
 from llmbench.bench.workload.spec import RequestSpec
 
 
-def engine_config(scenario: Scenario) -> Any:
-    """The resolved EngineConfig; raises the engine's ConfigError for options that cannot apply."""
+def engine_options(scenario: Scenario) -> Any:
+    """The scenario's engine options as an ``EngineConfig`` (ConfigError for a malformed one)."""
     from llmbench.engine.config import EngineConfig
 
     return EngineConfig.from_options(scenario.model, **scenario.engine)
+
+
+def engine_config(scenario: Scenario) -> Any:
+    """The options as an engine built now in this process would run them (``ResolvedConfig``); raises
+    the engine's ConfigError for options that cannot apply here."""
+    from llmbench.engine.resolve import resolve_here
+
+    return resolve_here(engine_options(scenario))
 
 
 def request_seed(scenario: Scenario, spec: RequestSpec) -> int | None:
@@ -46,6 +54,7 @@ class EngineBackend:
 
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
+        self.options = engine_options(scenario)
         self.config = engine_config(scenario)  # ConfigError before anything is written
         from llmbench.engine.llm_engine import resolve_model
 
@@ -74,12 +83,13 @@ class EngineBackend:
         self.warnings: list[str] = []
 
     def describe(self) -> dict[str, Any]:
+        """The resolved options: what runs (once started, what the engine itself resolved)."""
         return self.config.to_dict() if self.engine is None else self.engine.config.to_dict()
 
     def start(self) -> None:
         from llmbench.engine.llm_engine import LLMEngine
 
-        self.engine = LLMEngine(self.config)
+        self.engine = LLMEngine(self.options)
         self.startup = dataclasses.asdict(self.engine.startup)
         info = self.engine.model_info
         self.model_info, self.tokenizer = info, self.engine.tokenizer

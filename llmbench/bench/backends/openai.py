@@ -63,8 +63,7 @@ class OpenAIBackend:
     name = "openai"
 
     def __init__(self, scenario: Scenario) -> None:
-        from llmbench.engine.config import ConfigError
-        from llmbench.engine.llm_engine import resolve_model
+        from llmbench.models.registry import UnknownModelError, resolve_model
         from llmbench.models.tokenizer import load_tokenizer
 
         self.scenario = scenario
@@ -84,7 +83,7 @@ class OpenAIBackend:
             self.headers["Authorization"] = f"Bearer {key}"
         try:
             model_config, folder = resolve_model(scenario.model)
-        except ConfigError:
+        except UnknownModelError:
             model_config = folder = None
         if model_config is not None:
             self.vocab_size = opts.vocab_size or model_config.vocab_size

@@ -59,7 +59,7 @@ class TransformersBackend:
     def __init__(self, scenario: Scenario) -> None:
         import transformers
 
-        from llmbench.engine.llm_engine import resolve_model
+        from llmbench.models.registry import UnknownModelError, resolve_model
 
         self.scenario = scenario
         self.options = opts = scenario.backend_options.transformers
@@ -83,7 +83,10 @@ class TransformersBackend:
         self.tp = 1
         self.cuda_indices = [int(device.split(":")[1]) if ":" in device else 0] if device != "cpu" else None
         self.seed = int(scenario.engine.get("seed", 0))
-        self.model_config, self.folder = resolve_model(scenario.model)  # ConfigError for an unknown model
+        try:
+            self.model_config, self.folder = resolve_model(scenario.model)
+        except UnknownModelError as exc:
+            raise BenchError(str(exc)) from None
         self.vocab_size = self.model_config.vocab_size
         limit = scenario.engine.get("max_model_len")
         self.max_model_len = int(limit) if limit else self.model_config.max_position_embeddings

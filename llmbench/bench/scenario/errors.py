@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from llmbench.bench.scenario.schema import FieldIssue, Scenario
+from llmbench.bench.scenario.schema import FieldIssue, FieldIssues, Scenario
 
 
 def format_loc(loc: tuple[Any, ...]) -> str:
@@ -84,13 +84,22 @@ def describe(error: dict[str, Any]) -> tuple[str, str]:
     return format_loc(loc), message
 
 
+def describe_all(error: dict[str, Any]) -> list[tuple[str, str]]:
+    """(path, message) for each problem one pydantic error stands for (several for ``FieldIssues``)."""
+    cause = (error.get("ctx") or {}).get("error")
+    if isinstance(cause, FieldIssues):
+        loc = tuple(error.get("loc", ()))
+        return [(format_loc((*loc, *field.split("."))), message) for field, message in cause.issues]
+    return [describe(error)]
+
+
 def format_validation_error(exc: ValidationError, origin: str) -> str:
     lines = [f"Invalid scenario {origin}:"]
     seen: set[str] = set()
     for err in exc.errors(include_url=False):
-        path, message = describe(err)
-        line = f"  {path}: {message}"
-        if line not in seen:
-            seen.add(line)
-            lines.append(line)
+        for path, message in describe_all(err):
+            line = f"  {path}: {message}"
+            if line not in seen:
+                seen.add(line)
+                lines.append(line)
     return "\n".join(lines)

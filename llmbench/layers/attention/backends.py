@@ -143,7 +143,7 @@ class TritonBackend(CacheAttentionBackend):
     graph_safe = True
 
     def __init__(self, decode_split_tokens: int | None = None) -> None:
-        self.decode_split_tokens = decode_split_tokens  # see EngineConfig.decode_split_tokens
+        self.decode_split_tokens = decode_split_tokens  # see Tuning.decode_split_tokens
 
     def attend(self, q, k_cache, v_cache, meta, scale):
         if meta.is_decode_only:  # split_tokens None: equal slices chosen from the batch shape

@@ -1,0 +1,148 @@
+"""What each engine option accepts: its type, range or choices, and the message that says so.
+
+A check takes the value as given (from Python, or parsed from YAML) and returns it normalised (``auto``
+-> None where None means "decided by the engine", a list of buckets -> a tuple) or raises ``Invalid``
+with what is allowed: ``expected an integer >= 1, got 'abc'``, ``unsupported 'float13'; supported: ...``.
+``engine/config.py`` applies them (``check_options``); ``resolve`` checks combinations.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+AUTO = "auto"
+ATTENTION_BACKENDS = ("torch", "sdpa", "triton", "flash_attn")
+DTYPES = ("float32", "float16", "bfloat16")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+TP_ALL_REDUCE = ("nccl", "symm_mem")
+SKINNY_FUSIONS = ("all", "silu", "none")
+SKINNY_MATMUL_MAX_ROWS = 8  # kernels/skinny_matmul.py MAX_ROWS: larger inputs always go to cuBLAS
+DECODE_SPLIT_MULTIPLE = 64  # the Triton decode kernel's slices are whole tiles of 64 tokens
+
+
+class Invalid(Exception):
+    """A value that does not fit its option; the message says what is allowed."""
+
+
+Check = Callable[[Any], Any]  # the value normalised, or Invalid
+
+
+def _is_auto(value: Any) -> bool:
+    return value is None or value == AUTO
+
+
+def _boolean(auto: bool = False) -> Check:
+    allowed = "true, false or auto" if auto else "true or false"
+
+    def check(value: Any) -> Any:
+        if isinstance(value, bool):
+            return value
+        if auto and _is_auto(value):
+            return None
+        raise Invalid(f"expected {allowed}, got {value!r}")
+
+    return check
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _integer(low: int, high: int | None = None, auto: bool = False, unit: str = "") -> Check:
+    allowed = f"an integer >= {low}" if high is None else f"an integer in {low}..{high}"
+    allowed = f"{unit} ({allowed})" if unit else allowed
+    if auto:
+        allowed += " or auto"
+
+    def check(value: Any) -> Any:
+        if auto and _is_auto(value):
+            return None
+        if not _is_int(value) or value < low or (high is not None and value > high):
+            raise Invalid(f"expected {allowed}, got {value!r}")
+        return value
+
+    return check
+
+
+def _fraction(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise Invalid(f"expected a number in (0, 1], got {value!r}")
+    return float(value)
+
+
+def _choice(options: tuple[str, ...], auto: bool = False) -> Check:
+    allowed = (AUTO, *options) if auto else options
+
+    def check(value: Any) -> Any:
+        if auto and value is None:
+            return AUTO
+        if not isinstance(value, str) or value not in allowed:
+            raise Invalid(f"unsupported {value!r}; supported: {', '.join(allowed)}")
+        return value
+
+    return check
+
+
+_CUDA_DEVICE = re.compile(r"^cuda(:\d+)?$")
+
+
+def _device(value: Any) -> Any:
+    if value is None:
+        return AUTO
+    if not isinstance(value, str) or not (value in (AUTO, "cpu") or _CUDA_DEVICE.match(value)):
+        raise Invalid(f"unsupported {value!r}; supported: auto, cpu, cuda, cuda:N")
+    return value
+
+
+def _decode_split(value: Any) -> Any:
+    if not _is_int(value) or value < 0 or value % DECODE_SPLIT_MULTIPLE:
+        raise Invalid(
+            f"expected 0 (slices chosen per step) or a positive multiple of {DECODE_SPLIT_MULTIPLE}, "
+            f"got {value!r}"
+        )
+    return value
+
+
+def _buckets(value: Any) -> Any:
+    if _is_auto(value):
+        return None
+    if isinstance(value, (list, tuple)) and value and all(_is_int(b) and b >= 1 for b in value):
+        return tuple(value)
+    raise Invalid(f"expected a list of batch sizes (integers >= 1) or auto, got {value!r}")
+
+
+ENGINE_CHECKS: dict[str, Check] = {
+    "device": _device,
+    "dtype": _choice(DTYPES, auto=True),
+    "seed": _integer(0),
+    "paged_kv": _boolean(),
+    "prefix_cache": _boolean(auto=True),
+    "continuous_batching": _boolean(),
+    "chunked_prefill": _boolean(),
+    "attention_backend": _choice(ATTENTION_BACKENDS, auto=True),
+    "triton_kernels": _boolean(auto=True),
+    "torch_compile": _boolean(),
+    "cuda_graph": _boolean(auto=True),
+    "async_scheduling": _boolean(auto=True),
+    "tp": _integer(1),
+    "gpu_memory_utilization": _fraction,
+    "kv_cache_memory": _integer(1, auto=True, unit="a number of bytes"),
+    "num_kv_blocks": _integer(1, auto=True),
+    "block_size": _integer(1),
+    "max_num_seqs": _integer(1),
+    "max_num_batched_tokens": _integer(1),
+    "max_model_len": _integer(2, auto=True),
+}
+
+TUNING_CHECKS: dict[str, Check] = {
+    "cuda_graph_buckets": _buckets,
+    "decode_split_tokens": _decode_split,
+    "skinny_matmul_rows": _integer(0, SKINNY_MATMUL_MAX_ROWS, auto=True),
+    "skinny_fusion": _choice(SKINNY_FUSIONS, auto=True),
+    "tp_all_reduce": _choice(TP_ALL_REDUCE, auto=True),
+    "tp_fuse_norm": _boolean(auto=True),
+    "tp_fuse_matmul": _boolean(auto=True),
+    "compile_mode": _choice(COMPILE_MODES),
+}

@@ -1,0 +1,449 @@
+"""Engine options: every malformed value named with its path and what is allowed, all at once; every
+"auto" decided by ``resolve`` from the config and the machine's facts (here made up: an H200 pair, a
+torchrun job across hosts...), so the GPU's decisions are checked on any machine."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llmbench.engine.config import ConfigError, EngineConfig, Tuning, check_option, nest, with_option
+from llmbench.engine.facts import Facts, ModelFacts
+from llmbench.engine.resolve import default_buckets, resolve
+from llmbench.models.presets import PRESETS
+
+
+def model_facts(name: str) -> ModelFacts:
+    return ModelFacts.of(name, PRESETS[name].config)
+
+
+CPU = Facts(model=model_facts("qwen3-tiny"), triton=True)
+CPU_INTERPRETED = Facts(model=model_facts("qwen3-tiny"), triton=True, triton_interpret=True)
+
+
+def h200s(model: str = "qwen3-0.6b", **facts) -> Facts:
+    """Two H200s of one host, Triton installed, ranks spawned by rank 0."""
+    return Facts(
+        model=model_facts(model),
+        cuda_devices=2,
+        device_name="NVIDIA H200",
+        capability=(9, 0),
+        triton=True,
+        **facts,
+    )
+
+
+def resolved(facts: Facts = CPU, model: str | None = None, **options):
+    return resolve(EngineConfig.from_options(model or facts.model.name, **options), facts)
+
+
+def message(**options) -> str:
+    with pytest.raises(ConfigError) as exc:
+        EngineConfig.from_options("qwen3-tiny", **options)
+    return str(exc.value)
+
+
+# -- malformed values, where they enter ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "options,expected",
+    [
+        ({"max_num_seqs": "abc"}, "max_num_seqs: expected an integer >= 1, got 'abc'"),
+        ({"max_num_seqs": -5}, "max_num_seqs: expected an integer >= 1, got -5"),
+        ({"max_num_seqs": True}, "max_num_seqs: expected an integer >= 1, got True"),
+        ({"max_num_batched_tokens": 1.5e3}, "max_num_batched_tokens: expected an integer >= 1, got 1500.0"),
+        ({"block_size": 2.5}, "block_size: expected an integer >= 1, got 2.5"),
+        ({"tp": 0}, "tp: expected an integer >= 1, got 0"),
+        ({"seed": -1}, "seed: expected an integer >= 0, got -1"),
+        ({"max_model_len": 1}, "max_model_len: expected an integer >= 2 or auto, got 1"),
+        ({"num_kv_blocks": "many"}, "num_kv_blocks: expected an integer >= 1 or auto, got 'many'"),
+        (
+            {"kv_cache_memory": "1GB"},
+            "kv_cache_memory: expected a number of bytes (an integer >= 1) or auto, got '1GB'",
+        ),
+        ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization: expected a number in (0, 1], got 1.5"),
+        ({"gpu_memory_utilization": 0}, "gpu_memory_utilization: expected a number in (0, 1], got 0"),
+        (
+            {"gpu_memory_utilization": "most"},
+            "gpu_memory_utilization: expected a number in (0, 1], got 'most'",
+        ),
+        ({"cuda_graph": "yes please"}, "cuda_graph: expected true, false or auto, got 'yes please'"),
+        ({"cuda_graph": 1}, "cuda_graph: expected true, false or auto, got 1"),
+        ({"paged_kv": "yes"}, "paged_kv: expected true or false, got 'yes'"),
+        ({"paged_kv": None}, "paged_kv: expected true or false, got None"),
+        ({"torch_compile": "auto"}, "torch_compile: expected true or false, got 'auto'"),
+        ({"dtype": "float13"}, "dtype: unsupported 'float13'; supported: auto, float32, float16, bfloat16"),
+        ({"dtype": 16}, "dtype: unsupported 16; supported: auto, float32, float16, bfloat16"),
+        ({"device": "tpu"}, "device: unsupported 'tpu'; supported: auto, cpu, cuda, cuda:N"),
+        ({"device": "cuda:x"}, "device: unsupported 'cuda:x'; supported: auto, cpu, cuda, cuda:N"),
+        (
+            {"attention_backend": "xformers"},
+            "attention_backend: unsupported 'xformers'; supported: auto, torch, sdpa, triton, flash_attn",
+        ),
+        (
+            {"tuning": {"skinny_matmul_rows": 9}},
+            "tuning.skinny_matmul_rows: expected an integer in 0..8 or auto, got 9",
+        ),
+        (
+            {"tuning": {"decode_split_tokens": 100}},
+            "tuning.decode_split_tokens: expected 0 (slices chosen per step) or a positive multiple of 64, "
+            "got 100",
+        ),
+        (
+            {"tuning": {"cuda_graph_buckets": [0, 4]}},
+            "tuning.cuda_graph_buckets: expected a list of batch sizes (integers >= 1) or auto, got [0, 4]",
+        ),
+        (
+            {"tuning": {"cuda_graph_buckets": "1,2"}},
+            "tuning.cuda_graph_buckets: expected a list of batch sizes (integers >= 1) or auto, got '1,2'",
+        ),
+        (
+            {"tuning": {"skinny_fusion": "norm"}},
+            "tuning.skinny_fusion: unsupported 'norm'; supported: auto, all, silu, none",
+        ),
+        (
+            {"tuning": {"tp_all_reduce": "mpi"}},
+            "tuning.tp_all_reduce: unsupported 'mpi'; supported: auto, nccl, symm_mem",
+        ),
+        ({"tuning": {"tp_fuse_norm": "on"}}, "tuning.tp_fuse_norm: expected true, false or auto, got 'on'"),
+        (
+            {"tuning": {"compile_mode": "fast"}},
+            "tuning.compile_mode: unsupported 'fast'; supported: default, reduce-overhead, max-autotune, "
+            "max-autotune-no-cudagraphs",
+        ),
+        (
+            {"tuning": {"skinny_rows": 1}},
+            "tuning.skinny_rows: unknown tuning knob; valid: compile_mode, cuda_graph_buckets, "
+            "decode_split_tokens, skinny_fusion, skinny_matmul_rows, tp_all_reduce, tp_fuse_matmul, tp_fuse_norm",
+        ),
+        (
+            {"tuning": 5},
+            "tuning: expected a mapping of tuning knobs (cuda_graph_buckets, decode_split_tokens, "
+            "skinny_matmul_rows, skinny_fusion, tp_all_reduce, tp_fuse_norm, tp_fuse_matmul, compile_mode), got 5",
+        ),
+        (
+            {"skinny_matmul_rows": 1},
+            "skinny_matmul_rows: a tuning knob: set it under tuning (tuning.skinny_matmul_rows)",
+        ),
+    ],
+)
+def test_a_malformed_value_is_named_with_what_is_allowed(options, expected):
+    assert message(**options) == expected
+
+
+def test_an_unknown_option_names_the_valid_ones():
+    text = message(cuda_graphs=True)
+    assert text.startswith("cuda_graphs: unknown engine option; valid: async_scheduling, attention_backend,")
+    assert "cuda_graph," in text and text.endswith("triton_kernels, tuning")
+    assert message(pdl=True).startswith("pdl: unknown engine option; valid:")  # (removed: it was slower)
+
+
+def test_every_problem_is_reported_at_once():
+    with pytest.raises(ConfigError) as exc:
+        EngineConfig.from_options(
+            "qwen3-tiny",
+            dtype="float13",
+            max_num_seqs=-5,
+            tuning={"skinny_fusion": "norm", "tp_fuse_norm": 2},
+        )
+    assert str(exc.value).splitlines() == [
+        "dtype: unsupported 'float13'; supported: auto, float32, float16, bfloat16",
+        "max_num_seqs: expected an integer >= 1, got -5",
+        "tuning.skinny_fusion: unsupported 'norm'; supported: auto, all, silu, none",
+        "tuning.tp_fuse_norm: expected true, false or auto, got 2",
+    ]
+    assert [p.path for p in exc.value.problems] == [
+        "dtype",
+        "max_num_seqs",
+        "tuning.skinny_fusion",
+        "tuning.tp_fuse_norm",
+    ]
+
+
+def test_a_config_built_directly_is_checked_too():
+    with pytest.raises(ConfigError, match=r"^max_num_seqs: expected an integer >= 1, got 'abc'$"):
+        EngineConfig(max_num_seqs="abc")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"^tuning.skinny_fusion: unsupported 'x'"):
+        Tuning(skinny_fusion="x")
+    with pytest.raises(ConfigError, match=r"^tuning.bogus: unknown tuning knob"):
+        EngineConfig(tuning={"bogus": 1})  # type: ignore[arg-type]
+
+
+def test_auto_and_none_mean_the_same_and_values_are_normalised():
+    a = EngineConfig.from_options(
+        "qwen3-tiny", cuda_graph="auto", attention_backend=None, max_model_len="auto"
+    )
+    assert a == EngineConfig(model="qwen3-tiny")
+    t = EngineConfig.from_options("qwen3-tiny", tuning={"cuda_graph_buckets": [4, 1], "tp_fuse_norm": "auto"})
+    assert t.tuning == Tuning(cuda_graph_buckets=(4, 1))
+    assert (
+        EngineConfig.from_options("qwen3-tiny", tuning=Tuning(skinny_fusion="none")).tuning.skinny_fusion
+        == "none"
+    )
+
+
+def test_one_option_is_checked_by_its_dotted_name():
+    assert check_option("tuning.skinny_matmul_rows", 0) == (0, [])
+    assert check_option("cuda_graph", "auto") == (None, [])
+    _, problems = check_option("max_num_seqs", "abc", prefix="engine.")
+    assert [str(p) for p in problems] == ["engine.max_num_seqs: expected an integer >= 1, got 'abc'"]
+    _, problems = check_option("tuning.warp", 1, prefix="engine.")
+    assert [p.path for p in problems] == ["engine.tuning.warp"]
+
+
+def test_dotted_names_nest_into_the_tuning_section():
+    assert nest({"tp": 2, "tuning.skinny_fusion": "none", "tuning.tp_fuse_norm": False}) == {
+        "tp": 2,
+        "tuning": {"skinny_fusion": "none", "tp_fuse_norm": False},
+    }
+    base = {"tp": 2, "tuning": {"skinny_fusion": "none"}}
+    assert with_option(base, "tuning.tp_fuse_norm", True) == {
+        "tp": 2,
+        "tuning": {"skinny_fusion": "none", "tp_fuse_norm": True},
+    }
+    assert base == {"tp": 2, "tuning": {"skinny_fusion": "none"}}  # left as it was
+
+
+# -- resolve: every auto decided once, from the facts ---------------------------------------------------
+
+
+def test_on_the_cpu_everything_resolves_to_the_plain_paths():
+    r = resolved(CPU)
+    assert (r.device, r.dtype, r.attention_backend) == ("cpu", "float32", "sdpa")
+    assert (r.triton_kernels, r.cuda_graph, r.async_scheduling, r.prefix_cache) == (False, False, False, True)
+    assert r.max_model_len == 4096  # the model's max_position_embeddings, under the 8192 default cap
+    assert r.tuning.cuda_graph_buckets == () and r.tuning.skinny_matmul_rows == 0
+    assert (r.tuning.skinny_fusion, r.tuning.tp_all_reduce) == ("none", "none")
+    assert not r.tuning.tp_fuse_norm and not r.tuning.tp_fuse_matmul
+
+
+def test_on_an_h200_the_fast_paths_are_chosen():
+    r = resolved(h200s("qwen3-0.6b"))
+    assert (r.device, r.dtype, r.attention_backend) == ("cuda", "bfloat16", "triton")
+    assert r.triton_kernels and r.cuda_graph and r.async_scheduling
+    assert r.tuning.cuda_graph_buckets == tuple(default_buckets(256))
+    assert r.tuning.cuda_graph_buckets[:6] == (1, 2, 4, 8, 16, 32) and r.tuning.cuda_graph_buckets[-1] == 256
+    assert r.tuning.skinny_matmul_rows == 1 and r.tuning.tp_all_reduce == "none"
+    assert r.max_model_len == 8192
+
+
+@pytest.mark.parametrize(
+    "model,fusion",
+    [("qwen3-0.6b", "all"), ("qwen3-1.7b", "all"), ("qwen3-8b", "silu"), ("llama3.1-8b", "silu")],
+)
+def test_skinny_fusion_auto_fuses_the_norms_only_for_small_hidden_sizes(model, fusion):
+    assert resolved(h200s(model)).tuning.skinny_fusion == fusion
+
+
+def test_at_tp2_on_one_hosts_gpus_the_one_shot_all_reduce_takes_the_norms_and_products():
+    r = resolved(h200s("qwen3-0.6b"), tp=2)
+    assert r.tuning.tp_all_reduce == "symm_mem" and r.tuning.tp_fuse_norm and r.tuning.tp_fuse_matmul
+    assert r.tuning.skinny_fusion == "silu"  # the norms go with the all-reduce, even at hidden size 1024
+    plain = resolved(h200s("qwen3-0.6b"), tp=2, tuning={"tp_all_reduce": "nccl"})
+    assert (plain.tuning.tp_fuse_norm, plain.tuning.tp_fuse_matmul, plain.tuning.skinny_fusion) == (
+        False,
+        False,
+        "all",
+    )
+
+
+def test_a_second_engine_in_a_process_gets_nccl_and_symm_mem_says_why():
+    used = h200s(symm_mem_used=True)
+    r = resolved(used, tp=2)
+    assert r.tuning.tp_all_reduce == "nccl" and not r.tuning.tp_fuse_norm
+    with pytest.raises(
+        ConfigError, match=r"can be set up once per process .* start this engine in a new process"
+    ):
+        resolved(used, tp=2, tuning={"tp_all_reduce": "symm_mem"})
+    with pytest.raises(
+        ConfigError, match=r"needs the one-shot all-reduce \(tuning.tp_all_reduce 'symm_mem' or"
+    ):
+        resolved(used, tp=2, tuning={"tp_fuse_norm": True})
+
+
+def test_torchrun_across_hosts_gets_nccl_and_tp_must_equal_its_world_size():
+    across = h200s(launcher="torchrun", world_size=2, local_world_size=1)
+    assert resolved(across, tp=2).tuning.tp_all_reduce == "nccl"
+    one_host = h200s(launcher="torchrun", world_size=2, local_world_size=2)
+    assert resolved(one_host, tp=2).tuning.tp_all_reduce == "symm_mem"
+    with pytest.raises(ConfigError) as exc:
+        resolved(across, tp=2, tuning={"tp_all_reduce": "symm_mem"})
+    assert str(exc.value) == (
+        "tuning.tp_all_reduce='symm_mem' needs every rank on one host (NVLink); torchrun placed 1 of 2 ranks "
+        "here: use tuning.tp_all_reduce='nccl' across hosts"
+    )
+    with pytest.raises(ConfigError) as exc:
+        resolved(across, tp=4)
+    assert str(exc.value) == (
+        "torchrun started 2 processes (WORLD_SIZE) but tp=4: they must be equal (set tp=2, or start 4 processes)"
+    )
+
+
+def test_the_cpu_at_tp2_uses_gloo_without_fusions():
+    r = resolved(CPU, tp=2)
+    assert r.tuning.tp_all_reduce == "nccl" and not r.tuning.tp_fuse_norm and not r.tuning.tp_fuse_matmul
+
+
+@pytest.mark.parametrize(
+    "facts,options,expected",
+    [
+        (CPU, {"cuda_graph": True}, "cuda_graph=True needs a CUDA device: CUDA Graphs cannot run on the CPU"),
+        (
+            h200s(),
+            {"cuda_graph": True, "attention_backend": "sdpa"},
+            "cuda_graph=True needs a graph-safe attention backend ('triton' or 'flash_attn'), got 'sdpa'",
+        ),
+        (
+            CPU,
+            {"paged_kv": False, "prefix_cache": True},
+            "prefix_cache=True shares KV blocks between requests: it needs paged_kv=True",
+        ),
+        (
+            CPU,
+            {"attention_backend": "triton"},
+            "attention_backend='triton' needs the triton package and a CUDA device (or TRITON_INTERPRET=1 to "
+            "run its kernels on the CPU, slowly)",
+        ),
+        (
+            CPU,
+            {"dtype": "float32", "attention_backend": "flash_attn"},
+            "attention_backend='flash_attn' runs in float16 or bfloat16 only (flash-attn has no float32 "
+            "kernels): set dtype='bfloat16' or choose another attention backend",
+        ),
+        (
+            h200s(),
+            {"attention_backend": "flash_attn"},
+            "attention_backend='flash_attn' needs flash-attn installed (pip install 'llmbench[flash]'); "
+            "available here: torch, sdpa, triton",
+        ),
+        (
+            CPU,
+            {"triton_kernels": True},
+            "triton_kernels=True needs the triton package and a CUDA device (or TRITON_INTERPRET=1 on the CPU)",
+        ),
+        (
+            CPU_INTERPRETED,
+            {"triton_kernels": False, "tuning": {"skinny_matmul_rows": 1}},
+            "tuning.skinny_matmul_rows=1 asks for a Triton kernel: it needs triton_kernels=True "
+            "(or tuning.skinny_matmul_rows=0)",
+        ),
+        (
+            CPU,
+            {"tuning": {"decode_split_tokens": 64}},
+            "tuning.decode_split_tokens tunes the Triton decode kernel: it needs attention_backend='triton', "
+            "got 'sdpa'",
+        ),
+        (
+            CPU,
+            {"tuning": {"skinny_fusion": "silu"}},
+            "tuning.skinny_fusion='silu' fuses into the skinny matmul, which is off "
+            "(tuning.skinny_matmul_rows=0 or triton_kernels=False)",
+        ),
+        (
+            CPU_INTERPRETED,
+            {"tp": 2, "torch_compile": True, "tuning": {"tp_fuse_norm": True, "tp_all_reduce": "nccl"}},
+            "tuning.tp_fuse_norm=True does each tensor-parallel all-reduce with the RMSNorm after it in one "
+            "Triton kernel over the GPUs' shared memory: it needs a CUDA device, triton_kernels=True, the one-shot "
+            "all-reduce (tuning.tp_all_reduce 'symm_mem' or 'auto'), torch_compile=False",
+        ),
+        (
+            h200s(),
+            {"tuning": {"tp_fuse_norm": True, "skinny_fusion": "all"}},
+            "tuning.tp_fuse_norm=True does each tensor-parallel all-reduce with the RMSNorm after it in one "
+            "Triton kernel over the GPUs' shared memory: it needs tp > 1, the one-shot all-reduce "
+            "(tuning.tp_all_reduce 'symm_mem' or 'auto'), tuning.skinny_fusion other than 'all' (that fuses "
+            "the norms into the matmuls)",
+        ),
+        (
+            h200s(),
+            {"tp": 2, "tuning": {"tp_fuse_matmul": True, "skinny_matmul_rows": 0}},
+            "tuning.tp_fuse_matmul=True sums each row-parallel product of a one-row decode step over the GPUs "
+            "in the product's own kernel: it needs tuning.skinny_matmul_rows >= 1 (the skinny matmul, whose "
+            "kernel it extends)",
+        ),
+        (
+            CPU,
+            {"tp": 2, "tuning": {"tp_all_reduce": "symm_mem"}},
+            "tuning.tp_all_reduce='symm_mem' reads the other GPUs' memory over NVLink: it needs tp > 1 on CUDA "
+            "devices (got tp=2 on 'cpu')",
+        ),
+        (CPU, {"tp": 3}, "tp=3 does not divide the 4 attention heads of qwen3-tiny"),
+        (
+            CPU,
+            {"max_model_len": 5000},
+            "max_model_len=5000 exceeds the model's max_position_embeddings (4096)",
+        ),
+        (
+            h200s(),
+            {"block_size": 24},
+            "block_size must be a power of two with attention_backend='triton', got 24",
+        ),
+        (h200s(), {"device": "cuda:2"}, "device='cuda:2': torch sees 2 CUDA device(s), cuda:0 to cuda:1"),
+        (CPU, {"device": "cuda"}, "device='cuda' was asked for, but torch sees no CUDA device"),
+    ],
+)
+def test_a_combination_that_cannot_run_here_says_what_it_needs(facts, options, expected):
+    with pytest.raises(ConfigError) as exc:
+        resolved(facts, **options)
+    assert str(exc.value) == expected
+
+
+def test_explicit_choices_are_kept_and_fusions_off_where_asked():
+    r = resolved(
+        h200s(), tuning={"skinny_matmul_rows": 4, "skinny_fusion": "none", "cuda_graph_buckets": [8, 2]}
+    )
+    assert (r.tuning.skinny_matmul_rows, r.tuning.skinny_fusion, r.tuning.cuda_graph_buckets) == (
+        4,
+        "none",
+        (2, 8),
+    )
+    assert resolved(CPU, tp=2, tuning={"tp_fuse_norm": False}).tuning.tp_fuse_norm is False
+    assert resolved(CPU, async_scheduling=True).async_scheduling is True
+
+
+def test_what_results_record_holds_concrete_values_only():
+    for facts, options in ((CPU, {}), (h200s(), {"tp": 2}), (h200s(symm_mem_used=True), {"tp": 2})):
+        recorded = json.loads(json.dumps(resolved(facts, **options).to_dict()))
+
+        def values(d, path=""):
+            for key, value in d.items():
+                if isinstance(value, dict):
+                    yield from values(value, f"{path}{key}.")
+                else:
+                    yield f"{path}{key}", value
+
+        found = dict(values(recorded))
+        assert "auto" not in found.values()
+        # only the KV pool's sizes may be left to the start-up (measured memory): nothing else is open
+        assert {k for k, v in found.items() if v is None} <= {"kv_cache_memory", "num_kv_blocks"}
+        assert set(recorded["tuning"]) == {f for f in Tuning.__dataclass_fields__}
+
+
+def test_resolve_is_a_function_of_its_inputs_alone():
+    config = EngineConfig.from_options("qwen3-0.6b", tp=2)
+    assert resolve(config, h200s()) == resolve(config, h200s())
+    assert resolve(config, h200s()) != resolve(config, h200s(symm_mem_used=True))
+
+
+def test_the_facts_say_how_ranks_start_and_whether_they_can_share_memory(monkeypatch):
+    from llmbench.engine import symm_all_reduce
+    from llmbench.engine.facts import read_facts
+
+    model = model_facts("qwen3-tiny")
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(symm_all_reduce, "rendezvous_count", 0)
+    facts = read_facts(model)
+    assert facts.model == model and facts.launcher == "spawn" and facts.ranks_share_memory
+    monkeypatch.setattr(symm_all_reduce, "rendezvous_count", 1)  # set up once in this process already
+    assert read_facts(model).symm_mem_used and not read_facts(model).ranks_share_memory
+    torchrun = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "1"}
+    for var, value in {**torchrun, "LOCAL_WORLD_SIZE": "1"}.items():
+        monkeypatch.setenv(var, value)
+    facts = read_facts(model)
+    assert (facts.launcher, facts.world_size, facts.local_world_size) == ("torchrun", 2, 1)
+    assert not facts.ranks_share_memory  # the other rank is on another host
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert read_facts(model).ranks_share_memory

@@ -1,0 +1,72 @@
+"""Imports point down the layers (cli -> bench -> engine -> layers -> kernels), models build from layers,
+the engine and below import no presentation or schema library, and the peer backends load no engine."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "llmbench"
+PRESENTATION = ("typer", "rich", "pandas", "yaml", "pydantic", "matplotlib")
+# package -> the llmbench packages it may not import
+FORBIDDEN = {
+    "kernels": ("layers", "models", "engine", "bench", "cli"),
+    "layers": ("models", "engine", "bench", "cli"),
+    "models": ("engine", "bench", "cli"),
+    "engine": ("bench", "cli"),
+    "bench": ("cli",),
+}
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module a file imports, at any depth (function-level imports included)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def files_of(package: str) -> list[Path]:
+    return sorted((PACKAGE / package).rglob("*.py"))
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_imports_point_down_the_layers(package):
+    wrong = [
+        f"{path.relative_to(PACKAGE.parent)} imports {name}"
+        for path in files_of(package)
+        for name in imports_of(path)
+        if any(name == f"llmbench.{up}" or name.startswith(f"llmbench.{up}.") for up in FORBIDDEN[package])
+    ]
+    assert not wrong, wrong
+
+
+@pytest.mark.parametrize("package", ["engine", "layers", "kernels", "models"])
+def test_the_engine_and_below_import_no_presentation_or_schema_library(package):
+    wrong = [
+        f"{path.relative_to(PACKAGE.parent)} imports {name}"
+        for path in files_of(package)
+        for name in imports_of(path)
+        if name.split(".")[0] in PRESENTATION
+    ]
+    assert not wrong, wrong
+
+
+def test_the_peer_backends_load_no_engine():
+    code = (
+        "import sys\n"
+        "import llmbench.bench.backends.transformers, llmbench.bench.backends.openai\n"
+        "from llmbench.models.registry import resolve_model\n"
+        "resolve_model('qwen3-tiny')\n"
+        "print(sorted(m for m in sys.modules if m.startswith('llmbench.engine')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
