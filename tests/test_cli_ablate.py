@@ -92,10 +92,11 @@ def test_a_variant_that_cannot_run_here_is_an_error_before_anything_runs(tmp_pat
 
 def test_every_variant_that_cannot_run_is_named(tmp_path):
     from llmbench.engine.config import ConfigError, EngineConfig
+    from llmbench.engine.resolve import resolve_here
 
     def why(**option) -> str:  # the engine's own reason, quoted after the variant's name
         with pytest.raises(ConfigError) as info:
-            EngineConfig.from_options("qwen3-tiny", device="cpu", **option)
+            resolve_here(EngineConfig.from_options("qwen3-tiny", device="cpu", **option))
         return str(info.value)
 
     res = invoke("ablate", "--toggle", "cuda_graph", "--toggle", "attention_backend=flash_attn",

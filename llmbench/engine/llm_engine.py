@@ -432,6 +432,7 @@ class LLMEngine:
         if hasattr(self, "runner"):
             self.runner.release_graphs()
             del self.runner
+        self._counters = None  # it reads the runner's recompile count: it must not keep the model alive
 
     def __del__(self) -> None:
         # Dropped without shutdown(): stop the ranks and free the process group now, so that another

@@ -56,7 +56,7 @@ class EngineBackend:
         self.scenario = scenario
         self.options = engine_options(scenario)
         self.config = engine_config(scenario)  # ConfigError before anything is written
-        from llmbench.engine.llm_engine import resolve_model
+        from llmbench.models.registry import resolve_model
 
         # config.json only (a broken folder is a ModelError here, before anything is written); the
         # vocabulary lets the runner check a prompt file's token ids before the engine starts.
