@@ -70,3 +70,19 @@ def test_unknown_block_kinds_and_missing_folders_are_clear_errors(tmp_path):
     doc.write_text("<!-- llmbench: report results/nowhere -->\n<!-- /llmbench -->\n")
     res = CliRunner().invoke(app, ["docs", str(doc)])
     assert res.exit_code == 2 and "no such result folder: results/nowhere" in res.output
+
+
+def test_the_compact_changes_view_has_a_row_per_variant_with_its_verdict(tmp_path):
+    _ablation(tmp_path)
+    res = CliRunner().invoke(
+        app,
+        ["report", str(tmp_path / "results" / "kept-ablation"), "--view", "changes", "-m", "output_throughput",
+         "--format", "markdown"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    rows = [line for line in res.output.splitlines() if line.startswith("| ")]
+    assert rows[0].startswith("| variant | repeats | output tok/s (tok/s) | change [95% CI] | verdict |")
+    assert rows[1].startswith("| baseline: baseline | 2 |")
+    variant = rows[2].split(" | ")
+    assert variant[0] == "| chunked_prefill=off" and variant[1] == "2"
+    assert variant[4].rstrip(" |").split(" (")[0] in ("better", "worse", "equivalent", "inconclusive")

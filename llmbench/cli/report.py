@@ -27,6 +27,7 @@ MinEffectOption = Annotated[
 class ViewName(enum.StrEnum):  # bench/report's VIEWS
     overview = "overview"
     deltas = "deltas"
+    changes = "changes"
     startup = "startup"
     profile = "profile"
 
@@ -70,8 +71,14 @@ def report(
         ),
     ] = None,
     view: Annotated[
-        list[ViewName] | None, typer.Option(help="A table to build (repeatable; default: all of them).")
+        list[ViewName] | None,
+        typer.Option(
+            help="A table to build (repeatable; default: all but changes, the compact form of deltas)."
+        ),
     ] = None,
+    intervals: Annotated[
+        bool, typer.Option("--intervals", help="Show each figure's 95% interval beside it in the overview.")
+    ] = False,
 ) -> None:
     """Tables comparing runs: grouped by scenario, one column per configuration and sweep point; incomplete
     runs are shown, marked, and never judged."""
@@ -81,9 +88,8 @@ def report(
     from llmbench.cli.views import print_view
 
     metrics = [m.strip() for item in metric or [] for m in item.split(",") if m.strip()]
-    rep = build_report(
-        dirs, baseline, min_effect / 100, metrics or None, [v.value for v in view or []] or None
-    )
+    views = [v.value for v in view or []] or None
+    rep = build_report(dirs, baseline, min_effect / 100, metrics or None, views, intervals)
     for p in rep.problems:
         warning(f"skipped {p.path}: {p.reason}")
     if format is Format.csv:

@@ -21,7 +21,7 @@ from llmbench.bench.metrics import METRICS
 from llmbench.bench.report.compare import DEFAULT_MIN_EFFECT
 from llmbench.bench.report.format import SUMMARY_METRICS
 from llmbench.bench.report.frame import Group, load_groups, tidy
-from llmbench.bench.report.views import View, by_scenario, deltas, overview, startup
+from llmbench.bench.report.views import View, by_scenario, changes, deltas, overview, startup
 from llmbench.bench.store import Problem
 
 
@@ -75,7 +75,7 @@ def _ablation_baseline(group: Group) -> str | None:
     return None
 
 
-VIEWS = ("overview", "deltas", "startup", "profile")
+VIEWS = ("overview", "deltas", "changes", "startup", "profile")
 
 
 def build_report(
@@ -84,16 +84,18 @@ def build_report(
     threshold: float = DEFAULT_MIN_EFFECT,
     metrics: list[str] | None = None,
     views: list[str] | None = None,
+    intervals: bool = False,
 ) -> Report:
     """``metrics``: the rows of the overview and delta tables (default: each view's own headline metrics);
-    ``views``: which of ``VIEWS`` to build (default: all)."""
+    ``views``: which of ``VIEWS`` to build (default: all but ``changes``, the compact form of the deltas); ``intervals``: the overview shows each figure's 95%
+    interval beside it."""
     unknown = [m for m in metrics or [] if m not in METRICS]
     if unknown:
         raise StoreError(f"Unknown metric: {unknown[0]!r}. Metrics: {', '.join(METRICS)}")
     bad = [v for v in views or [] if v not in VIEWS]
     if bad:
         raise StoreError(f"Unsupported view: {bad[0]!r}. Supported: {', '.join(VIEWS)}")
-    wanted = views or list(VIEWS)
+    wanted = views or [v for v in VIEWS if v != "changes"]  # (the compact form of the deltas: asked for)
     groups, problems = load_groups(paths)
     if not groups:
         listed = "; ".join(f"{p.path}: {p.reason}" for p in problems) or "nothing found"
@@ -105,10 +107,12 @@ def build_report(
         found_baseline = found_baseline or base is not None
         built: list[View] = []
         if "overview" in wanted:
-            built.append(overview(scenario, members, base, metrics))
+            built.append(overview(scenario, members, base, metrics, intervals))
         others = [g for g in members if g is not base]
         if "deltas" in wanted and base is not None and others:
             built += deltas(scenario, base, others, threshold, metrics)
+        if "changes" in wanted and base is not None and others:
+            built += changes(scenario, base, others, threshold, metrics)
         if "startup" in wanted:
             built.append(startup(scenario, members))
         if "profile" in wanted:

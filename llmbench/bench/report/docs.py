@@ -48,9 +48,7 @@ def _report(args: list[str], root: Path) -> str:
     missing = [str(d) for d, p in zip(dirs, paths, strict=True) if not p.exists()]
     if missing:
         raise BenchError(f"report {' '.join(args)}: no such result folder: {', '.join(missing)}")
-    rep = build_report(
-        paths, options["baseline"], options["min_effect"], options["metrics"], options["views"]
-    )
+    rep = build_report(paths, **options)
     tables = "\n".join(to_markdown(v) for s in rep.sections for v in s.views)
     return f"{provenance('llmbench report ' + shlex.join(args), paths)}\n\n{tables}"
 
@@ -58,20 +56,22 @@ def _report(args: list[str], root: Path) -> str:
 def _parse_report_args(args: list[str]) -> tuple[list[str], dict]:
     """The subset of ``llmbench report``'s options a document may use."""
     dirs: list[str] = []
-    options: dict = {"baseline": None, "min_effect": 0.01, "metrics": [], "views": []}
+    options: dict = {"baseline": None, "threshold": 0.01, "metrics": [], "views": [], "intervals": False}
     it = iter(args)
     for a in it:
         if a in ("-m", "--metric"):
             options["metrics"] += [m for m in next(it, "").split(",") if m]
         elif a == "--view":
             options["views"].append(next(it, ""))
+        elif a == "--intervals":
+            options["intervals"] = True
         elif a == "--baseline":
             options["baseline"] = next(it, None)
         elif a == "--min-effect":
-            options["min_effect"] = float(next(it, "1")) / 100
+            options["threshold"] = float(next(it, "1")) / 100
         elif a.startswith("-"):
             raise BenchError(
-                f"report option {a!r} is not supported in documents (use --metric, --view, "
+                f"report option {a!r} is not supported in documents (use --metric, --view, --intervals, "
                 "--baseline, --min-effect)"
             )
         else:

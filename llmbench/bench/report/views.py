@@ -12,6 +12,7 @@ from typing import NamedTuple
 from llmbench.bench.report.compare import DEFAULT_MIN_EFFECT, DELTA_METRICS, change, judged, method_note
 from llmbench.bench.report.format import (
     DASH,
+    format_ci,
     format_pct,
     format_pct_interval,
     format_value,
@@ -44,7 +45,11 @@ def by_scenario(groups: list[Group]) -> dict[str, list[Group]]:
 
 
 def overview(
-    scenario: str, groups: list[Group], baseline: Group | None, metrics: list[str] | None = None
+    scenario: str,
+    groups: list[Group],
+    baseline: Group | None,
+    metrics: list[str] | None = None,
+    intervals: bool = False,
 ) -> View:
     """Headline metrics down, one column per (configuration, point); changes against the baseline; the
     flags of the runs' warnings on top of each column, the warnings in full under the table."""
@@ -61,6 +66,10 @@ def overview(
         for g, point in columns:
             value = g.value(point, m)
             text = format_value(m, value, is_unavailable(m, g.unavailable))
+            if intervals and math.isfinite(value):
+                est = g.estimate(point, m)
+                ci = format_ci(m, est["ci_low"], est["ci_high"])
+                text += f" [{ci}]" if ci != DASH else ""
             if (
                 baseline is not None
                 and g is not baseline
@@ -72,6 +81,8 @@ def overview(
         if any(c not in (DASH, "unavailable") for c in cells):
             rows.append([metric_label(m), *cells])
     notes = tuple(f"{g.label} · {point}: {w}" for g, point in columns for w in g.warnings(point))
+    if intervals:
+        notes = ("[low – high]: 95% t-interval over the repeats (none with one repeat)", *notes)
     title = scenario + (f" (changes against {baseline.label})" if baseline is not None else "")
     return View(title, headers, rows, [False, *([True] * len(columns))], notes)
 
@@ -109,6 +120,64 @@ def deltas(
                 notes.append(f"run warnings ({'; '.join(flagged)}) are listed in full under the first table")
             title = f"{scenario} · {point}: {g.label} against {baseline.label}"
             views.append(View(title, headers, rows, [False, True, True, True, True, False], tuple(notes)))
+    return views
+
+
+def changes(
+    scenario: str,
+    baseline: Group,
+    others: list[Group],
+    threshold: float = DEFAULT_MIN_EFFECT,
+    metrics: list[str] | None = None,
+) -> list[View]:
+    """Per point, one row per variant: for each metric its value, the change against the baseline with the
+    95% interval, and the verdict (the compact form of ``deltas``, for many variants side by side)."""
+    shown = list(metrics or ("output_throughput", "tpot_p50", "ttft_p50"))
+    views = []
+    for point in baseline.points:
+        members = [g for g in others if point in g.points]
+        if not members:
+            continue
+        headers = ["variant", "repeats"]
+        for m in shown:
+            headers += [metric_label(m), "change [95% CI]", "verdict"]
+        rows = [["baseline: " + baseline.label, str(len(baseline.points[point]))]]
+        for m in shown:
+            rows[0] += [
+                format_value(m, baseline.value(point, m), is_unavailable(m, baseline.unavailable)),
+                "",
+                "",
+            ]
+        all_changes = []
+        for g in members:
+            row = [g.label, str(len(g.points[point]))]
+            for m in shown:
+                c = change(baseline, g, point, m)
+                all_changes.append(c)
+                ci = f" [{format_pct_interval(c.rel_low, c.rel_high)}]" if c.method else ""
+                row += [
+                    format_value(m, c.new, is_unavailable(m, g.unavailable)),
+                    format_pct(c.rel) + ci,
+                    judged(baseline, g, point, c, threshold),
+                ]
+            rows.append(row)
+        notes = [method_note(all_changes, threshold)]
+        outputs = [(g, compare_outputs(baseline, g, point)) for g in members]
+        notes += [
+            f"outputs of {g.label} against the baseline (greedy): {describe(o)}"
+            for g, o in outputs
+            if isinstance(o, OutputComparison)
+        ]
+        numeric = [False, True] + [True, True, False] * len(shown)
+        views.append(
+            View(
+                f"{scenario} · {point}: changes against {baseline.label}",
+                headers,
+                rows,
+                numeric,
+                tuple(notes),
+            )
+        )
     return views
 
 
