@@ -342,3 +342,27 @@ def test_runs_resized_by_a_profile_are_not_compared_with_full_size_runs(tmp_path
     groups, problems = load_groups([tmp_path])
     assert not problems
     assert sorted(g.scenario for g in groups) == ["chat", "chat (cpu profile)"]
+
+
+def test_each_ablation_is_compared_with_its_own_baseline(tmp_path):
+    """Two ablations of one scenario reported together: no variant is judged against the other's baseline."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    src = Path(__file__).parent / "data" / "kept-ablation"
+    for name in ("first-ablate", "second-ablate"):
+        dst = tmp_path / name
+        shutil.copytree(src, dst)
+        for meta_path in dst.rglob("meta.json"):
+            meta = json.loads(meta_path.read_text())
+            meta["session"] = name
+            meta_path.write_text(json.dumps(meta))
+    res = invoke("report", tmp_path, "--view", "changes", "-m", "output_throughput", "--format", "markdown")
+    assert res.exit_code == 0, res.output
+    titles = [line for line in res.stdout.splitlines() if line.startswith("### ")]
+    assert len(titles) == 2 and all("changes against baseline @" in t for t in titles)
+    for title, name in zip(sorted(titles), ("first-ablate", "second-ablate"), strict=True):
+        assert f"· {name} ·" in title and title.endswith(f"baseline @ {name}")
+    rows = [line for line in res.stdout.splitlines() if line.startswith("| baseline @")]
+    assert not rows, "a baseline of one ablation was listed as a variant of the other"

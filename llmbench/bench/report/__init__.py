@@ -78,6 +78,32 @@ def _ablation_baseline(group: Group) -> str | None:
 VIEWS = ("overview", "deltas", "changes", "startup", "profile")
 
 
+def _by_ablation(scenario: str, members: list[Group], baseline: str | None) -> list[tuple[str, list[Group]]]:
+    """One scenario's groups, split so that every ablation's variants are compared with that ablation's own
+    baseline (paired by repeat): each ablation with a baseline is a part of its own; standalone runs (and
+    ablations without a baseline) share one. With a ``baseline`` named by the user, one part."""
+    if baseline:
+        return [(scenario, members)]
+    sessions: dict[str, list[Group]] = {}
+    rest: list[Group] = []
+    for g in members:
+        if g.recorded_session is not None:
+            sessions.setdefault(g.recorded_session, []).append(g)
+        else:
+            rest.append(g)
+    parts = []
+    for session, groups in sessions.items():
+        if pick_baseline(groups, None) is not None:
+            parts.append((session, groups))
+        else:
+            rest += groups
+    if rest or not parts:
+        parts.append(("", rest))
+    if len(parts) == 1:
+        return [(scenario, parts[0][1])]
+    return [(f"{scenario} · {session}" if session else scenario, groups) for session, groups in parts]
+
+
 def build_report(
     paths: list[Path],
     baseline: str | None = None,
@@ -102,7 +128,10 @@ def build_report(
         raise StoreError(f"no run to report under {', '.join(map(str, paths))} ({listed})")
     sections = []
     found_baseline = False
-    for scenario, members in by_scenario(groups).items():
+    parts = [
+        part for sc, members in by_scenario(groups).items() for part in _by_ablation(sc, members, baseline)
+    ]
+    for scenario, members in parts:
         base = pick_baseline(members, baseline)
         found_baseline = found_baseline or base is not None
         built: list[View] = []

@@ -24,7 +24,7 @@ from typing import NamedTuple
 from llmbench.bench.errors import BenchError
 from llmbench.bench.store import find_runs
 
-BLOCK = re.compile(r"(<!-- llmbench: (?P<command>.+?) -->\n)(?P<body>.*?)(<!-- /llmbench -->)", re.S)
+BLOCK = re.compile(r"(<!-- llmbench: (?P<command>[^\n]+?) -->\n)(?P<body>.*?)(<!-- /llmbench -->)", re.S)
 
 
 class Block(NamedTuple):
@@ -132,7 +132,10 @@ KINDS: dict[str, Callable[[list[str], Path], str]] = {
 
 def make(command: str, root: Path) -> str:
     """The Markdown one block's command makes (``root``: what the command's paths are relative to)."""
-    words = shlex.split(command)
+    try:
+        words = shlex.split(command)
+    except ValueError as e:
+        raise BenchError(f"generated block {command!r}: {e}") from None
     if not words or words[0] not in KINDS:
         raise BenchError(
             f"Unsupported generated block: {command!r}. Supported: {', '.join(KINDS)} (followed by arguments)"
@@ -157,8 +160,10 @@ def _device(meta: dict) -> str:
     gpus = (meta.get("machine") or {}).get("gpus") or []
     names = sorted({g.get("name", "?") for g in gpus if isinstance(g, dict)})
     if names:
-        return f"{len(gpus)}× {' + '.join(names)}" if len(gpus) > 1 else names[0]
-    return (meta.get("machine") or {}).get("cpu") or "a CPU"
+        return (
+            f"a host with {len(gpus)}× {' + '.join(names)}" if len(gpus) > 1 else f"a host with an {names[0]}"
+        )
+    return f"a CPU ({(meta.get('machine') or {}).get('cpu') or 'unknown'})"
 
 
 def _commit(meta: dict) -> str:
