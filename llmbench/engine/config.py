@@ -71,6 +71,12 @@ class EngineConfig:
     # Schedule and launch step N+1 before reading step N's tokens; None: on for CUDA, off on the CPU
     # (where host and "device" are the same cores, nothing overlaps).
     async_scheduling: bool | None = None
+    # KV cache element type: "auto" (the model dtype) or a float8 format, quantised on store and dequantised
+    # on load with one scale per layer and KV head (kernels/kv_quant.py).
+    kv_cache_dtype: str = "auto"
+    # float8 caches: None sets the scales from the first prefill's K/V (with headroom), a number fixes
+    # every scale to it (stored value = real value / scale).
+    kv_cache_scale: float | None = None
 
     # memory and batch knobs
     gpu_memory_utilization: float = 0.9
@@ -152,6 +158,23 @@ class EngineConfig:
             raise ConfigError(
                 f"Unsupported attention backend: {backend!r}. Supported: {list(ATTENTION_BACKENDS)}"
             )
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ConfigError(
+                f"Unsupported kv_cache_dtype: {self.kv_cache_dtype!r}. Supported: {list(KV_CACHE_DTYPES)}"
+            )
+        if self.kv_cache_dtype != "auto" and backend == "flash_attn":
+            raise ConfigError(
+                f"kv_cache_dtype={self.kv_cache_dtype!r} stores float8 K/V, which the flash_attn backend cannot "
+                "read: choose attention_backend 'triton', 'sdpa' or 'torch', or kv_cache_dtype='auto'"
+            )
+        if self.kv_cache_scale is not None:
+            if self.kv_cache_dtype == "auto":
+                raise ConfigError(
+                    "kv_cache_scale sets the scales of a float8 KV cache: it needs kv_cache_dtype "
+                    f"{' or '.join(repr(d) for d in KV_CACHE_DTYPES[1:])}"
+                )
+            if not self.kv_cache_scale > 0:
+                raise ConfigError(f"kv_cache_scale must be a positive number, got {self.kv_cache_scale}")
         if backend == "triton" and not triton_usable(device):
             raise ConfigError(
                 "attention_backend='triton' needs the triton package and a CUDA device "
@@ -340,6 +363,7 @@ def _unmet(*conditions: tuple[str, bool]) -> list[str]:
 
 
 TP_ALL_REDUCE = ("nccl", "symm_mem", "auto")
+KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "fp8_e5m2")
 SKINNY_FUSIONS = ("auto", "all", "silu", "none")
 SKINNY_MATMUL_ROWS = 1  # where the skinny kernel beat cuBLAS on every layer of the H200 sweep
 
@@ -357,6 +381,7 @@ def toggle_names() -> tuple[str, ...]:
         "cuda_graph",
         "async_scheduling",
         "tp",
+        "kv_cache_dtype",
         "tp_fuse_norm",
         "tp_fuse_matmul",
         "pdl",
