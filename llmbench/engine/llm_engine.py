@@ -160,7 +160,7 @@ class LLMEngine:
         self.tables = BlockTables(-(-max_len // bs))  # rows of the running sequences' block tables
         self._inflight: InFlight | None = None  # asynchronous scheduling: the step still on the device
         self._last_resolved = 0.0
-        dtype_size = config.torch_dtype.itemsize
+        dtype_size = self.runner.kv_dtype.itemsize  # the KV pool's element size
         self.model_info = ModelInfo(
             name=config.model,
             architecture=model_config.architecture,

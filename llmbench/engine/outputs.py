@@ -80,3 +80,6 @@ class StartupStats:
     all_reduce_norm: bool = False  # tp > 1: decode's all-reduces done with the norm after them (tp_fuse_norm)
     all_reduce_matmul: bool = False  # and with the product before them (tp_fuse_matmul)
     recompiles: int = 0  # torch.compile graphs built after the warm-up (kept current while the engine runs)
+    kv_cache_dtype: str = ""  # what the KV pool holds: the model dtype's name, or "fp8_e4m3" / "fp8_e5m2"
+    kv_bytes_per_token: int = 0  # KV bytes of one token on this rank (all layers, K and V)
+    kv_capacity_tokens: int = 0  # tokens the KV pool holds: kv_num_blocks * block_size
