@@ -63,6 +63,7 @@ class StepRecord(NamedTuple):
     start: float
     end: float
     decode_context_tokens: int  # sum of context lengths of sequences that decoded a token this step
+    batch_limit: str = ""  # what kept more work out of the step (engine/scheduler.py); "" when not said
 
     @property
     def duration(self) -> float:

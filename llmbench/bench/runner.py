@@ -37,6 +37,7 @@ from llmbench.bench.hardware import (
     set_torch_threads,
     versions,
 )
+from llmbench.bench.memory import memory_summary
 from llmbench.bench.scenario.loader import ResolvedScenario, scenario_dict
 from llmbench.bench.store import RunWriter
 from llmbench.bench.summary import Measured, build_summary, repeat_metrics, unavailable_reasons
@@ -283,9 +284,15 @@ def _execute(req: RunRequest, backend: Backend, events: RunEvents) -> RunOutcome
     rows = telemetry.rows() if telemetry is not None else []
     peak = peak_for(cuda_device_name(backend.device)) if backend.device != "remote" else None
     per_repeat, req_rows, step_rows_ = [], [], []
+    engine_options = backend.describe() if backend.name == "engine" else None
     for m in state.measured:
         util = step_utilisation(m.drive.steps, backend.model_info, peak, backend.tp)
         metrics = repeat_metrics(m, scenario.slo, rows, util)
+        metrics.update(
+            memory_summary(
+                m.drive.steps, m.drive.requests, backend.startup, engine_options, backend.max_model_len
+            )
+        )
         for name in metrics:  # what this backend cannot know is NaN, not the 0 a sum of nothing gives
             if name in backend.unavailable:
                 metrics[name] = math.nan

@@ -29,6 +29,7 @@ STEP_COLUMNS = (
     "point", "repeat", "step", "kind", "num_seqs", "num_prefill_tokens", "num_decode_tokens", "graph_bucket",
     "graph_padding", "kv_blocks_used", "kv_blocks_free", "prefix_cache_hit_tokens", "num_preemptions",
     "start", "end", "duration", "decode_context_tokens", "decode_bw_util", "prefill_flop_util",
+    "batch_limit",
 )  # fmt: skip
 
 

@@ -357,6 +357,7 @@ class LLMEngine:
             num_preemptions=batch.num_preemptions if batch else 0,
             start_time=start,
             end_time=start,
+            batch_limit=batch.limit if batch else "none",
         )
 
     def _tp_failed(self, error: BaseException):

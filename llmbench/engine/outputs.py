@@ -34,6 +34,9 @@ class StepStats:
     num_preemptions: int
     start_time: float
     end_time: float
+    # What kept more work out of the step: "kv_blocks", "max_num_seqs", "max_num_batched_tokens",
+    # "static_batch" or "none" (engine/scheduler.py)
+    batch_limit: str = "none"
 
     @property
     def duration(self) -> float:
