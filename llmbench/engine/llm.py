@@ -9,6 +9,7 @@ from llmbench.engine.config import EngineConfig
 from llmbench.engine.llm_engine import LLMEngine
 from llmbench.engine.outputs import RequestOutput
 from llmbench.engine.sampling_params import SamplingParams
+from llmbench.engine.scoring import ScoreOutput, score
 
 
 class LLM:
@@ -42,3 +43,10 @@ class LLM:
         for out in outputs:
             out.text = self.engine.tokenizer.decode(out.token_ids)
         return outputs
+
+    def score(
+        self, prompts: Seq[list[int]], continuations: Seq[list[int]], full: bool = False
+    ) -> list[ScoreOutput]:
+        """Teacher-forced log-probabilities of each continuation after its prompt, one decode step per
+        token (engine/scoring.py); ``full=True`` adds every position's whole next-token distribution."""
+        return score(self.engine, prompts, continuations, full)
