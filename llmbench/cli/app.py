@@ -20,6 +20,7 @@ from llmbench.cli import ablate as ablate_cmd
 from llmbench.cli import compare as compare_cmd
 from llmbench.cli import env as env_cmd
 from llmbench.cli import models as models_cmd
+from llmbench.cli import quality as quality_cmd
 from llmbench.cli import report as report_cmd
 from llmbench.cli import run as run_cmd
 
@@ -44,6 +45,7 @@ app.command("report")(report_cmd.report)
 app.command("compare")(compare_cmd.compare)
 app.command("models")(models_cmd.models)
 app.command("env")(env_cmd.env)
+app.command("quality-child", hidden=True)(quality_cmd.quality_child)
 
 
 def _sigterm_as_interrupt(signum, frame) -> None:

@@ -3,8 +3,8 @@
 A toggle is one of the engine's ``toggle_names()``, optionally with the values to compare
 (``attention_backend=sdpa,torch``). Its baseline value is what the scenario's engine options resolve to
 on this machine; its alternatives are: booleans flipped; ``attention_backend`` every other backend;
-``tp`` 1 vs 2. For the designs that speak of on/off, "on" is True / the best backend / tp=2 and "off" is
-False / the ``torch`` reference / tp=1.
+``tp`` 1 vs 2; ``kv_cache_dtype`` fp8_e4m3 vs auto. For the designs that speak of on/off, "on" is True /
+the best backend / tp=2 / fp8_e4m3 and "off" is False / the ``torch`` reference / tp=1 / auto.
 
 Designs:
 - flip (default): the baseline, and every toggle switched to an alternative at once (one variant per
@@ -97,6 +97,8 @@ def levels(toggle: Toggle, resolved: Any) -> tuple[Any, list[Any]]:
         return base, [b for b in ATTENTION_BACKENDS if b != base]
     if toggle.name == "tp":
         return base, [2 if base == 1 else 1]
+    if toggle.name == "kv_cache_dtype":
+        return base, ["fp8_e4m3" if base == "auto" else "auto"]
     raise BenchError(
         f"toggle {toggle.name!r} has no default alternatives; give them: --toggle {toggle.name}=A,B"
     )
@@ -111,6 +113,8 @@ def on_off(toggle: Toggle, resolved: Any) -> tuple[Any, Any]:
         return (best if best != "torch" else "sdpa"), "torch"
     if toggle.name == "tp":
         return 2, 1
+    if toggle.name == "kv_cache_dtype":
+        return "fp8_e4m3", "auto"
     return True, False
 
 

@@ -17,6 +17,7 @@ import pandas as pd
 from llmbench.bench.errors import StoreError
 from llmbench.bench.report.format import SUMMARY_METRICS
 from llmbench.bench.report.frame import Group, load_groups, tidy
+from llmbench.bench.report.quality import quality_views
 from llmbench.bench.report.views import View, by_scenario, deltas, overview, startup
 from llmbench.bench.store import Problem
 
@@ -83,6 +84,7 @@ def build_report(paths: list[Path], baseline: str | None = None, threshold: floa
         if base is not None and others:
             views += deltas(scenario, base, others, threshold)
         views.append(startup(scenario, members))
+        views += quality_views(scenario, members)  # ablate --quality's rows, when it wrote them
         sections.append(Section(scenario, members, base, views))
     if baseline and not found_baseline:
         raise StoreError(f"--baseline {baseline}: no run folder or variant of that name among the runs read")
