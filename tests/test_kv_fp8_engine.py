@@ -130,8 +130,8 @@ def test_a_given_scale_is_used_as_it_is() -> None:
 def test_float8_greedy_tokens_are_the_same_through_every_backend(backend) -> None:
     # Every backend stores the same bytes and reads them back the same way (up to float rounding).
     def tokens(name: str) -> list[list[int]]:
-        llm = LLM("qwen3-tiny", device="cpu", attention_backend=name, triton_kernels=name == "triton",
-                  kv_cache_dtype="fp8_e4m3", num_kv_blocks=32)  # fmt: skip
+        llm = LLM("qwen3-tiny", device=DEVICE, dtype="float32", attention_backend=name,
+                  triton_kernels=name == "triton", kv_cache_dtype="fp8_e4m3", num_kv_blocks=32)  # fmt: skip
         return [o.token_ids for o in llm.generate(PROMPTS, GREEDY)]
 
     assert tokens(backend) == tokens("torch")

@@ -126,3 +126,29 @@ def test_quality_refuses_what_it_cannot_measure(tmp_path: Path) -> None:
         "ablate", path, "--toggle", "chunked_prefill", "--quality", "--quality-text", tmp_path / "no.txt"
     )
     assert res.exit_code == 2 and "no such file" in res.output
+
+
+def test_the_report_view_has_a_row_per_variant_and_says_why_one_failed(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from llmbench.bench.report.frame import Group
+    from llmbench.bench.report.quality import quality_views
+
+    ok = {
+        "name": "kv_cache_dtype=fp8_e4m3", "status": "ok", "kl_mean": 0.0123, "kl_mean_ci": [0.01, 0.015],
+        "kl_p99": 0.05, "top1_agreement": 0.875, "greedy_identical": 2, "greedy_prompts": 3,
+        "first_divergence_min": 7, "first_divergence_median": 7.0, "perplexity_baseline": 10.5, "perplexity": 10.75,
+    }  # fmt: skip
+    failed = {"name": "tp=2", "status": "failed", "error": "the engine said no\nmore lines"}
+    record = {"baseline": "baseline", "settings": {"prompts": 3, "tokens": 8}, "method": "m", "note": "N",
+              "variants": [ok, failed]}  # fmt: skip
+    (tmp_path / "quality.json").write_text(json.dumps(record))
+    group = Group("s", "sess", "baseline", runs=[SimpleNamespace(path=tmp_path / "baseline-r0")])
+    (view,) = quality_views("s", [group])
+    assert view.rows[0][:5] == ["kv_cache_dtype=fp8_e4m3", "0.0123", "0.01 … 0.015", "0.05", "87.5%"]
+    assert view.rows[0][5] == "2/3 identical; first at 7, median 7" and view.rows[0][6] == "10.5 -> 10.75"
+    assert view.rows[1][:2] == ["tp=2", "failed: the engine said no"]
+    assert "Note: N" in view.title
+    assert (
+        quality_views("s", [Group("s", "x", "b", runs=[SimpleNamespace(path=tmp_path / "none" / "r")])]) == []
+    )
