@@ -150,3 +150,22 @@ def test_float8_options_that_cannot_apply_say_why() -> None:
                           kv_cache_dtype="fp8_e4m3")  # fmt: skip
     with pytest.raises(ConfigError, match="flash_attn backend cannot read"):
         config.resolved()
+
+
+@pytest.mark.slow
+def test_torch_compile_builds_no_more_graphs_for_a_float8_cache() -> None:
+    # Each layer's scales are tensors of their own: views at per-layer offsets made Dynamo compile layers
+    # again (an offset equal to some size became a guard) until it gave up and ran them eagerly.
+    from torch._dynamo.utils import counters
+
+    graphs = {}
+    for kv_dtype in ("auto", "fp8_e4m3"):
+        torch._dynamo.reset()
+        counters.clear()
+        llm = LLM("qwen3-tiny", device="cpu", dtype="float32", attention_backend="sdpa", kv_cache_dtype=kv_dtype,
+                  num_kv_blocks=64, torch_compile=True)  # fmt: skip
+        llm.generate(PROMPTS, GREEDY)
+        graphs[kv_dtype] = counters["stats"]["unique_graphs"]
+        assert llm.engine.startup.recompiles == 0
+    print(f"graphs compiled: {graphs}")
+    assert graphs["fp8_e4m3"] == graphs["auto"]

@@ -6,7 +6,9 @@ the blocks of a bf16 pool). The number of blocks comes, in order of precedence, 
 on CUDA from ``total_memory * gpu_memory_utilization`` minus this process's peak (weights and
 activations, measured by a warm-up forward); on the CPU from ``kv_cache_memory`` (default: what
 ``max_num_seqs`` full-length sequences need, at most 1 GiB). A float8 pool also holds its scales, one
-float32 per layer, KV head and K or V (``layers/attention/kv.py``); they are not counted in blocks.
+float32 per layer, KV head and K or V (``layers/attention/kv.py``); they are not counted in blocks. Each
+layer's scales are tensors of their own, not views at different offsets of one: torch.compile guards on
+a view's offset, and would compile a layer again wherever an offset happens to equal some size.
 """
 
 from __future__ import annotations
@@ -54,8 +56,7 @@ def num_blocks_for(config: EngineConfig, max_model_len: int, bytes_per_block: in
 
 class KVPool(NamedTuple):
     data: torch.Tensor  # (2, L, num_blocks, block_size, Hk, D): K then V
-    scales: torch.Tensor | None  # (2, L, Hk) float32 for a float8 pool, else None
-    layers: list[LayerKV]  # per layer: views of both
+    layers: list[LayerKV]  # per layer: views of the data, and a float8 pool's (Hk,) scales
 
 
 def allocate(
@@ -71,7 +72,9 @@ def allocate(
     """One slab for the whole pool; a float8 one with every scale set to ``scale``."""
     pool = torch.empty(2, num_layers, num_blocks, block_size, kv_heads, head_dim, dtype=dtype, device=device)
     if not is_fp8(dtype):
-        return KVPool(pool, None, [LayerKV(pool[0, i], pool[1, i]) for i in range(num_layers)])
-    scales = torch.full((2, num_layers, kv_heads), scale, dtype=torch.float32, device=device)
-    layers = [LayerKV(pool[0, i], pool[1, i], scales[0, i], scales[1, i]) for i in range(num_layers)]
-    return KVPool(pool, scales, layers)
+        return KVPool(pool, [LayerKV(pool[0, i], pool[1, i]) for i in range(num_layers)])
+
+    def scales() -> torch.Tensor:
+        return torch.full((kv_heads,), scale, dtype=torch.float32, device=device)
+
+    return KVPool(pool, [LayerKV(pool[0, i], pool[1, i], scales(), scales()) for i in range(num_layers)])

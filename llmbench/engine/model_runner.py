@@ -137,7 +137,7 @@ class ModelRunner:
             agreed = torch.tensor([num_blocks], device=self.device if self.device.type == "cuda" else "cpu")
             torch.distributed.all_reduce(agreed, op=torch.distributed.ReduceOp.MIN, group=tp.group)
             num_blocks = int(agreed.item())
-        self.kv_pool, self.kv_scales, self.kv_caches = kv_cache.allocate(
+        self.kv_pool, self.kv_caches = kv_cache.allocate(
             self.num_layers, num_blocks, self.block_size, self.kv_heads, self.head_dim, self.kv_dtype,
             self.device, self.kv_scale,
         )  # fmt: skip
@@ -171,6 +171,18 @@ class ModelRunner:
         # Every warm-up above may compile (the kernel warm-up's own small pools are new shapes): steady
         # state starts here.
         self._graphs_after_warmup = _dynamo_graph_count() if config.torch_compile else 0
+
+    @property
+    def kv_scales(self) -> torch.Tensor | None:
+        """A float8 pool's scales, (2, L, Hk) float32 (K then V), copied; None for a pool in the model dtype."""
+        if not self.kv_caches[0].quantised:
+            return None
+        return torch.stack(
+            [
+                torch.stack([kv.k_scale for kv in self.kv_caches]),
+                torch.stack([kv.v_scale for kv in self.kv_caches]),
+            ]
+        )
 
     # -- forward ----------------------------------------------------------------------------------
 
