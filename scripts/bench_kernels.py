@@ -4,11 +4,14 @@ For each case: run the Triton kernel and its torch reference on the same random 
 largest relative difference and stop (exit 1) if it is off; then time the kernel with
 ``triton.testing.do_bench`` (median, L2 flushed between runs) and report achieved bandwidth, counting
 each input byte read once and each output byte written once, against the H200's measured 4.25 TB/s
-(device-to-device copy, shared/GPU.md). Attention rows also show TFLOP/s.
+(device-to-device copy, shared/GPU.md). Attention rows also show TFLOP/s. Rows marked fp8_e4m3 read a
+float8 KV cache (kv_cache_dtype): quantised from the bf16 one with per-head scales, and checked against the
+reference reading the same float8 bytes; their bandwidth counts one byte per cached element.
 
     python scripts/bench_kernels.py                  # check + time, print a table
     python scripts/bench_kernels.py --json out.json  # also write the rows
     python scripts/bench_kernels.py --tune           # sweep decode / prefill tile configs first
+    python scripts/bench_kernels.py --tune decode-fp8 # the decode sweep over a float8 cache
     python scripts/bench_kernels.py --smoke          # tiny shapes on CPU (TRITON_INTERPRET=1): tests the script
 """
 
@@ -32,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from llmbench.kernels.activation import silu_and_mul, silu_and_mul_ref  # noqa: E402
 from llmbench.kernels.attention_prologue import attention_prologue, attention_prologue_ref  # noqa: E402
+from llmbench.kernels.kv_quant import kv_scales_from, quantize_ref  # noqa: E402
 from llmbench.kernels.kv_store import store_kv, store_kv_ref  # noqa: E402
 from llmbench.kernels.paged_attention import paged_attention_decode_ref, paged_attention_prefill_ref  # noqa: E402
 from llmbench.kernels.rmsnorm import rms_norm, rms_norm_ref  # noqa: E402
@@ -45,6 +49,7 @@ from llmbench.kernels.triton_decode import (  # noqa: E402
 from llmbench.kernels.triton_prefill import PrefillConfig, prefill_attention  # noqa: E402
 
 PEAK_BYTES_PER_S = 4.25e12  # H200 device-to-device copy, read + write, measured (shared/GPU.md)
+FP8 = torch.float8_e4m3fn
 
 
 @dataclass
@@ -195,6 +200,19 @@ def small_kernels(env: Env, T: int, H: int, inter: int, Hq: int, Hk: int, D: int
     rows.append(
         row("store_kv", f"T={T} {Hk}x{D} page {block_size}", us, 2 * nbytes(kn, vn) + nbytes(slots), 0.0)
     )
+    # Float8: the same bytes as the reference (kernels/kv_quant.py rounds to the grid before converting).
+    k8, v8 = k_cache.to(FP8), v_cache.to(FP8)
+    k8_ref, v8_ref = k8.clone(), v8.clone()
+    scales = kv_scales_from(kn, vn, FP8)
+    store_kv(kn, vn, k8, v8, slots, *scales)
+    store_kv_ref(kn, vn, k8_ref, v8_ref, slots, *scales)
+    same = torch.equal(k8.view(torch.uint8), k8_ref.view(torch.uint8))
+    if not (same and torch.equal(v8.view(torch.uint8), v8_ref.view(torch.uint8))):
+        raise SystemExit("store_kv fp8_e4m3: cache bytes differ from the torch reference")
+    print(f"check {'store_kv fp8_e4m3':<34} cache bytes identical", flush=True)
+    us = time_us(env, lambda: store_kv(kn, vn, k8, v8, slots, *scales))
+    moved = nbytes(kn, vn, slots) + kn.numel() + vn.numel()
+    rows.append(row("store_kv fp8_e4m3", f"T={T} {Hk}x{D} page {block_size}", us, moved, 0.0))
     return rows
 
 
@@ -231,20 +249,27 @@ def prologue_case(env: Env, T: int, Hq: int, Hk: int, D: int) -> list[Row]:
     ]
 
 
-def paged_cache(env: Env, B: int, context: int, block_size: int, Hk: int, D: int):
+def paged_cache(env: Env, B: int, context: int, block_size: int, Hk: int, D: int, kv_dtype=None):
+    """Caches and shuffled block tables, and the scales: a float8 ``kv_dtype`` quantises random bf16
+    caches with per-head scales from their own values (None: bf16 caches, no scales)."""
     per_seq = -(-context // block_size)
     k_cache, v_cache = env.t(B * per_seq, block_size, Hk, D), env.t(B * per_seq, block_size, Hk, D)
     block_tables = torch.randperm(B * per_seq, device=env.device).view(B, per_seq).to(torch.int32)  # shuffled
-    return k_cache, v_cache, block_tables
+    if kv_dtype is None:
+        return k_cache, v_cache, block_tables, {}
+    k_scale, v_scale = kv_scales_from(k_cache.flatten(0, 1), v_cache.flatten(0, 1), kv_dtype)
+    k8 = quantize_ref(k_cache.flatten(0, 1), k_scale, kv_dtype).view(k_cache.shape)
+    v8 = quantize_ref(v_cache.flatten(0, 1), v_scale, kv_dtype).view(v_cache.shape)
+    return k8, v8, block_tables, {"k_scale": k_scale, "v_scale": v_scale}
 
 
 def decode_case(
     env: Env, B: int, context: int, block_size: int, Hq: int, Hk: int, D: int,
     config: DecodeConfig | None = None, num_splits: int | None = None, with_ref_time: bool = False, check_it: bool = True,
-    mixed: bool = False, split_tokens: int | None = None,
+    mixed: bool = False, split_tokens: int | None = None, kv_dtype: torch.dtype | None = None,
 ) -> list[Row]:  # fmt: skip
     """``mixed``: context lengths uniform in [context/10, context] (a served batch) instead of all equal;
-    bandwidth then counts the K/V actually read."""
+    bandwidth then counts the K/V actually read. ``kv_dtype``: a float8 cache (see ``paged_cache``)."""
     config = config or default_decode_config(D, env.dtype)
     gen = torch.Generator().manual_seed(B)
     lens = (
@@ -257,25 +282,31 @@ def decode_case(
     if split_tokens:
         splits = -(-max_context // split_tokens)
 
-    def make() -> tuple[tuple, Callable[[], torch.Tensor]]:
-        k_cache, v_cache, block_tables = paged_cache(env, B, context, block_size, Hk, D)
+    def make() -> tuple[tuple, dict, Callable[[], torch.Tensor]]:
+        k_cache, v_cache, block_tables, scales = paged_cache(env, B, context, block_size, Hk, D, kv_dtype)
         q = env.t(B, Hq, D)
         seq_lens = lens.to(device=env.device, dtype=torch.int32)
         args = (q, k_cache, v_cache, block_tables, seq_lens, D**-0.5)
-        return args, lambda: decode_attention(
-            *args, num_splits=splits, config=config, split_tokens=split_tokens
+        return (
+            args,
+            scales,
+            lambda: decode_attention(
+                *args, num_splits=splits, config=config, split_tokens=split_tokens, **scales
+            ),
         )
 
-    args, run = make()
-    q, block_tables, seq_lens = args[0], args[3], args[4]
+    args, scales, run = make()
+    q, k_cache, block_tables, seq_lens = args[0], args[1], args[3], args[4]
+    kv_name = " fp8_e4m3" if kv_dtype is not None else ""
     rel = (
-        check(f"decode B={B} ctx={context} page={block_size}", run(), paged_attention_decode_ref(*args), 2e-2)
+        check(f"decode{kv_name} B={B} ctx={context} page={block_size}", run(),
+              paged_attention_decode_ref(*args, **scales), 2e-2)
         if check_it
         else None
-    )
-    kv_bytes = 2 * int(lens.sum()) * Hk * D * q.element_size()
+    )  # fmt: skip
+    kv_bytes = 2 * int(lens.sum()) * Hk * D * k_cache.element_size()
     moved = nbytes(q, q, block_tables, seq_lens) + kv_bytes
-    more = [make()[1] for _ in range(rotations(kv_bytes) - 1)]
+    more = [make()[2] for _ in range(rotations(kv_bytes) - 1)]
     flops = 4 * int(lens.sum()) * Hq * D
     ctx = f"ctx {context // 10}-{context}" if mixed else f"ctx={context}"
     cut = f"slices of {split_tokens}" if split_tokens else f"splits {splits}"
@@ -283,7 +314,7 @@ def decode_case(
     cfg = f" n{config.block_n}w{config.num_warps}s{config.num_stages}"
     rows = [
         row(
-            "paged_decode" + (cfg if not check_it else ""),
+            "paged_decode" + kv_name + (cfg if not check_it else ""),
             shape,
             time_us(env, run, more=more),
             moved,
@@ -304,25 +335,32 @@ def decode_case(
 
 def prefill_case(
     env: Env, T: int, context: int, block_size: int, Hq: int, Hk: int, D: int,
-    config: PrefillConfig | None = None, check_it: bool = True,
+    config: PrefillConfig | None = None, check_it: bool = True, kv_dtype: torch.dtype | None = None,
 ) -> list[Row]:  # fmt: skip
-    k_cache, v_cache, block_tables = paged_cache(env, 1, context + T, block_size, Hk, D)
+    k_cache, v_cache, block_tables, scales = paged_cache(env, 1, context + T, block_size, Hk, D, kv_dtype)
     q = env.t(T, Hq, D)
     qsl = torch.tensor([0, T], device=env.device, dtype=torch.int32)
     seq_lens = torch.tensor([context + T], device=env.device, dtype=torch.int32)
     args = (q, k_cache, v_cache, block_tables, qsl, seq_lens, T, D**-0.5)
-    run = lambda: prefill_attention(*args, config=config)
+    run = lambda: prefill_attention(*args, config=config, **scales)
+    kv_name = " fp8_e4m3" if kv_dtype is not None else ""
     rel = (
-        check(f"prefill T={T} ctx={context}", run(), paged_attention_prefill_ref(*args), 2e-2)
+        check(
+            f"prefill{kv_name} T={T} ctx={context}", run(), paged_attention_prefill_ref(*args, **scales), 2e-2
+        )
         if check_it
         else None
     )
-    moved = 2 * nbytes(q) + 2 * (context + T) * Hk * D * q.element_size()
+    moved = 2 * nbytes(q) + 2 * (context + T) * Hk * D * k_cache.element_size()
     flops = 4 * Hq * D * (T * context + T * (T + 1) / 2)  # QK^T and PV over the causal pairs
-    name = "paged_prefill" + (
-        f" m{config.block_m}n{config.block_n}w{config.num_warps}s{config.num_stages}"
-        if config and not check_it
-        else ""
+    name = (
+        "paged_prefill"
+        + kv_name
+        + (
+            f" m{config.block_m}n{config.block_n}w{config.num_warps}s{config.num_stages}"
+            if config and not check_it
+            else ""
+        )
     )
     shape = f"T={T} ctx={context} {Hq}/{Hk}x{D} page {block_size}"
     return [row(name, shape, time_us(env, run), moved, rel, flops)]
@@ -339,13 +377,16 @@ def tune(env: Env, kinds: list[str]) -> list[Row]:
         except Exception as e:  # out of shared memory or registers, mostly
             print(f"tune {label}: {type(e).__name__}: {str(e).splitlines()[0][:120]}", flush=True)
 
-    if "decode" in kinds:
+    for kind, kv_dtype in (("decode", None), ("decode-fp8", FP8)):
+        if kind not in kinds:
+            continue
         for block_size in (16, 128):
             for block_n in (32, 64, 128):
                 for num_warps in (2, 4, 8):
                     for num_stages in (2, 3, 4):
                         cfg = DecodeConfig(block_n, num_warps, num_stages)
-                        attempt(f"decode {cfg}", decode_case, B, ctx, block_size, 16, 8, 128, config=cfg)
+                        attempt(f"{kind} {cfg}", decode_case, B, ctx, block_size, 16, 8, 128, config=cfg,
+                                kv_dtype=kv_dtype)  # fmt: skip
     if "splits" in kinds:
         for batch, choices in (
             (B, (1, 2)),
@@ -388,8 +429,9 @@ def main() -> None:
     )
     parser.add_argument("--json", type=Path, help="write the result rows to this JSON file")
     parser.add_argument(
-        "--tune", action="append", default=[], choices=["decode", "splits", "prefill"],
-        help="first sweep tile configs (decode, prefill) or split-KV counts (splits); repeatable, a few minutes each",
+        "--tune", action="append", default=[], choices=["decode", "decode-fp8", "splits", "prefill"],
+        help="first sweep tile configs (decode, decode over a float8 cache, prefill) or split-KV counts (splits); "
+        "repeatable, a few minutes each",
     )  # fmt: skip
     parser.add_argument(
         "--smoke",
@@ -424,22 +466,30 @@ def main() -> None:
         main_rows += decode_case(env, 1, 100, 8, 4, 2, 64)
         main_rows += decode_case(env, 5, 100, 8, 4, 2, 64, num_splits=2, mixed=True)
         main_rows += decode_case(env, 5, 100, 8, 4, 2, 64, split_tokens=32, mixed=True)
+        main_rows += decode_case(env, 4, 100, 16, 4, 2, 64, kv_dtype=FP8)
+        main_rows += decode_case(env, 5, 100, 8, 4, 2, 64, num_splits=2, mixed=True, kv_dtype=FP8)
         main_rows += prefill_case(env, 40, 0, 16, 4, 2, 64) + prefill_case(env, 20, 30, 16, 4, 2, 64)
+        main_rows += prefill_case(env, 20, 30, 16, 4, 2, 64, kv_dtype=FP8)
     else:
         main_rows = small_kernels(env, T=8192, H=4096, inter=12288, Hq=32, Hk=8, D=128)
         for T in (1, 256, 8192):  # batch-1 decode, a large decode batch, a prefill chunk (Qwen3-0.6B heads)
             main_rows += prologue_case(env, T, 16, 8, 128)
         main_rows += decode_case(env, 64, 4096, 16, 16, 8, 128, with_ref_time=True)
+        main_rows += decode_case(env, 64, 4096, 16, 16, 8, 128, kv_dtype=FP8)  # the same over a float8 cache
         main_rows += decode_case(env, 64, 4096, 128, 16, 8, 128)
+        main_rows += decode_case(env, 64, 4096, 128, 16, 8, 128, kv_dtype=FP8)
         main_rows += decode_case(env, 1, 4096, 16, 16, 8, 128)
         main_rows += decode_case(env, 1, 4096, 16, 16, 8, 128, num_splits=1)  # what split-KV saves
         # A served batch: mixed lengths leave some programs long after the rest; do slices even them out?
         for splits in (None, 2, 4, 8):
             main_rows += decode_case(env, 200, 2048, 16, 16, 8, 128, num_splits=splits, mixed=True)
+        main_rows += decode_case(env, 200, 2048, 16, 16, 8, 128, mixed=True, kv_dtype=FP8)
+        main_rows += decode_case(env, 1, 4096, 16, 16, 8, 128, kv_dtype=FP8)
         for tokens in (256, 512, 1024):  # slices of a fixed length: long sequences get more of them
             main_rows += decode_case(env, 200, 2048, 16, 16, 8, 128, split_tokens=tokens, mixed=True)
         main_rows += prefill_case(env, 2048, 0, 16, 32, 8, 128)  # Qwen3-8B heads
         main_rows += prefill_case(env, 2048, 2048, 16, 32, 8, 128)  # a second chunk after a prefix
+        main_rows += prefill_case(env, 2048, 2048, 16, 32, 8, 128, kv_dtype=FP8)
     rows += main_rows
     print()
     print_table(main_rows)

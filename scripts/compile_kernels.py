@@ -58,6 +58,8 @@ TRITON_DTYPES = {
     torch.int64: "i64",
     torch.bool: "i1",
     torch.uint8: "u8",
+    torch.float8_e4m3fn: "fp8e4nv",
+    torch.float8_e5m2: "fp8e5",
 }
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas")
 
@@ -186,6 +188,31 @@ def engine_calls(dtype: torch.dtype = torch.bfloat16) -> None:
                                   t(B, dt=torch.int64), query_len, d**-0.5)  # fmt: skip
 
 
+def fp8_kv_calls() -> None:
+    """The KV store, the prologue and attention over float8 caches (kv_cache_dtype), bf16 model."""
+    t = lambda *shape, dt=torch.bfloat16: torch.zeros(shape, dtype=dt)  # noqa: E731
+    for _, hq, hk, d, *_, qk_norm in SHAPES:
+        T = 64
+        scales = (t(hk, dt=torch.float32), t(hk, dt=torch.float32))
+        positions = t(T, dt=torch.int64)
+        slots = t(T, dt=torch.int64)
+        norm = (t(d), t(d)) if qk_norm else (None, None)
+        for fp8 in (torch.float8_e4m3fn, torch.float8_e5m2):
+            cache = t(64, PAGE_SIZE, hk, d, dt=fp8)
+            store_kv(t(T, hk, d), t(T, hk, d), cache, cache, slots, *scales)
+            attention_prologue(t(T, (hq + 2 * hk) * d), positions, t(4096, d, dt=torch.float32), *norm, 1e-6,
+                               cache, cache, slots, hq, hk, *scales)  # fmt: skip
+            for B in (1, 256):
+                tables = t(B, 4096 // PAGE_SIZE, dt=torch.int32)
+                decode_attention(t(B, hq, d), cache, cache, tables, t(B, dt=torch.int64), d**-0.5,
+                                 k_scale=scales[0], v_scale=scales[1])  # fmt: skip
+            for B, query_len in ((1, 2048), (64, 1)):
+                starts = torch.arange(B + 1, dtype=torch.int32) * query_len
+                prefill_attention(t(B * query_len, hq, d), cache, cache, t(B, 4096 // PAGE_SIZE, dt=torch.int32),
+                                  starts, t(B, dt=torch.int64), query_len, d**-0.5, k_scale=scales[0],
+                                  v_scale=scales[1])  # fmt: skip
+
+
 def compile_all(launches: list[Launch], arch: int) -> list[tuple[Launch, str | None]]:
     """Compile each distinct launch; (launch, None) when it compiled, else (launch, the error)."""
     target = GPUTarget("cuda", arch, 32)
@@ -223,7 +250,9 @@ def main() -> int:
     if triton is None:
         print("error: needs the triton package (pip install triton)", file=sys.stderr)
         return 2
-    results = compile_all(capture(lambda: [engine_calls(dtype) for dtype in dtypes]), args.arch)
+    results = compile_all(
+        capture(lambda: [engine_calls(dtype) for dtype in dtypes]) + capture(fp8_kv_calls), args.arch
+    )
     failed = [(launch, error) for launch, error in results if error]
     for launch, error in failed:
         print(f"FAILED {launch.describe()}\n    {error}")

@@ -116,12 +116,12 @@ def message(**options) -> str:
         (
             {"tuning": {"skinny_rows": 1}},
             "tuning.skinny_rows: unknown tuning knob; valid: compile_mode, cuda_graph_buckets, "
-            "decode_split_tokens, skinny_fusion, skinny_matmul_rows, tp_all_reduce, tp_fuse_matmul, tp_fuse_norm",
+            "decode_split_tokens, kv_cache_scale, skinny_fusion, skinny_matmul_rows, tp_all_reduce, tp_fuse_matmul, tp_fuse_norm",
         ),
         (
             {"tuning": 5},
             "tuning: expected a mapping of tuning knobs (cuda_graph_buckets, decode_split_tokens, "
-            "skinny_matmul_rows, skinny_fusion, tp_all_reduce, tp_fuse_norm, tp_fuse_matmul, compile_mode), got 5",
+            "skinny_matmul_rows, skinny_fusion, tp_all_reduce, tp_fuse_norm, tp_fuse_matmul, compile_mode, kv_cache_scale), got 5",
         ),
         (
             {"skinny_matmul_rows": 1},
@@ -416,8 +416,13 @@ def test_what_results_record_holds_concrete_values_only():
 
         found = dict(values(recorded))
         assert "auto" not in found.values()
-        # only the KV pool's sizes may be left to the start-up (measured memory): nothing else is open
-        assert {k for k, v in found.items() if v is None} <= {"kv_cache_memory", "num_kv_blocks"}
+        # only the KV pool's sizes and a float8 cache's scales may be left to the start-up (measured from
+        # memory and from the first prefill): nothing else is open
+        assert {k for k, v in found.items() if v is None} <= {
+            "kv_cache_memory",
+            "num_kv_blocks",
+            "tuning.kv_cache_scale",
+        }
         assert set(recorded["tuning"]) == {f for f in Tuning.__dataclass_fields__}
 
 

@@ -104,6 +104,12 @@ METRICS: dict[str, MetricInfo] = {
     "cpu_util_mean": MetricInfo("process CPU mean", "%", ""),
     "rss_max": MetricInfo("process RSS max", "bytes", "lower"),
     "peak_memory": MetricInfo("peak memory", "bytes", "lower"),
+    # the memory view (bench/memory.py)
+    "kv_capacity_tokens": MetricInfo("KV capacity, tokens", "count", "higher"),
+    "kv_capacity_seqs": MetricInfo("KV capacity, sequences of mean length", "count", "higher"),
+    "limit_kv_share": MetricInfo("steps limited by KV blocks", "fraction", ""),
+    "limit_seqs_share": MetricInfo("steps limited by max_num_seqs", "fraction", ""),
+    "limit_tokens_share": MetricInfo("steps limited by max_num_batched_tokens", "fraction", ""),
 }
 
 # Statistics over requests (the HTML report plots their per-request values).

@@ -73,6 +73,7 @@ class StepRecord(NamedTuple):
     recompiles: int = 0
     memory_growth: int = 0  # bytes: device memory in use on CUDA, resident set on a CPU
     gc_time: float = 0.0  # seconds in Python's garbage collector
+    batch_limit: str = ""  # what kept more work out of the step (engine/scheduler.py); "" when not said
 
     @property
     def duration(self) -> float:

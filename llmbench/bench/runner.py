@@ -37,6 +37,7 @@ from llmbench.bench.hardware import (
     set_torch_threads,
     versions,
 )
+from llmbench.bench.memory import memory_summary
 from llmbench.bench.peaks import choose_peak, derived_labels, peak_meta
 from llmbench.bench.scenario.loader import ResolvedScenario, scenario_dict
 from llmbench.bench.slow_steps import SLOW_FACTOR, find_slow_steps, slow_step_warning
@@ -309,11 +310,17 @@ def _execute(req: RunRequest, backend: Backend, events: RunEvents) -> RunOutcome
     if peak.warning:
         state.warnings.append(peak.warning)
     per_repeat, req_rows, step_rows_, slow = [], [], [], []
+    engine_options = backend.describe() if backend.name == "engine" else None
     for m in state.measured:
         slow_here = find_slow_steps(m.drive.steps, req.slow_factor)
         slow += slow_here
         util = step_utilisation(m.drive.steps, backend.model_info, peak.peak)
         metrics = repeat_metrics(m, scenario.slo, rows, util)
+        metrics.update(
+            memory_summary(
+                m.drive.steps, m.drive.requests, backend.startup, engine_options, backend.max_model_len
+            )
+        )
         for name in metrics:  # what this backend cannot know is NaN, not the 0 a sum of nothing gives
             if name in backend.unavailable:
                 metrics[name] = math.nan

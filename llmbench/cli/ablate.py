@@ -1,5 +1,5 @@
 """``llmbench ablate``: the same scenario with optimisations switched, or served by other backends, each
-variant in its own process."""
+variant in its own process; with ``--quality``, each variant's outputs against the baseline's too."""
 
 from __future__ import annotations
 
@@ -78,6 +78,32 @@ def ablate(
     max_repeats: Annotated[
         int, typer.Option(min=1, help="The most repeats --until-ci may run per variant.")
     ] = 10,
+    quality: Annotated[
+        bool,
+        typer.Option(
+            "--quality",
+            help="Also compare each variant's outputs with the baseline's, each in its own process: KL "
+            "divergence of the next-token distributions (mean, p99) and top-1 agreement, teacher-forced on "
+            "the baseline's greedy continuation, and where free-running greedy outputs first differ "
+            "(quality.json, and rows in the report).",
+        ),
+    ] = False,
+    quality_prompts: Annotated[
+        int, typer.Option(min=1, help="--quality: how many of the scenario's requests to use as prompts.")
+    ] = 8,
+    quality_tokens: Annotated[
+        int,
+        typer.Option(
+            min=1, max=4096, help="--quality: tokens compared per prompt (each keeps a vocabulary-sized row)."
+        ),
+    ] = 32,
+    quality_text: Annotated[
+        Path | None,
+        typer.Option(
+            help="--quality: a text file; baseline and variants also report perplexity on its first 4096 "
+            "tokens (it means something with a real checkpoint, not a preset's random weights).",
+        ),
+    ] = None,
 ) -> None:
     """Run the scenario once per variant (each in its own process) and print the deltas against the baseline."""
     from llmbench.bench.ablation import (
@@ -104,6 +130,10 @@ def ablate(
         raise BenchError(
             "--toggle varies the engine's options and --backend compares backends: give one or the other"
         )
+    if quality_text is not None and not quality:
+        raise BenchError("--quality-text gives --quality a text for perplexity: add --quality")
+    if quality_text is not None and not quality_text.is_file():
+        raise BenchError(f"--quality-text {quality_text}: no such file")
     if toggle:
         if sc.backends != ["engine"]:
             raise BenchError(
@@ -115,6 +145,11 @@ def ablate(
         variants = plan(design.value, toggles, config)
         design_name = design.value
     elif backend or len(sc.backends) > 1:
+        if quality:
+            raise BenchError(
+                "--quality compares engine configurations on the engine's own distributions; it does not "
+                "apply to --backend (peers do not return them)"
+            )
         toggles = []
         variants = plan_backends(list(backend or sc.backends))
         design_name = BACKENDS_DESIGN
@@ -148,6 +183,24 @@ def ablate(
         until_ci=until_ci,
         max_repeats=max_repeats,
     )
+    quality_failed = False
+    if quality and outcome.status == "complete":
+        from llmbench.bench.ablation.quality import run_quality
+        from llmbench.bench.quality.measure import QualitySettings
+
+        settings = QualitySettings(
+            quality_prompts, quality_tokens, str(quality_text.resolve()) if quality_text else None
+        )
+        try:
+            record = run_quality(
+                resolved, list(set_ or []), variants, outcome.folder, settings, on_event, timeout
+            )
+        except KeyboardInterrupt:
+            outcome = outcome._replace(status="interrupted")
+        else:
+            quality_failed = any(v["status"] != "ok" for v in record["variants"])
+            if record["note"]:
+                note(f"quality: {record['note']}")
     baseline = variants[0].name
     ok = [s for s in outcome.variants if s.status == "ok"]
     failed = [s for s in outcome.variants if s.status == "failed"]
@@ -170,5 +223,5 @@ def ablate(
     if not any(s.variant.name == baseline for s in ok):
         error("the baseline did not run, so nothing was compared")
         raise typer.Exit(EXIT_FAILED)
-    if failed:
+    if failed or quality_failed:
         raise typer.Exit(EXIT_FAILED)

@@ -26,6 +26,7 @@ from llmbench.cli import docs as docs_cmd
 from llmbench.cli import env as env_cmd
 from llmbench.cli import models as models_cmd
 from llmbench.cli import profile as profile_cmd
+from llmbench.cli import quality as quality_cmd
 from llmbench.cli import report as report_cmd
 from llmbench.cli import run as run_cmd
 
@@ -53,6 +54,7 @@ app.command("models")(models_cmd.models)
 app.command("env")(env_cmd.env)
 app.command("calibrate")(calibrate_cmd.calibrate)
 app.command("docs")(docs_cmd.docs)
+app.command("quality-child", hidden=True)(quality_cmd.quality_child)
 
 
 def _sigterm_as_interrupt(signum, frame) -> None:

@@ -30,6 +30,7 @@ class ViewName(enum.StrEnum):  # bench/report's VIEWS
     changes = "changes"
     startup = "startup"
     profile = "profile"
+    quality = "quality"
 
 
 class Format(enum.StrEnum):

@@ -62,6 +62,11 @@ def print_dry_run(resolved: ResolvedScenario) -> None:
 
 def startup_line(backend: str, startup: dict[str, Any]) -> str:
     blocks = f"; {startup['kv_num_blocks']} KV blocks" if startup.get("kv_num_blocks") is not None else ""
+    if startup.get("kv_capacity_tokens"):  # the engine's pool: its element type and what it holds
+        blocks += (
+            f" = {startup['kv_capacity_tokens']:,} tokens of {startup['kv_cache_dtype']} K/V, "
+            f"{startup['kv_bytes_per_token']:,} bytes each"
+        )
     return (
         f"{backend} startup {startup['engine_init_time']:.2f} s (weights {startup.get('load_time', 0.0):.2f} s, "
         f"compile {startup.get('compile_time', 0.0):.2f} s, graph capture "

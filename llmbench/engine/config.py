@@ -34,6 +34,7 @@ TOGGLES = (
     "cuda_graph",
     "async_scheduling",
     "tp",
+    "kv_cache_dtype",
 )
 
 
@@ -84,6 +85,8 @@ class Tuning:
         (o_proj, down_proj) sums itself over the ranks in its own kernel. auto: wherever it can apply.
     compile_mode: the torch.compile mode when torch_compile is on: default, reduce-overhead,
         max-autotune, max-autotune-no-cudagraphs.
+    kv_cache_scale: a float8 KV cache's scales (stored value = real value / scale), the same for every
+        layer and head. auto: set per layer and KV head from the first prefill's K/V, with headroom.
     """
 
     cuda_graph_buckets: tuple[int, ...] | None = None
@@ -94,6 +97,7 @@ class Tuning:
     tp_fuse_norm: bool | None = None
     tp_fuse_matmul: bool | None = None
     compile_mode: str = "default"
+    kv_cache_scale: float | None = None
 
     def __post_init__(self) -> None:
         _check_fields(self, TUNING_CHECKS, "tuning.")
@@ -125,6 +129,9 @@ class EngineConfig:
     async_scheduling: step N+1 scheduled and launched before step N's ids reach the host. auto: on for
         CUDA (on the CPU host and device are the same cores: nothing overlaps).
     tp: tensor-parallel degree (NCCL between GPUs, gloo on the CPU).
+    kv_cache_dtype: what the KV cache holds: auto (the model's dtype), fp8_e4m3 or fp8_e5m2 (quantised on
+        store, dequantised on load, with one scale per layer and KV head: Tuning.kv_cache_scale); a float8
+        pool holds twice the tokens of a bfloat16 one in the same memory.
 
     Memory and batch knobs:
     gpu_memory_utilization: the share of the GPU's memory the engine may use (0 < x <= 1); the KV pool
@@ -157,6 +164,7 @@ class EngineConfig:
     cuda_graph: bool | None = None
     async_scheduling: bool | None = None
     tp: int = 1
+    kv_cache_dtype: str = AUTO
 
     # memory and batch knobs
     gpu_memory_utilization: float = 0.9

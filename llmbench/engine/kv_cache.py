@@ -1,17 +1,25 @@
 """Size and allocate the KV pool.
 
-``block_bytes = 2 * num_layers * block_size * kv_heads_per_rank * head_dim * dtype_size``. The number of
-blocks comes, in order of precedence, from ``num_kv_blocks``; on CUDA from
-``total_memory * gpu_memory_utilization`` minus this process's peak (weights and activations, measured
-by a warm-up forward); on the CPU from ``kv_cache_memory`` (default: what ``max_num_seqs`` full-length
-sequences need, at most 1 GiB).
+``block_bytes = 2 * num_layers * block_size * kv_heads_per_rank * head_dim * dtype_size``, where the dtype
+is the cache's (``kv_cache_dtype``: the model's, or one byte for float8, so the same memory holds twice
+the blocks of a bf16 pool). The number of blocks comes, in order of precedence, from ``num_kv_blocks``;
+on CUDA from ``total_memory * gpu_memory_utilization`` minus this process's peak (weights and
+activations, measured by a warm-up forward); on the CPU from ``kv_cache_memory`` (default: what
+``max_num_seqs`` full-length sequences need, at most 1 GiB). A float8 pool also holds its scales, one
+float32 per layer, KV head and K or V (``layers/attention/kv.py``); they are not counted in blocks. Each
+layer's scales are tensors of their own, not views at different offsets of one: torch.compile guards on
+a view's offset, and would compile a layer again wherever an offset happens to equal some size.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from llmbench.engine.resolve import ResolvedConfig
+from llmbench.kernels.kv_quant import is_fp8
+from llmbench.layers.attention.kv import LayerKV
 
 _CPU_DEFAULT_CAP = 1 << 30  # bytes: the default CPU pool never takes more than this
 _CUDA_HEADROOM = 256 << 20  # bytes left free for the allocator's fragmentation and CUDA Graph pools
@@ -46,6 +54,11 @@ def num_blocks_for(config: ResolvedConfig, max_model_len: int, bytes_per_block: 
     return max(blocks_per_seq, min(want, _CPU_DEFAULT_CAP // bytes_per_block))
 
 
+class KVPool(NamedTuple):
+    data: torch.Tensor  # (2, L, num_blocks, block_size, Hk, D): K then V
+    layers: list[LayerKV]  # per layer: views of the data, and a float8 pool's (Hk,) scales
+
+
 def allocate(
     num_layers: int,
     num_blocks: int,
@@ -54,7 +67,14 @@ def allocate(
     head_dim: int,
     dtype: torch.dtype,
     device,
-) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
-    # One slab for the whole pool: (2, L, num_blocks, block_size, Hk, D); per-layer K and V are views.
+    scale: float = 1.0,
+) -> KVPool:
+    """One slab for the whole pool; a float8 one with every scale set to ``scale``."""
     pool = torch.empty(2, num_layers, num_blocks, block_size, kv_heads, head_dim, dtype=dtype, device=device)
-    return pool, [(pool[0, i], pool[1, i]) for i in range(num_layers)]
+    if not is_fp8(dtype):
+        return KVPool(pool, [LayerKV(pool[0, i], pool[1, i]) for i in range(num_layers)])
+
+    def scales() -> torch.Tensor:
+        return torch.full((kv_heads,), scale, dtype=torch.float32, device=device)
+
+    return KVPool(pool, [LayerKV(pool[0, i], pool[1, i], scales(), scales()) for i in range(num_layers)])

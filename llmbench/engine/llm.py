@@ -10,6 +10,7 @@ from llmbench.engine.config import EngineConfig, Tuning
 from llmbench.engine.llm_engine import LLMEngine
 from llmbench.engine.outputs import RequestOutput
 from llmbench.engine.sampling_params import SamplingParams
+from llmbench.engine.scoring import ScoreOutput, score
 
 
 class LLM:
@@ -89,6 +90,13 @@ class LLM:
 
     def __exit__(self, *exc_info: object) -> None:
         self.shutdown()
+
+    def score(
+        self, prompts: Seq[list[int]], continuations: Seq[list[int]], full: bool = False
+    ) -> list[ScoreOutput]:
+        """Teacher-forced log-probabilities of each continuation after its prompt, one decode step per
+        token (engine/scoring.py); ``full=True`` adds every position's whole next-token distribution."""
+        return score(self.engine, prompts, continuations, full)
 
 
 # help(LLM) lists every option with its meaning, written once in EngineConfig's and Tuning's docstrings.

@@ -152,7 +152,7 @@ class LLMEngine:
         self._inflight: InFlight | None = None  # asynchronous scheduling: the step still on the device
         self._last_resolved = 0.0
         self._counters = step_counters.StepCounters(self.runner.device, self.runner.recompiles)
-        dtype_size = config.torch_dtype.itemsize
+        dtype_size = self.runner.kv_dtype.itemsize  # the KV pool's element size
         self.model_info = ModelInfo(
             name=config.model,
             architecture=model_config.architecture,
@@ -405,6 +405,7 @@ class LLMEngine:
             start_time=start,
             end_time=start,
             **work,
+            batch_limit=batch.limit if batch else "none",
         )
 
     def _tp_failed(self, error: BaseException):

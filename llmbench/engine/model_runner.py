@@ -24,6 +24,7 @@ from llmbench.engine.staging import Staging
 from llmbench.engine.step_inputs import StepArrays, build_step
 from llmbench.engine.tracer import Tracer
 from llmbench.engine.work import RankWeights, rank_weights
+from llmbench.kernels.kv_quant import is_fp8, kv_dtype
 from llmbench.layers.attention.backends import make_backend
 from llmbench.layers.attention.metadata import AttentionMetadata
 from llmbench.layers.parallel import SINGLE, TPGroup
@@ -116,8 +117,12 @@ class ModelRunner:
         attn = self.model.model.layers[0].self_attn
         self.kv_heads, self.head_dim = attn.num_kv_heads, attn.head_dim
         self.num_layers = model_config.num_hidden_layers
+        self.kv_dtype = kv_dtype(config.kv_cache_dtype, dtype)
+        self.kv_scale = 1.0 if config.tuning.kv_cache_scale is None else float(config.tuning.kv_cache_scale)
+        # A float8 pool without given scales sets them from the first real step that stores K/V.
+        self.kv_calibrate = is_fp8(self.kv_dtype) and config.tuning.kv_cache_scale is None
         self.block_bytes = kv_cache.block_bytes(
-            self.num_layers, self.block_size, self.kv_heads, self.head_dim, dtype
+            self.num_layers, self.block_size, self.kv_heads, self.head_dim, self.kv_dtype
         )
         self.max_blocks_per_seq = -(-max_model_len // self.block_size)
         self.rank_weights: RankWeights = rank_weights(
@@ -137,14 +142,18 @@ class ModelRunner:
             torch.distributed.all_reduce(agreed, op=torch.distributed.ReduceOp.MIN, group=tp.group)
             num_blocks = int(agreed.item())
         self.kv_pool, self.kv_caches = kv_cache.allocate(
-            self.num_layers, num_blocks, self.block_size, self.kv_heads, self.head_dim, dtype, self.device
-        )
+            self.num_layers, num_blocks, self.block_size, self.kv_heads, self.head_dim, self.kv_dtype,
+            self.device, self.kv_scale,
+        )  # fmt: skip
         if config.cuda_graph:
             self.kv_pool.zero_()  # padded CUDA Graph rows read block 0: keep it finite
         self.num_blocks = num_blocks
         self.startup.kv_num_blocks = num_blocks
         self.startup.kv_block_bytes = self.block_bytes
         self.startup.kv_cache_bytes = num_blocks * self.block_bytes
+        self.startup.kv_cache_dtype = config.kv_cache_dtype if is_fp8(self.kv_dtype) else config.dtype
+        self.startup.kv_bytes_per_token = self.block_bytes // self.block_size  # this rank's heads
+        self.startup.kv_capacity_tokens = num_blocks * self.block_size
 
         if config.torch_compile:
             self._warm_up_compile()
@@ -172,6 +181,18 @@ class ModelRunner:
         self.tracer = Tracer(self.model, self.device, compiled=config.torch_compile)
         enable_nvtx(self.device)
 
+    @property
+    def kv_scales(self) -> torch.Tensor | None:
+        """A float8 pool's scales, (2, L, Hk) float32 (K then V), copied; None for a pool in the model dtype."""
+        if not self.kv_caches[0].quantised:
+            return None
+        return torch.stack(
+            [
+                torch.stack([kv.k_scale for kv in self.kv_caches]),
+                torch.stack([kv.v_scale for kv in self.kv_caches]),
+            ]
+        )
+
     # -- forward ----------------------------------------------------------------------------------
 
     def _logits_forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata):
@@ -190,15 +211,15 @@ class ModelRunner:
             block += nb
             seqs.append(s)
         if caches is None:
-            pool, caches = kv_cache.allocate(
+            caches = kv_cache.allocate(
                 self.num_layers,
                 block,
                 self.block_size,
                 self.kv_heads,
                 self.head_dim,
-                self.config.torch_dtype,
+                self.kv_dtype,
                 self.device,
-            )
+            ).layers
         return self.to_inputs(build_step(seqs, lens, self.block_size)), caches
 
     @torch.inference_mode()
@@ -243,11 +264,16 @@ class ModelRunner:
         heads = self.model.model.layers[0].self_attn.num_heads
         dtype = self.config.torch_dtype
         q = torch.zeros(1, heads, self.head_dim, dtype=dtype, device=self.device)
-        cache = torch.zeros(2, self.block_size, self.kv_heads, self.head_dim, dtype=dtype, device=self.device)
+        cache = kv_cache.allocate(
+            1, 2, self.block_size, self.kv_heads, self.head_dim, self.kv_dtype, self.device
+        )
+        cache.data.zero_()
+        kv = cache.layers[0]
+        scales = {"k_scale": kv.k_scale, "v_scale": kv.v_scale}  # None unless the pool is float8
         table = torch.zeros(1, 2, dtype=torch.int32, device=self.device)
         seq_lens = torch.ones(1, dtype=torch.int32, device=self.device)
         for num_splits in (1, 2, 4, 8, 16, 32, 64, 128):
-            decode_attention(q, cache, cache, table, seq_lens, 1.0, num_splits=num_splits)
+            decode_attention(q, kv.k, kv.v, table, seq_lens, 1.0, num_splits=num_splits, **scales)
 
     @torch.inference_mode()
     def _warm_up_compile(self) -> None:
@@ -343,10 +369,17 @@ class ModelRunner:
         Under tensor parallelism every rank runs this with the same ``step``; the collectives inside the
         model keep them in lockstep and rank 0 alone samples."""
         n = len(step.query_lens)
+        calibrate = self.kv_calibrate  # this step sets the float8 scales (never inside a graph)
         use_graph = (
-            self.graphs is not None and max(step.query_lens) == 1 and self.graphs.bucket_for(n) is not None
+            self.graphs is not None
+            and max(step.query_lens) == 1
+            and self.graphs.bucket_for(n) is not None
+            and not calibrate
         )
         inputs = self.to_inputs(step)
+        if calibrate:
+            inputs.meta.kv_calibrate = True
+            self.kv_calibrate = False
         if use_graph:
             assert self.graphs is not None
             with phase("graph_replay"):

@@ -18,6 +18,7 @@ DTYPES = ("float32", "float16", "bfloat16")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 TP_ALL_REDUCE = ("nccl", "symm_mem")
 SKINNY_FUSIONS = ("all", "silu", "none")
+KV_CACHE_DTYPES = ("fp8_e4m3", "fp8_e5m2")  # besides auto (the model's dtype): kernels/kv_quant.py
 SKINNY_MATMUL_MAX_ROWS = 8  # kernels/skinny_matmul.py MAX_ROWS: larger inputs always go to cuBLAS
 DECODE_SPLIT_MULTIPLE = 64  # the Triton decode kernel's slices are whole tiles of 64 tokens
 
@@ -70,6 +71,19 @@ def _fraction(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
         raise Invalid(f"expected a number in (0, 1], got {value!r}")
     return float(value)
+
+
+def _positive_number(auto: bool = False) -> Check:
+    allowed = "a number > 0" + (" or auto" if auto else "")
+
+    def check(value: Any) -> Any:
+        if auto and _is_auto(value):
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise Invalid(f"expected {allowed}, got {value!r}")
+        return float(value)
+
+    return check
 
 
 def _choice(options: tuple[str, ...], auto: bool = False) -> Check:
@@ -127,6 +141,7 @@ ENGINE_CHECKS: dict[str, Check] = {
     "cuda_graph": _boolean(auto=True),
     "async_scheduling": _boolean(auto=True),
     "tp": _integer(1),
+    "kv_cache_dtype": _choice(KV_CACHE_DTYPES, auto=True),
     "gpu_memory_utilization": _fraction,
     "kv_cache_memory": _integer(1, auto=True, unit="a number of bytes"),
     "num_kv_blocks": _integer(1, auto=True),
@@ -145,4 +160,5 @@ TUNING_CHECKS: dict[str, Check] = {
     "tp_fuse_norm": _boolean(auto=True),
     "tp_fuse_matmul": _boolean(auto=True),
     "compile_mode": _choice(COMPILE_MODES),
+    "kv_cache_scale": _positive_number(auto=True),
 }

@@ -47,6 +47,9 @@ class StepStats:
     recompiles: int = 0  # torch.compile graphs built
     memory_growth: int = 0  # bytes: device memory in use on CUDA, resident set on a CPU
     gc_time: float = 0.0  # seconds in Python's garbage collector
+    # What kept more work out of the step: "kv_blocks", "max_num_seqs", "max_num_batched_tokens",
+    # "static_batch" or "none" (engine/scheduler.py)
+    batch_limit: str = "none"
 
     @property
     def duration(self) -> float:
@@ -93,3 +96,6 @@ class StartupStats:
     all_reduce_norm: bool = False  # tp > 1: decode's all-reduces done with the norm after them (tp_fuse_norm)
     all_reduce_matmul: bool = False  # and with the product before them (tp_fuse_matmul)
     recompiles: int = 0  # torch.compile graphs built after the warm-up (kept current while the engine runs)
+    kv_cache_dtype: str = ""  # what the KV pool holds: the model dtype's name, or "fp8_e4m3" / "fp8_e5m2"
+    kv_bytes_per_token: int = 0  # KV bytes of one token on this rank (all layers, K and V)
+    kv_capacity_tokens: int = 0  # tokens the KV pool holds: kv_num_blocks * block_size

@@ -47,6 +47,9 @@ class ResolvedTuning:
     tp_fuse_norm: bool
     tp_fuse_matmul: bool
     compile_mode: str
+    # a float8 KV cache's fixed scale; None: set per layer and head from the first prefill (a measurement,
+    # like the KV pool's size)
+    kv_cache_scale: float | None
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,7 @@ class ResolvedConfig:
     cuda_graph: bool
     async_scheduling: bool
     tp: int
+    kv_cache_dtype: str  # the model's dtype, or "fp8_e4m3" / "fp8_e5m2"
     gpu_memory_utilization: float
     # The KV pool's sizes: None sizes it at start-up from the memory budget (gpu_memory_utilization on
     # CUDA, the CPU default otherwise); the startup stats record the blocks it got.
@@ -103,6 +107,8 @@ def resolve(config: EngineConfig, facts: Facts) -> ResolvedConfig:
     backend = _auto(
         config.attention_backend, "triton" if cuda and facts.triton else ("torch" if cuda else "sdpa")
     )
+    kv_cache_dtype = _auto(config.kv_cache_dtype, dtype)
+    _check_kv_cache(kv_cache_dtype, dtype, backend, config.tuning)
     _check_attention_backend(backend, config, facts, cuda, triton_runs, dtype)
     triton_kernels = _auto(config.triton_kernels, cuda and facts.triton)
     if triton_kernels and not triton_runs:
@@ -144,6 +150,7 @@ def resolve(config: EngineConfig, facts: Facts) -> ResolvedConfig:
         cuda_graph=cuda_graph,
         async_scheduling=async_scheduling,
         tp=config.tp,
+        kv_cache_dtype=kv_cache_dtype,
         gpu_memory_utilization=config.gpu_memory_utilization,
         kv_cache_memory=config.kv_cache_memory,
         num_kv_blocks=config.num_kv_blocks,
@@ -213,6 +220,7 @@ def _resolve_tuning(
         tp_fuse_norm=fuse_norm,
         tp_fuse_matmul=fuse_matmul,
         compile_mode=t.compile_mode,
+        kv_cache_scale=t.kv_cache_scale,
     )
 
 
@@ -279,6 +287,20 @@ def _check_attention_backend(
         )
     if not config.paged_kv:
         raise ConfigError("attention_backend='flash_attn' reads a paged KV cache: it needs paged_kv=True")
+
+
+def _check_kv_cache(kv_cache_dtype: str, dtype: str, backend: str, tuning: Tuning) -> None:
+    fp8 = kv_cache_dtype != dtype
+    if fp8 and backend == "flash_attn":
+        raise ConfigError(
+            f"kv_cache_dtype={kv_cache_dtype!r} stores float8 K/V, which the flash_attn backend cannot read: "
+            "choose attention_backend 'triton', 'sdpa' or 'torch', or kv_cache_dtype='auto'"
+        )
+    if tuning.kv_cache_scale is not None and not fp8:
+        raise ConfigError(
+            "tuning.kv_cache_scale sets the scales of a float8 KV cache: it needs kv_cache_dtype "
+            "'fp8_e4m3' or 'fp8_e5m2'"
+        )
 
 
 def _check_cuda_graph(cuda_graph: bool, cuda: bool, backend: str) -> None:

@@ -12,6 +12,12 @@ Policies (engine toggles):
 
 When the KV pool runs out, the newest running sequence is preempted by recomputation: its blocks are
 freed and it goes back to the front of the queue, keeping the tokens it has generated.
+
+Each batch says what kept more work out of it (``ScheduledBatch.limit``): ``kv_blocks`` (a request found
+no room in the KV pool, or a sequence was preempted), ``max_num_seqs`` (the running set was full),
+``max_num_batched_tokens`` (the step's token budget ran out before every running sequence or waiting
+request had its tokens), ``static_batch`` (continuous_batching=False: the batch was closed), or ``none``.
+The first of these met while filling the step is recorded; a preemption overrides the others.
 """
 
 from __future__ import annotations
@@ -22,6 +28,13 @@ from dataclasses import dataclass, field
 from llmbench.engine.block_manager import BlockManager, SlabAllocator
 from llmbench.engine.sequence import Sequence, SequenceStatus
 
+LIMIT_NONE = "none"
+LIMIT_KV = "kv_blocks"
+LIMIT_SEQS = "max_num_seqs"
+LIMIT_TOKENS = "max_num_batched_tokens"
+LIMIT_STATIC = "static_batch"
+BATCH_LIMITS = (LIMIT_NONE, LIMIT_KV, LIMIT_SEQS, LIMIT_TOKENS, LIMIT_STATIC)
+
 
 @dataclass
 class ScheduledBatch:
@@ -30,6 +43,11 @@ class ScheduledBatch:
     num_preemptions: int = 0
     prefix_hit_tokens: int = 0
     newly_scheduled: list[Sequence] = field(default_factory=list)
+    limit: str = LIMIT_NONE  # what kept more work out of this step (module docstring)
+
+    def limited_by(self, reason: str) -> None:
+        if self.limit == LIMIT_NONE:
+            self.limit = reason
 
     def token_counts(self) -> tuple[int, int]:
         """(prefill tokens, decode tokens); valid until ``Scheduler.advance`` moves the counters."""
@@ -94,6 +112,8 @@ class Scheduler:
             self._admit_waiting(batch, budget)
             if not batch.seqs:
                 self._schedule_running(batch, budget)
+        if batch.num_preemptions:
+            batch.limit = LIMIT_KV
         if not batch.seqs:
             return None
         if not self.continuous_batching and batch.token_counts()[1]:
@@ -105,14 +125,25 @@ class Scheduler:
         return self.continuous_batching or self._batch_open or seq.num_preemptions > 0
 
     def _admit_waiting(self, batch: ScheduledBatch, budget: int) -> int:
-        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+        while self.waiting:
+            if budget <= 0:
+                batch.limited_by(LIMIT_TOKENS)
+                break
+            if len(self.running) >= self.max_num_seqs:
+                batch.limited_by(LIMIT_SEQS)
+                break
             seq = self.waiting[0]
             if not self._may_admit(seq):
+                batch.limited_by(LIMIT_STATIC)
                 break
             remaining = seq.num_tokens - self.kv.num_prefix_hit_tokens(seq)
             n = min(remaining, budget) if self.chunked_prefill else remaining
             # Without chunking, a prompt longer than the whole budget still runs, alone in its step.
-            if (n > budget and batch.seqs) or not self.kv.admit(seq, n):
+            if n > budget and batch.seqs:
+                batch.limited_by(LIMIT_TOKENS)
+                break
+            if not self.kv.admit(seq, n):
+                batch.limited_by(LIMIT_KV)
                 break
             self.waiting.popleft()
             seq.status = SequenceStatus.RUNNING
@@ -122,6 +153,8 @@ class Scheduler:
             batch.newly_scheduled.append(seq)
             batch.prefix_hit_tokens += seq.num_computed_tokens
             budget -= n
+            if n < remaining:  # a chunk of the prompt: the budget holds no more of it
+                batch.limited_by(LIMIT_TOKENS)
         return budget
 
     def _schedule_running(self, batch: ScheduledBatch, budget: int) -> int:
@@ -129,6 +162,8 @@ class Scheduler:
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
             n = min(seq.num_uncomputed_tokens, budget)
+            if n < seq.num_uncomputed_tokens:
+                batch.limited_by(LIMIT_TOKENS)
             while not self.kv.grow(seq, n):
                 victim = self.running[-1]
                 self._preempt(victim)
@@ -139,6 +174,8 @@ class Scheduler:
             batch.num_new_tokens.append(n)
             budget -= n
             i += 1
+        if i < len(self.running):  # the budget ran out before every running sequence had its tokens
+            batch.limited_by(LIMIT_TOKENS)
         return budget
 
     def _preempt(self, seq: Sequence) -> None:

@@ -9,7 +9,9 @@ normalised value is rounded to the model dtype before the weight multiply, and a
 rotation, exactly as the unfused kernels round between steps).
 
 Both return q as (T, Hq, D); K/V are written in place (slot -1, a padded row, writes nothing), so they
-suit the attention backends that read K/V from the cache only (Triton, flash-attn).
+suit the attention backends that read K/V from the cache only (Triton, flash-attn). A float8 cache takes
+per-head scales ``k_scale``, ``v_scale`` ``(Hk,)``; k is rounded to the model dtype (as the unfused RoPE
+returns it) before it is quantised, so both versions store the same bytes (``kv_quant.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from llmbench.kernels._triton import jit, next_power_of_2, require_triton, tl
+from llmbench.kernels.kv_quant import check_scales, fp8_constants, quantize_fp8
 from llmbench.kernels.kv_store import store_kv_ref
 from llmbench.kernels.rmsnorm import rms_norm_ref
 from llmbench.kernels.rotary import apply_rotary_ref
@@ -34,10 +37,30 @@ def attention_prologue_ref(
     slot_mapping: torch.Tensor,
     num_heads: int,
     num_kv_heads: int,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     # qkv: (T, (Hq + 2 Hk) D); caches (num_blocks, block_size, Hk, D); returns q (T, Hq, D)
+    q, k, v = qkv_heads_ref(
+        qkv, positions, cos_sin_cache, q_norm_weight, k_norm_weight, eps, num_heads, num_kv_heads
+    )
+    store_kv_ref(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
+    return q
+
+
+def qkv_heads_ref(
+    qkv: torch.Tensor,
+    positions: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    q_norm_weight: torch.Tensor | None,
+    k_norm_weight: torch.Tensor | None,
+    eps: float,
+    num_heads: int,
+    num_kv_heads: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The prologue without the store: q (T, Hq, D), k and v (T, Hk, D), normalised and rotated."""
     T = qkv.shape[0]
-    D = k_cache.shape[-1]
+    D = cos_sin_cache.shape[-1]
     q, k, v = qkv.split([num_heads * D, num_kv_heads * D, num_kv_heads * D], dim=-1)
     q = q.reshape(T, num_heads, D)
     k = k.reshape(T, num_kv_heads, D)
@@ -46,8 +69,7 @@ def attention_prologue_ref(
         q = rms_norm_ref(q.reshape(-1, D), q_norm_weight, eps)[0].view(T, num_heads, D)
         k = rms_norm_ref(k.reshape(-1, D), k_norm_weight, eps)[0].view(T, num_kv_heads, D)
     q, k = apply_rotary_ref(q, k, positions, cos_sin_cache)
-    store_kv_ref(k, v, k_cache, v_cache, slot_mapping)
-    return q
+    return q, k, v
 
 
 @jit
@@ -75,10 +97,11 @@ def _norm_rotate(
 
 @jit
 def _prologue_kernel(
-    qkv_ptr, pos_ptr, cs_ptr, qw_ptr, kw_ptr, q_ptr, kc_ptr, vc_ptr, slot_ptr,
+    qkv_ptr, pos_ptr, cs_ptr, qw_ptr, kw_ptr, q_ptr, kc_ptr, vc_ptr, slot_ptr, ks_ptr, vs_ptr,
     stride_t, stride_cs, stride_qt, stride_kcb, stride_kcs, stride_vcb, stride_vcs,
     HQ, HK, HALF, BLOCK_SIZE, eps,
     HAS_NORM: tl.constexpr, BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr, BLOCK_HALF: tl.constexpr,
+    QUANT: tl.constexpr, FP8_MAX: tl.constexpr, FP8_MANTISSA: tl.constexpr, FP8_MIN_NORMAL: tl.constexpr,
 ):  # fmt: skip
     # One program per token: its cos/sin row once, then all q heads, all k heads and all v heads.
     t = tl.program_id(0).to(tl.int64)
@@ -104,11 +127,27 @@ def _prologue_kernel(
         k1, k2, k_offs, k_mask = _norm_rotate(
             k_row, kw_ptr, HK, HALF, eps, cos, sin, HAS_NORM, BLOCK_HK, BLOCK_HALF
         )
-        tl.store(kc + k_offs, k1.to(dtype), mask=k_mask)
-        tl.store(kc + k_offs + HALF, k2.to(dtype), mask=k_mask)
         v_row = k_row + HK * D
-        tl.store(vc + k_offs, tl.load(v_row + k_offs, mask=k_mask), mask=k_mask)
-        tl.store(vc + k_offs + HALF, tl.load(v_row + k_offs + HALF, mask=k_mask), mask=k_mask)
+        v1 = tl.load(v_row + k_offs, mask=k_mask)
+        v2 = tl.load(v_row + k_offs + HALF, mask=k_mask)
+        if QUANT:  # k in the model dtype first, like the unfused RoPE's output; (BLOCK_HK, 1) scales
+            kh = tl.arange(0, BLOCK_HK)[:, None]
+            k_scale = tl.load(ks_ptr + kh, mask=kh < HK, other=1.0)
+            v_scale = tl.load(vs_ptr + kh, mask=kh < HK, other=1.0)
+            cache_dtype = kc_ptr.dtype.element_ty
+            k1q = quantize_fp8(k1.to(dtype), k_scale, FP8_MAX, FP8_MANTISSA, FP8_MIN_NORMAL).to(cache_dtype)
+            k2q = quantize_fp8(k2.to(dtype), k_scale, FP8_MAX, FP8_MANTISSA, FP8_MIN_NORMAL).to(cache_dtype)
+            tl.store(kc + k_offs, k1q, mask=k_mask)
+            tl.store(kc + k_offs + HALF, k2q, mask=k_mask)
+            v1q = quantize_fp8(v1, v_scale, FP8_MAX, FP8_MANTISSA, FP8_MIN_NORMAL).to(cache_dtype)
+            v2q = quantize_fp8(v2, v_scale, FP8_MAX, FP8_MANTISSA, FP8_MIN_NORMAL).to(cache_dtype)
+            tl.store(vc + k_offs, v1q, mask=k_mask)
+            tl.store(vc + k_offs + HALF, v2q, mask=k_mask)
+        else:
+            tl.store(kc + k_offs, k1.to(dtype), mask=k_mask)
+            tl.store(kc + k_offs + HALF, k2.to(dtype), mask=k_mask)
+            tl.store(vc + k_offs, v1, mask=k_mask)
+            tl.store(vc + k_offs + HALF, v2, mask=k_mask)
 
 
 def attention_prologue(
@@ -123,9 +162,12 @@ def attention_prologue(
     slot_mapping: torch.Tensor,
     num_heads: int,
     num_kv_heads: int,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Triton version of ``attention_prologue_ref``: one program per token, one kernel per layer."""
     require_triton("attention_prologue")
+    quant = check_scales("attention_prologue", k_cache, k_scale, v_scale)
     T = qkv.shape[0]
     D = k_cache.shape[-1]
     width = (num_heads + 2 * num_kv_heads) * D
@@ -150,10 +192,12 @@ def attention_prologue(
         kw = k_norm_weight.contiguous() if has_norm else qkv
         _prologue_kernel[(T,)](
             qkv, positions, cos_sin_cache.contiguous(), qw, kw, q, k_cache, v_cache, slot_mapping,
+            k_scale if quant else qkv, v_scale if quant else qkv,  # placeholders when QUANT is False
             qkv.stride(0), cos_sin_cache.stride(0), q.stride(0),
             k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
             num_heads, num_kv_heads, D // 2, k_cache.shape[1], eps,
             HAS_NORM=has_norm, BLOCK_HQ=next_power_of_2(num_heads), BLOCK_HK=next_power_of_2(num_kv_heads),
             BLOCK_HALF=next_power_of_2(D // 2), num_warps=4,
+            QUANT=quant, **fp8_constants(k_cache.dtype),
         )  # fmt: skip
     return q

@@ -15,6 +15,9 @@ Design (decode is memory bound: every K/V byte of the context is read once, ever
   each writes a normalised partial output and its log-sum-exp to float32 scratch, and a second kernel
   merges them. ``num_splits`` depends on shapes only (batch, heads, block-table width), so launches
   are CUDA-graph safe: no host syncs, scratch sized from shapes.
+- A float8 cache (``kv_quant.py``) is read as float8, half the bytes, and converted to q's dtype in
+  registers. Its scales are per KV head, so one program has one K scale and one V scale: the first
+  multiplies the scores' scale, the second the output, and the tiles' products are unchanged.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import NamedTuple
 import torch
 
 from llmbench.kernels._triton import jit, next_power_of_2, num_sms, require_triton, tl
+from llmbench.kernels.kv_quant import check_scales
 
 LOG2E = math.log2(math.e)
 
@@ -60,13 +64,14 @@ def choose_num_splits(
 @jit(do_not_specialize=("num_splits", "split_tokens", "stride_bt"))
 def _decode_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr,
-    out_ptr, part_out_ptr, part_lse_ptr,
+    out_ptr, part_out_ptr, part_lse_ptr, k_scale_ptr, v_scale_ptr,
     qk_scale, num_splits, split_tokens,
     stride_qb, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
     stride_bt, stride_ob, stride_oh,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
     SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    DEQUANT: tl.constexpr,
 ):  # fmt: skip
     seq = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
@@ -92,6 +97,9 @@ def _decode_kernel(
         mask=g_mask[:, None] & d_mask[None, :], other=0.0,
     )  # (BLOCK_G, BLOCK_D)  # fmt: skip
 
+    if DEQUANT:  # float8 K: its head's scale joins the scores' scale
+        qk_scale = qk_scale * tl.load(k_scale_ptr + kv_head)
+
     m = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l_sum = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
@@ -113,6 +121,9 @@ def _decode_kernel(
             v_cache_ptr + (page * stride_vb + slot * stride_vs + kv_head * stride_vh)[:, None] + d[None, :],
             mask=kv_mask, other=0.0,
         )  # (BLOCK_N, BLOCK_D)  # fmt: skip
+        if DEQUANT:  # float8 -> q's dtype, exactly (every float8 value is a bf16, fp16 and fp32 value)
+            k = k.to(q.dtype)
+            v = v.to(q.dtype)
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale  # (BLOCK_G, BLOCK_N), log2 units
         s = tl.where(p_mask[None, :], s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=1))  # finite: every tile holds at least one real key
@@ -124,6 +135,8 @@ def _decode_kernel(
 
     # An empty slice (or seq_len 0) has l_sum = 0: it writes zeros and lse -inf, weightless when merged.
     o = acc / tl.where(l_sum > 0, l_sum, 1.0)[:, None]  # (BLOCK_G, BLOCK_D)
+    if DEQUANT:  # float8 V: its head's scale
+        o = o * tl.load(v_scale_ptr + kv_head)
     o_mask = g_mask[:, None] & d_mask[None, :]
     if SPLIT:
         # (BLOCK_G,) rows of the (B, Hq, num_splits) scratch
@@ -173,13 +186,17 @@ def decode_attention(
     num_splits: int | None = None,
     config: DecodeConfig | None = None,
     split_tokens: int | None = None,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``paged_attention_decode`` with the split count and tile config exposed (tests, tuning).
 
     ``split_tokens``: cut every context into slices of this many tokens (a multiple of the tile)
     instead of ``num_splits`` equal slices per sequence; the grid then has one slice per
-    ``split_tokens`` of the longest context the block tables allow."""
+    ``split_tokens`` of the longest context the block tables allow. ``k_scale``, ``v_scale`` (Hk,): the
+    scales of a float8 cache."""
     require_triton("paged_attention_decode")
+    dequant = check_scales("paged_attention_decode", k_cache, k_scale, v_scale)
     # q: (B, Hq, D); caches: (num_blocks, page_size, Hk, D); block_tables: (B, max_blocks); seq_lens: (B,)
     B, Hq, D = q.shape
     _, page_size, Hk, Dk = k_cache.shape
@@ -214,6 +231,7 @@ def decode_attention(
         part_out = part_lse = out  # placeholders, never touched when SPLIT is False
     _decode_kernel[(B, Hk, num_splits)](
         q, k_cache, v_cache, block_tables, seq_lens, out, part_out, part_lse,
+        k_scale if dequant else out, v_scale if dequant else out,  # placeholders when DEQUANT is False
         scale * LOG2E, num_splits, split_tokens or 0,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
@@ -222,6 +240,7 @@ def decode_attention(
         BLOCK_G=max(16, next_power_of_2(group)), BLOCK_D=max(16, block_d), BLOCK_N=config.block_n,
         SPLIT=split, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         num_warps=config.num_warps, num_stages=config.num_stages,
+        DEQUANT=dequant,
     )  # fmt: skip
     if split:
         _decode_reduce_kernel[(B, Hq)](
@@ -238,6 +257,10 @@ def paged_attention_decode(
     block_tables: torch.Tensor,
     seq_lens: torch.Tensor,
     scale: float,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Triton version of ``paged_attention_decode_ref``: (B, Hq, D) -> fresh (B, Hq, D)."""
-    return decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale)
+    return decode_attention(
+        q, k_cache, v_cache, block_tables, seq_lens, scale, k_scale=k_scale, v_scale=v_scale
+    )

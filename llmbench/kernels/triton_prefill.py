@@ -16,6 +16,8 @@ Design (prefill is compute bound):
   Tiles are numbered from the end, so the longest (causally last) ones are scheduled first.
 - Keys are walked in tiles of ``BLOCK_N`` with an online softmax in float32 (base 2): first the tiles
   every row of the query tile may see (no mask), then the diagonal tiles with the causal mask.
+- A float8 cache (``kv_quant.py``) is converted to q's dtype on load; a program's KV head has one K and
+  one V scale, applied to the scores' scale and to the output.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import NamedTuple
 import torch
 
 from llmbench.kernels._triton import jit, next_power_of_2, require_triton, tl
+from llmbench.kernels.kv_quant import check_scales
 
 LOG2E = math.log2(math.e)
 
@@ -70,7 +73,7 @@ def _attend_tiles(
     q, m, l_sum, acc, k_base, v_base, bt_row, q_pos, start, end, kv_end, qk_scale,
     stride_kb, stride_ks, stride_vb, stride_vs,
     HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr, DEQUANT: tl.constexpr,
 ):  # fmt: skip
     d = tl.arange(0, BLOCK_D)
     for tile in range(start, end, BLOCK_N):
@@ -88,6 +91,9 @@ def _attend_tiles(
         v = tl.load(
             v_base + (page * stride_vb + slot * stride_vs)[:, None] + d[None, :], mask=kv_mask, other=0.0
         )
+        if DEQUANT:  # float8 -> q's dtype, exactly; the scales are applied by the caller
+            k = k.to(q.dtype)
+            v = v.to(q.dtype)
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale  # (BLOCK_M, BLOCK_N), log2 units
         if CAUSAL:
             s = tl.where((pos[None, :] <= q_pos[:, None]) & p_mask[None, :], s, float("-inf"))
@@ -103,12 +109,12 @@ def _attend_tiles(
 @jit(do_not_specialize=("num_seqs", "stride_bt"))
 def _prefill_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, query_start_loc_ptr, seq_lens_ptr, out_ptr,
-    qk_scale, num_seqs,
+    k_scale_ptr, v_scale_ptr, qk_scale, num_seqs,
     stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
     stride_bt, stride_ot, stride_oh,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, DEQUANT: tl.constexpr,
 ):  # fmt: skip
     # BLOCK_M rows = BLOCK_Q tokens x GROUP_PAD heads, token-major.
     # Reversed, so the causally heaviest tiles (a sequence's last) start first and the last wave is light.
@@ -134,6 +140,8 @@ def _prefill_kernel(
         q_ptr + q_rows[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :], mask=io_mask, other=0.0
     )
     q_pos = context + tok  # (BLOCK_M,) key position of each query row
+    if DEQUANT:  # float8 K: its head's scale joins the scores' scale
+        qk_scale = qk_scale * tl.load(k_scale_ptr + kv_head)
 
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_sum = tl.zeros([BLOCK_M], tl.float32)
@@ -147,14 +155,16 @@ def _prefill_kernel(
     m, l_sum, acc = _attend_tiles(
         q, m, l_sum, acc, k_base, v_base, bt_row, q_pos, 0, full_end, kv_end, qk_scale,
         stride_kb, stride_ks, stride_vb, stride_vs,
-        HEAD_DIM, PAGE_SIZE, BLOCK_D, BLOCK_N, False, DOT_PRECISION,
+        HEAD_DIM, PAGE_SIZE, BLOCK_D, BLOCK_N, False, DOT_PRECISION, DEQUANT,
     )  # fmt: skip
     m, l_sum, acc = _attend_tiles(
         q, m, l_sum, acc, k_base, v_base, bt_row, q_pos, full_end, kv_end, kv_end, qk_scale,
         stride_kb, stride_ks, stride_vb, stride_vs,
-        HEAD_DIM, PAGE_SIZE, BLOCK_D, BLOCK_N, True, DOT_PRECISION,
+        HEAD_DIM, PAGE_SIZE, BLOCK_D, BLOCK_N, True, DOT_PRECISION, DEQUANT,
     )  # fmt: skip
     o = acc / l_sum[:, None]  # l_sum >= 1 for real rows: the row maximum contributes exp2(0)
+    if DEQUANT:  # float8 V: its head's scale
+        o = o * tl.load(v_scale_ptr + kv_head)
     tl.store(
         out_ptr + q_rows[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :],
         o.to(out_ptr.dtype.element_ty),
@@ -172,9 +182,13 @@ def prefill_attention(
     max_query_len: int,
     scale: float,
     config: PrefillConfig | None = None,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``paged_attention_prefill`` with the tile config exposed (tests, tuning)."""
+    """``paged_attention_prefill`` with the tile config exposed (tests, tuning); ``k_scale``, ``v_scale``
+    (Hk,): the scales of a float8 cache."""
     require_triton("paged_attention_prefill")
+    dequant = check_scales("paged_attention_prefill", k_cache, k_scale, v_scale)
     # q: (T, Hq, D); caches: (num_blocks, page_size, Hk, D); query_start_loc: (B+1,); seq_lens: (B,)
     T, Hq, D = q.shape
     _, page_size, Hk, Dk = k_cache.shape
@@ -199,13 +213,14 @@ def prefill_attention(
     block_q = config.block_m // group_pad
     _prefill_kernel[(T // block_q + B, Hk)](
         q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, out,
+        k_scale if dequant else out, v_scale if dequant else out,  # placeholders when DEQUANT is False
         scale * LOG2E, B,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         block_tables.stride(0), out.stride(0), out.stride(1),
         GROUP=group, GROUP_PAD=group_pad, HEAD_DIM=D, PAGE_SIZE=page_size,
         BLOCK_M=config.block_m, BLOCK_Q=block_q, BLOCK_D=max(16, next_power_of_2(D)), BLOCK_N=config.block_n,
-        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", DEQUANT=dequant,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     return out
@@ -220,8 +235,11 @@ def paged_attention_prefill(
     seq_lens: torch.Tensor,
     max_query_len: int,
     scale: float,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Triton version of ``paged_attention_prefill_ref``: (T, Hq, D) -> fresh (T, Hq, D)."""
     return prefill_attention(
-        q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, max_query_len, scale
-    )
+        q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, max_query_len, scale,
+        k_scale=k_scale, v_scale=v_scale,
+    )  # fmt: skip

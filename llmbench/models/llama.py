@@ -14,6 +14,7 @@ from torch import nn
 
 from llmbench.layers.activation import SiluAndMul
 from llmbench.layers.attention.backends import AttentionBackend
+from llmbench.layers.attention.kv import LayerKV
 from llmbench.layers.attention.layer import Attention
 from llmbench.layers.attention.metadata import AttentionMetadata
 from llmbench.layers.embedding import ParallelLMHead, VocabParallelEmbedding
@@ -23,7 +24,7 @@ from llmbench.layers.parallel import SINGLE, TPGroup
 from llmbench.layers.rotary import RotaryEmbedding
 from llmbench.models.config import ModelConfig
 
-KVCache = tuple[torch.Tensor, torch.Tensor]
+KVCache = LayerKV
 
 
 @dataclass(frozen=True)

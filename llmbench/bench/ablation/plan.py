@@ -5,8 +5,9 @@ optionally with the values to compare (``attention_backend=sdpa,torch``); any ot
 giving its values (``max_num_seqs=128,256``, ``tuning.skinny_matmul_rows=0,1``). Values are checked by
 the engine's own option checks when parsed, so a bad one fails before anything runs. A toggle's
 baseline value is what the scenario's engine options resolve to on this machine; its alternatives are:
-booleans flipped; ``attention_backend`` every other backend; ``tp`` 1 vs 2. For the designs that speak of
-on/off, "on" is True / the best backend / tp=2 and "off" is False / the ``torch`` reference / tp=1.
+booleans flipped; ``attention_backend`` every other backend; ``tp`` 1 vs 2; ``kv_cache_dtype`` fp8_e4m3
+vs the model's dtype. For the designs that speak of on/off, "on" is True / the best backend / tp=2 /
+fp8_e4m3 and "off" is False / the ``torch`` reference / tp=1 / auto.
 
 Designs:
 - flip (default): the baseline, and every toggle switched to an alternative at once (one variant per
@@ -123,16 +124,26 @@ def levels(toggle: Toggle, resolved: Any) -> tuple[Any, list[Any]]:
 
     base = option_value(resolved, toggle.name)
     if toggle.values is not None:
-        return base, [v for v in toggle.values if v != base]
+        return base, [v for v in toggle.values if _canonical(toggle.name, v, resolved) != base]
     if isinstance(base, bool):
         return base, [not base]
     if toggle.name == "attention_backend":
         return base, [b for b in ATTENTION_BACKENDS if b != base]
     if toggle.name == "tp":
         return base, [2 if base == 1 else 1]
+    if toggle.name == "kv_cache_dtype":  # resolved: the model's dtype, or a float8 format
+        return base, ["fp8_e4m3" if base == resolved.dtype else "auto"]
     raise BenchError(
         f"toggle {toggle.name!r} has no default alternatives; give them: --toggle {toggle.name}=A,B"
     )
+
+
+def _canonical(name: str, value: Any, resolved: Any) -> Any:
+    """A value as the resolved config would hold it, where that differs from how it is written: a KV cache
+    of dtype "auto" holds the model's dtype."""
+    if name == "kv_cache_dtype" and value in ("auto", None):
+        return resolved.dtype
+    return value
 
 
 def on_off(toggle: Toggle, resolved: Any) -> tuple[Any, Any]:
@@ -144,6 +155,8 @@ def on_off(toggle: Toggle, resolved: Any) -> tuple[Any, Any]:
         return (best if best != "torch" else "sdpa"), "torch"
     if toggle.name == "tp":
         return 2, 1
+    if toggle.name == "kv_cache_dtype":
+        return "fp8_e4m3", "auto"
     return True, False
 
 

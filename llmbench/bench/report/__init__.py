@@ -21,6 +21,7 @@ from llmbench.bench.metrics import METRICS
 from llmbench.bench.report.compare import DEFAULT_MIN_EFFECT
 from llmbench.bench.report.format import SUMMARY_METRICS
 from llmbench.bench.report.frame import Group, load_groups, tidy
+from llmbench.bench.report.quality import quality_views
 from llmbench.bench.report.views import View, by_scenario, changes, deltas, overview, startup
 from llmbench.bench.store import Problem
 
@@ -75,7 +76,7 @@ def _ablation_baseline(group: Group) -> str | None:
     return None
 
 
-VIEWS = ("overview", "deltas", "changes", "startup", "profile")
+VIEWS = ("overview", "deltas", "changes", "startup", "profile", "quality")
 
 
 def _by_ablation(scenario: str, members: list[Group], baseline: str | None) -> list[tuple[str, list[Group]]]:
@@ -148,6 +149,8 @@ def build_report(
             from llmbench.bench.report.profile_views import profile_section  # (it imports bench.profile)
 
             built += profile_section(members, base)  # runs recorded by ``llmbench profile``
+        if "quality" in wanted:
+            built += quality_views(scenario, members)  # ablate --quality's rows, when it wrote them
         sections.append(Section(scenario, members, base, built))
     if baseline and not found_baseline:
         raise StoreError(f"--baseline {baseline}: no run folder or variant of that name among the runs read")

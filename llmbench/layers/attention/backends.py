@@ -6,16 +6,25 @@ so the engine's KV layout (paged blocks, or one contiguous slab per sequence) is
 Backends that read K/V from the cache alone (``attends_from_cache``: Triton, flash-attn) also offer
 ``forward_qkv``: the fused projection output in, with the q/k norm, RoPE and KV store done by one
 kernel (``kernels/attention_prologue.py``) before ``attend``.
+
+A float8 cache (``LayerKV.quantised``) is quantised by the store and read back dequantised: by the
+Triton kernels on load, by the torch and sdpa backends as they gather the context (sdpa then reads a
+fresh prompt's K/V back from the cache too, not from the projection). On the step that calibrates (``meta.kv_calibrate``) a backend sets the layer's scales from the
+step's K/V before storing them; the fused prologue's backends take the unfused path for that one step.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
 from llmbench.kernels import kv_store, paged_attention
-from llmbench.kernels.attention_prologue import attention_prologue
+from llmbench.kernels.attention_prologue import attention_prologue, qkv_heads_ref
+from llmbench.kernels.kv_quant import dequantize_ref
 from llmbench.kernels.triton_decode import decode_attention
+from llmbench.layers.attention.kv import LayerKV, calibrate
 from llmbench.layers.attention.metadata import AttentionMetadata
 
 
@@ -29,22 +38,33 @@ class AttentionBackend:
         q: torch.Tensor,  # (T, Hq, D)
         k: torch.Tensor,  # (T, Hk, D)
         v: torch.Tensor,  # (T, Hk, D)
-        k_cache: torch.Tensor,  # (num_blocks, block_size, Hk, D)
-        v_cache: torch.Tensor,
+        kv: LayerKV,
         meta: AttentionMetadata,
         scale: float,
     ) -> torch.Tensor:  # (T, Hq, D)
-        kv_store.store_kv_ref(k, v, k_cache, v_cache, meta.slot_mapping)
+        store(k, v, kv, meta, kv_store.store_kv_ref)
         return paged_attention.paged_attention_prefill_ref(
             q,
-            k_cache,
-            v_cache,
+            kv.k,
+            kv.v,
             meta.block_tables,
             meta.query_start_loc,
             meta.seq_lens,
             meta.max_query_len,
             scale,
+            kv.k_scale,
+            kv.v_scale,
         )
+
+
+def store(
+    k: torch.Tensor, v: torch.Tensor, kv: LayerKV, meta: AttentionMetadata, store_kv: Callable[..., None]
+) -> None:
+    """Write the step's K/V with ``store_kv`` (a kernel or its reference), setting the scales first on
+    the step that calibrates them."""
+    if meta.kv_calibrate:
+        calibrate(kv, k, v, meta.slot_mapping)
+    store_kv(k, v, kv.k, kv.v, meta.slot_mapping, kv.k_scale, kv.v_scale)
 
 
 class SDPABackend(AttentionBackend):
@@ -52,29 +72,36 @@ class SDPABackend(AttentionBackend):
 
     name = "sdpa"
 
-    def forward(self, q, k, v, k_cache, v_cache, meta, scale):  # type: ignore[override]
-        kv_store.store_kv_ref(k, v, k_cache, v_cache, meta.slot_mapping)
+    def forward(self, q, k, v, kv, meta, scale):  # type: ignore[override]
+        store(k, v, kv, meta, kv_store.store_kv_ref)
         if meta.is_decode_only:
-            return self._decode(q, k_cache, v_cache, meta, scale)
+            return self._decode(q, kv, meta, scale)
         out = torch.empty_like(q)
         start = 0
         for i, (q_len, seq_len) in enumerate(zip(meta.query_lens_cpu, meta.seq_lens_cpu, strict=True)):
             end = start + q_len
-            if q_len == seq_len:  # nothing cached before: attend over this step's own K/V
+            # Nothing cached before: attend over this step's own K/V, unless the cache holds them
+            # quantised (then they are read back like every other token's, as the Triton kernels do).
+            if q_len == seq_len and not kv.quantised:
                 kk, vv = k[start:end], v[start:end]
             else:
-                kk, vv = paged_attention.gather_context(k_cache, v_cache, meta.block_tables[i], seq_len)
+                kk, vv = paged_attention.gather_context(
+                    kv.k, kv.v, meta.block_tables[i], seq_len, kv.k_scale, kv.v_scale, q.dtype
+                )
             out[start:end] = _sdpa(q[start:end], kk, vv, scale, seq_len - q_len)
             start = end
         return out
 
     @staticmethod
-    def _decode(q, k_cache, v_cache, meta, scale):
-        block_size = k_cache.shape[1]
+    def _decode(q, kv: LayerKV, meta, scale):
+        block_size = kv.k.shape[1]
         n_blocks = -(-meta.max_seq_len // block_size)
         tables = meta.block_tables[:, :n_blocks].long()  # (B, n)
-        kk = k_cache[tables].flatten(1, 2)  # (B, S, Hk, D)
-        vv = v_cache[tables].flatten(1, 2)
+        kk = kv.k[tables].flatten(1, 2)  # (B, S, Hk, D)
+        vv = kv.v[tables].flatten(1, 2)
+        if kv.quantised:
+            kk = dequantize_ref(kk, kv.k_scale, q.dtype)
+            vv = dequantize_ref(vv, kv.v_scale, q.dtype)
         S = kk.shape[1]
         mask = torch.arange(S, device=q.device)[None, :] < meta.seq_lens[:, None]  # (B, S)
         # Slots past a sequence's end hold whatever the pool had (uninitialised memory can be NaN, and
@@ -109,12 +136,21 @@ class CacheAttentionBackend(AttentionBackend):
 
     attends_from_cache = True
 
-    def attend(self, q, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    def attend(
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        scale: float,
+        k_scale: torch.Tensor | None = None,
+        v_scale: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         raise NotImplementedError
 
-    def forward(self, q, k, v, k_cache, v_cache, meta, scale):  # type: ignore[override]
-        kv_store.store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
-        return self.attend(q, k_cache, v_cache, meta, scale)
+    def forward(self, q, k, v, kv, meta, scale):  # type: ignore[override]
+        store(k, v, kv, meta, kv_store.store_kv)
+        return self.attend(q, kv.k, kv.v, meta, scale, kv.k_scale, kv.v_scale)
 
     def forward_qkv(
         self,
@@ -126,16 +162,20 @@ class CacheAttentionBackend(AttentionBackend):
         eps: float,
         num_heads: int,
         num_kv_heads: int,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
+        kv: LayerKV,
         meta: AttentionMetadata,
         scale: float,
     ) -> torch.Tensor:  # (T, Hq, D)
-        q = attention_prologue(
-            qkv, positions, cos_sin_cache, q_norm_weight, k_norm_weight, eps,
-            k_cache, v_cache, meta.slot_mapping, num_heads, num_kv_heads,
-        )  # fmt: skip
-        return self.attend(q, k_cache, v_cache, meta, scale)
+        norms = (q_norm_weight, k_norm_weight, eps)
+        if meta.kv_calibrate:  # the scales come from k and v, so they must exist apart from the cache
+            q, k, v = qkv_heads_ref(qkv, positions, cos_sin_cache, *norms, num_heads, num_kv_heads)
+            store(k, v, kv, meta, kv_store.store_kv)
+        else:
+            q = attention_prologue(
+                qkv, positions, cos_sin_cache, *norms, kv.k, kv.v, meta.slot_mapping, num_heads, num_kv_heads,
+                kv.k_scale, kv.v_scale,
+            )  # fmt: skip
+        return self.attend(q, kv.k, kv.v, meta, scale, kv.k_scale, kv.v_scale)
 
 
 class TritonBackend(CacheAttentionBackend):
@@ -145,11 +185,11 @@ class TritonBackend(CacheAttentionBackend):
     def __init__(self, decode_split_tokens: int | None = None) -> None:
         self.decode_split_tokens = decode_split_tokens  # see Tuning.decode_split_tokens
 
-    def attend(self, q, k_cache, v_cache, meta, scale):
+    def attend(self, q, k_cache, v_cache, meta, scale, k_scale=None, v_scale=None):
         if meta.is_decode_only:  # split_tokens None: equal slices chosen from the batch shape
             return decode_attention(
                 q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale,
-                split_tokens=self.decode_split_tokens,
+                split_tokens=self.decode_split_tokens, k_scale=k_scale, v_scale=v_scale,
             )  # fmt: skip
         return paged_attention.paged_attention_prefill(
             q,
@@ -160,6 +200,8 @@ class TritonBackend(CacheAttentionBackend):
             meta.seq_lens,
             meta.max_query_len,
             scale,
+            k_scale,
+            v_scale,
         )
 
 

@@ -32,7 +32,9 @@ class FlashAttnBackend(CacheAttentionBackend):
     def __init__(self) -> None:
         self.version, self._fn = _import_flash()
 
-    def attend(self, q, k_cache, v_cache, meta: AttentionMetadata, scale):
+    def attend(self, q, k_cache, v_cache, meta: AttentionMetadata, scale, k_scale=None, v_scale=None):
+        if k_scale is not None or v_scale is not None:  # EngineConfig refuses this pairing first
+            raise ValueError("the flash_attn backend cannot read a float8 KV cache")
         if self.version == "fa4":
             out = self._fn(
                 q,

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from llmbench.layers.attention.backends import AttentionBackend
+from llmbench.layers.attention.kv import LayerKV
 from llmbench.layers.attention.metadata import AttentionMetadata
 from llmbench.layers.linear import QKVParallelLinear, RowParallelLinear
 from llmbench.layers.norm import RMSNorm
@@ -55,7 +56,7 @@ class Attention(nn.Module):
         positions: torch.Tensor,  # (T,)
         x: torch.Tensor,  # (T, hidden)
         meta: AttentionMetadata,
-        kv_cache: tuple[torch.Tensor, torch.Tensor],
+        kv_cache: LayerKV,
     ) -> torch.Tensor:
         # -> (T, hidden): o_proj's output, partial sums at tp > 1 (RowParallelLinear)
         return self.forward_projected(positions, self.qkv_proj(x), meta, kv_cache)
@@ -65,7 +66,7 @@ class Attention(nn.Module):
         positions: torch.Tensor,  # (T,)
         qkv: torch.Tensor,  # (T, (Hq + 2 Hk) D): the q/k/v projection's output
         meta: AttentionMetadata,
-        kv_cache: tuple[torch.Tensor, torch.Tensor],
+        kv_cache: LayerKV,
     ) -> torch.Tensor:
         T = qkv.shape[0]
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
@@ -79,8 +80,7 @@ class Attention(nn.Module):
                 self.eps,
                 self.num_heads,
                 self.num_kv_heads,
-                kv_cache[0],
-                kv_cache[1],
+                kv_cache,
                 meta,
                 self.scale,
             )
@@ -93,5 +93,5 @@ class Attention(nn.Module):
             q = self.q_norm(q.reshape(-1, self.head_dim))[0].view(T, self.num_heads, self.head_dim)
             k = self.k_norm(k.reshape(-1, self.head_dim))[0].view(T, self.num_kv_heads, self.head_dim)
         q, k = self.rotary(positions, q, k)
-        o = self.backend.forward(q, k, v, kv_cache[0], kv_cache[1], meta, self.scale)  # (T, Hq, D)
+        o = self.backend.forward(q, k, v, kv_cache, meta, self.scale)  # (T, Hq, D)
         return self.o_proj(o.reshape(T, q_size))

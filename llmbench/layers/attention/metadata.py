@@ -28,6 +28,9 @@ class AttentionMetadata:
     # Host copies, so reference backends loop without device syncs.
     query_lens_cpu: list[int]
     seq_lens_cpu: list[int]
+    # A float8 KV cache's first prefill: each layer sets its scales from this step's K/V before storing
+    # them (layers/attention/kv.py).
+    kv_calibrate: bool = False
 
     @property
     def num_seqs(self) -> int:
