@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 SCENARIO ?= scenarios/chat.yaml
 PYTEST_ARGS ?=
 
-.PHONY: setup run test test-fast lint bench clean
+.PHONY: setup run test test-fast lint clean
 
 setup: $(VENV)/.installed
 
@@ -33,15 +33,45 @@ lint: setup
 	$(BIN)/python -m ruff check llmbench tests scripts
 	$(BIN)/python -m ruff format --check llmbench tests scripts
 
-# On the GPU machine (its own python holds torch/triton): every scenario under scenarios/bench/, then
-# the CUDA Graph / torch.compile / async scheduling ablations of issue 4, results under results/.
-# (scripts/gpu_session.sh runs the same and more in stages, each under a time limit.)
-BENCH_OUT ?= results
-bench:
-	for f in scenarios/bench/*.yaml; do PYTHONPATH=. $(PYTHON) -m llmbench run $$f --out $(BENCH_OUT) || exit 1; done
+# On a GPU machine whose Python already holds torch and triton (from the repository's root, no venv):
+# every measurement behind BENCHMARKS.md, into $(BENCH_OUT); then `llmbench docs` regenerates the tables from
+# the folders they name. In parts, each a few minutes on an H200; bench-tp needs two GPUs.
+BENCH_OUT ?= results/h200
+LLMBENCH = PYTHONPATH=. $(PYTHON) -m llmbench
+ABLATE = $(LLMBENCH) ablate --repeats 3 --timeout 600 --out $(BENCH_OUT)
+PROFILE = $(LLMBENCH) profile --out $(BENCH_OUT)/profiles
+.PHONY: bench bench-check bench-runs bench-ablations bench-profiles bench-tp
+bench: bench-check bench-runs bench-ablations bench-profiles
+
+bench-check:  # the GPU-only tests, the machine's peaks, the kernels at real sizes against their references
+	PYTHONPATH=. $(PYTHON) -m pytest -q -m gpu tests
+	$(LLMBENCH) calibrate
+	PYTHONPATH=. $(PYTHON) scripts/bench_kernels.py --json $(BENCH_OUT)/kernels.json
+	PYTHONPATH=. $(PYTHON) scripts/bench_sampler.py
+
+bench-runs:  # every scenario under scenarios/bench/ at the defaults
+	for f in scenarios/bench/*.yaml; do $(LLMBENCH) run $$f --out $(BENCH_OUT) || exit 1; done
+
+bench-ablations:  # what sampling, the float8 KV cache, CUDA Graphs, torch.compile and prefix caching are worth
+	$(ABLATE) scenarios/bench/throughput.yaml --toggle sampling.temperature=0,0.6
+	$(ABLATE) scenarios/bench/throughput.yaml --toggle kv_cache_dtype --quality
+	$(ABLATE) scenarios/bench/single_0.6b.yaml --toggle sampling.temperature=0,0.6
 	for f in scenarios/bench/single_0.6b.yaml scenarios/bench/batch8_0.6b.yaml; do \
-	  PYTHONPATH=. $(PYTHON) -m llmbench ablate $$f --toggle cuda_graph --toggle torch_compile \
-	    --toggle async_scheduling --design one-at-a-time --timeout 300 --out $(BENCH_OUT) || exit 1; done
+	  $(ABLATE) $$f --toggle cuda_graph --toggle torch_compile --toggle async_scheduling --design one-at-a-time \
+	  || exit 1; done
+	$(ABLATE) scenarios/chat.yaml --toggle prefix_cache
+
+bench-profiles:  # where each variant's time goes
+	for t in cuda_graph triton_kernels; do \
+	  $(PROFILE) scenarios/bench/single_0.6b.yaml --toggle $$t --steps 50 || exit 1; \
+	  $(PROFILE) scenarios/bench/throughput.yaml --toggle $$t --steps 20 || exit 1; done
+	$(PROFILE) scenarios/chat.yaml --slow-steps --steps 20
+
+bench-tp:  # two GPUs of one host
+	$(ABLATE) scenarios/bench/single_8b.yaml --toggle tp
+	$(ABLATE) scenarios/bench/single_8b.yaml --set engine.tp=2 --toggle tuning.tp_fuse_matmul --toggle tuning.tp_fuse_norm \
+	  --design one-at-a-time
+	$(ABLATE) scenarios/bench/throughput_8b.yaml --toggle tp
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
