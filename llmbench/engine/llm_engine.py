@@ -12,12 +12,10 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from llmbench.engine.async_scheduling import InFlight, mark_pending, sampling_rows, set_token_fill
 from llmbench.engine.block_manager import BlockManager, SlabAllocator
 from llmbench.engine.config import ConfigError, EngineConfig
-from llmbench.engine.model_runner import ModelRunner
+from llmbench.engine.model_runner import Executed, ModelRunner
 from llmbench.engine.outputs import RequestOutput, StepOutput, StepStats, TokenEvent
 from llmbench.engine.sampler import Sampler
 from llmbench.engine.sampling_params import SamplingParams
@@ -150,7 +148,9 @@ class LLMEngine:
             chunked_prefill=config.chunked_prefill,
             continuous_batching=config.continuous_batching,
         )
-        self.sampler = Sampler(self.runner.device)
+        self.sampler = Sampler(self.runner.device, config.triton_kernels, config.seed)
+        if config.is_cuda and config.triton_kernels:  # its kernels compile now, not in a measured step
+            self.sampler.warm_up(model_config.vocab_size, config.torch_dtype)
         eos = set(model_config.eos_token_ids)
         if self.tokenizer.eos_token_id is not None:
             eos.add(self.tokenizer.eos_token_id)
@@ -208,6 +208,7 @@ class LLMEngine:
             )
         seq = Sequence(request_id, ids, params, time.perf_counter() if arrival_time is None else arrival_time)
         self._seqs[request_id] = seq
+        self.sampler.add(request_id, params)
         self.scheduler.add(seq)
 
     def abort(self, request_id: str) -> RequestOutput | None:
@@ -239,9 +240,11 @@ class LLMEngine:
             return StepOutput(self._stats(start))
         stats = self._begin(batch, start)
         arrays = build_step(batch.seqs, batch.num_new_tokens, self.config.block_size, self.tables)
-        logits, stats.graph_bucket, stats.graph_padding = self._execute(arrays)
+        if self.sampler.active:
+            arrays.sample_params, arrays.sample_keys = self.sampler.rows(sampling_rows(batch))
+        logits, stats.graph_bucket, stats.graph_padding, rows = self._execute(arrays)
         sampling = self.scheduler.advance(batch)
-        tokens = self.sampler(logits, [s.request_id for s in sampling], [s.params for s in sampling])
+        tokens = self.sampler.sample(logits, rows).tolist()
         now = time.perf_counter()  # tokens are on the host now
         stats.end_time = now
         out = StepOutput(stats)
@@ -250,7 +253,7 @@ class LLMEngine:
             self._deliver(seq, tok, now, out)
         return self._end(out)
 
-    def _execute(self, arrays: StepArrays) -> tuple[torch.Tensor, int | None, int]:
+    def _execute(self, arrays: StepArrays) -> Executed:
         """The step on every rank (rank 0 sends it to the others first)."""
         if self.workers is None:
             return self.runner.execute(arrays)
@@ -296,9 +299,11 @@ class LLMEngine:
             stats = self._begin(batch, start)
             arrays = build_step(batch.seqs, batch.num_new_tokens, self.config.block_size, self.tables)
             set_token_fill(batch, arrays)
-            logits, stats.graph_bucket, stats.graph_padding = self._execute(arrays)
             sampling = sampling_rows(batch)
-            ids = self.sampler.sample(logits, [s.request_id for s in sampling], [s.params for s in sampling])
+            if self.sampler.active:
+                arrays.sample_params, arrays.sample_keys = self.sampler.rows(sampling)
+            logits, stats.graph_bucket, stats.graph_padding, rows = self._execute(arrays)
+            ids = self.sampler.sample(logits, rows)
             try:
                 self.runner.share_sampled(ids, len(sampling))  # the other ranks receive them likewise
             except BaseException as e:
@@ -337,7 +342,7 @@ class LLMEngine:
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
         seq.finish_time = now
-        self.sampler.forget(seq.request_id)
+        self.sampler.forget(seq.request_id, seq.params)
         del self._seqs[seq.request_id]
         return seq.to_output()
 
