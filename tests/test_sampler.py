@@ -214,3 +214,22 @@ def test_bf16_logits_sample_as_their_float32_upcast_would() -> None:
 def test_bad_sampling_params_are_clear_errors(bad: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         SamplingParams(**bad)
+
+
+def test_the_references_give_the_same_answer_a_few_rows_at_a_time(monkeypatch) -> None:
+    # They bound their (rows, V) temporaries by working on chunks of rows: nothing may depend on it.
+    from llmbench.kernels import sample as draw
+    from llmbench.kernels import sample_cut
+
+    torch.manual_seed(0)
+    x = torch.randn(50, 1000)
+    scale = torch.rand(50) + 0.5
+    scale[::3] = 0
+    keys, pos = torch.randint(0, 2**32, (50,)), torch.arange(50)
+    floor = x.topk(30, -1).values[:, -1].contiguous()
+    top_p, min_p = torch.full((50,), 0.8), torch.full((50,), 0.1)
+    whole = draw.sample_ref(x, scale, floor, keys, pos), cut_threshold_ref(x, scale, floor, top_p, min_p)
+    monkeypatch.setattr(draw, "REF_CHUNK_ELEMENTS", 3000)
+    monkeypatch.setattr(sample_cut, "REF_CHUNK_ELEMENTS", 3000)
+    chunked = draw.sample_ref(x, scale, floor, keys, pos), cut_threshold_ref(x, scale, floor, top_p, min_p)
+    assert torch.equal(whole[0], chunked[0]) and torch.equal(whole[1], chunked[1])

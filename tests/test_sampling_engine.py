@@ -63,3 +63,20 @@ def test_the_triton_sampler_draws_what_the_torch_one_draws():
     llm = _llm()  # the same model kernels; only the sampler's path differs
     llm.engine.sampler = Sampler(torch.device("cpu"), use_triton=True, seed=llm.engine.config.seed)
     assert [o.token_ids for o in llm.generate(prompts, params)] == want
+
+
+def test_request_seeds_follow_the_scenario_sampling_seed():
+    from llmbench.bench.backends.engine import request_seed
+    from llmbench.bench.scenario.schema import Scenario
+    from llmbench.bench.workload.spec import RequestSpec
+
+    base = {"name": "s", "workload": {"num_requests": 1, "input_len": 4, "output_len": 2}, "seed": 3}
+
+    def seed(request_id: str = "7", **sampling) -> int | None:
+        scenario = Scenario.model_validate({**base, "sampling": sampling})
+        return request_seed(scenario, RequestSpec(request_id, [1], 2))
+
+    assert seed(temperature=0) is None  # greedy
+    assert seed(temperature=0.6) == seed(temperature=0.6, seed=3)  # default base: the scenario's seed
+    assert seed(temperature=0.6, seed=4) != seed(temperature=0.6) != seed("8", temperature=0.6)
+    assert seed(temperature=0.6, seed="engine") is None  # the engine derives its own

@@ -149,8 +149,7 @@ class LLMEngine:
             continuous_batching=config.continuous_batching,
         )
         self.sampler = Sampler(self.runner.device, config.triton_kernels, config.seed)
-        if config.is_cuda and config.triton_kernels:  # its kernels compile now, not in a measured step
-            self.sampler.warm_up(model_config.vocab_size, config.torch_dtype)
+        self.sampler.warm_up(model_config.vocab_size, config.torch_dtype)  # not inside a measured step
         eos = set(model_config.eos_token_ids)
         if self.tokenizer.eos_token_id is not None:
             eos.add(self.tokenizer.eos_token_id)
@@ -240,8 +239,7 @@ class LLMEngine:
             return StepOutput(self._stats(start))
         stats = self._begin(batch, start)
         arrays = build_step(batch.seqs, batch.num_new_tokens, self.config.block_size, self.tables)
-        if self.sampler.active:
-            arrays.sample_params, arrays.sample_keys = self.sampler.rows(sampling_rows(batch))
+        self.sampler.attach(arrays, batch)
         logits, stats.graph_bucket, stats.graph_padding, rows = self._execute(arrays)
         sampling = self.scheduler.advance(batch)
         tokens = self.sampler.sample(logits, rows).tolist()
@@ -300,8 +298,7 @@ class LLMEngine:
             arrays = build_step(batch.seqs, batch.num_new_tokens, self.config.block_size, self.tables)
             set_token_fill(batch, arrays)
             sampling = sampling_rows(batch)
-            if self.sampler.active:
-                arrays.sample_params, arrays.sample_keys = self.sampler.rows(sampling)
+            self.sampler.attach(arrays, batch, sampling)
             logits, stats.graph_bucket, stats.graph_padding, rows = self._execute(arrays)
             ids = self.sampler.sample(logits, rows)
             try:

@@ -3,8 +3,8 @@ batch at once: no loop over rows, no launch per row, and no wait for the device.
 
 Every request in the engine has a row in a host table (``add`` / ``forget``): its scale = log2(e) / T
 (0 for greedy), top_k, top_p, min_p and the 32-bit key of its seed. A step that samples takes its rows'
-columns from that table plus the position of each sampled token (``rows``: two small arrays that travel
-in the step's single host-to-device upload, ``StepArrays.sample_params`` / ``sample_keys``). Then:
+columns from that table plus the position of each sampled token (``attach``: two small arrays that
+travel in the step's single host-to-device upload, ``StepArrays.sample_params`` / ``sample_keys``). Then:
 
 1. top-k: the k-th largest logit of each row from one ``torch.topk`` with the batch's largest k.
 2. top-p and min-p: a per-row threshold search (``kernels/sample_cut.py``), no sort of the vocabulary.
@@ -14,6 +14,12 @@ in the step's single host-to-device upload, ``StepArrays.sample_params`` / ``sam
 Which of steps 1-2 run is decided on the host from counts of the requests in the engine (never a wait
 for the device); a row without a cut gets -inf, so running a step for another row changes nothing in it.
 While no request in the engine samples, a step is one argmax, as it always was.
+
+Sampling stays outside the decode CUDA Graphs. A temperature-only step is two kernel launches (the draw
+and the pick of each row's winner among its slices); inside the graph they would save that launch time
+on the host, which asynchronous scheduling already overlaps with the device, at the price of static
+per-bucket buffers for the settings, a fixed k for top-k and one captured variant per combination of
+cuts in every bucket.
 """
 
 from __future__ import annotations
@@ -23,8 +29,11 @@ from collections import Counter
 import numpy as np
 import torch
 
+from llmbench.engine.async_scheduling import sampling_rows
 from llmbench.engine.sampling_params import SamplingParams
+from llmbench.engine.scheduler import ScheduledBatch
 from llmbench.engine.sequence import Sequence
+from llmbench.engine.step_inputs import StepArrays
 from llmbench.kernels import sample as draw
 from llmbench.kernels import sample_cut
 
@@ -104,6 +113,16 @@ class Sampler:
         """Whether any request in the engine samples (otherwise every step is an argmax)."""
         return self._num_sampled > 0
 
+    def attach(
+        self, arrays: StepArrays, batch: ScheduledBatch, sampling: list[Sequence] | None = None
+    ) -> None:
+        """Put the rows of a step's sampling sequences (``sampling``, else found from ``batch``) into its
+        upload; nothing while no request samples."""
+        if self.active:
+            arrays.sample_params, arrays.sample_keys = self.rows(
+                sampling_rows(batch) if sampling is None else sampling
+            )
+
     def rows(self, seqs: list[Sequence]) -> tuple[np.ndarray, np.ndarray]:
         """Host arrays for a step whose sampling rows are ``seqs`` (before their new tokens are added):
         (4, N) float32 settings and (2, N) int64 seed keys and positions."""
@@ -139,7 +158,9 @@ class Sampler:
         return self._draw(logits, scale, threshold, keys[0], keys[1])
 
     def warm_up(self, vocab_size: int, dtype: torch.dtype) -> None:
-        """Compile every kernel variant a step can need (one row and many; with and without each cut)."""
+        """Compile every Triton variant a step can need (one row and many; with and without each cut)."""
+        if self.device.type != "cuda" or self._draw is not draw.sample:
+            return
         from llmbench.kernels._triton import num_sms
 
         for n in (1, 2 * num_sms(self.device)):  # a row split over many programs, and rows whole

@@ -31,6 +31,9 @@ MASK32 = 0xFFFFFFFF
 GOLDEN = 0x9E3779B9  # 2^32 / golden ratio: offsets the inputs so that 0 does not hash to 0
 _M1, _M2 = 0x7FEB352D, 0x846CA68B  # lowbias32's multipliers
 _TWO_POW_M24 = 2.0**-24
+# The reference works on this many logits at a time (about 150 MB of temporaries, as much as the model
+# runner's peak-memory profile allows for the float copy of a step's logits).
+REF_CHUNK_ELEMENTS = 1 << 22
 
 
 def mix32_int(x: int) -> int:
@@ -77,6 +80,14 @@ def sample_ref(
     positions: torch.Tensor,  # (N,) int64: position of the sampled token in its request
 ) -> torch.Tensor:
     """(N,) int64 token ids."""
+    rows = max(1, REF_CHUNK_ELEMENTS // max(1, logits.shape[-1]))
+    if logits.shape[0] > rows:  # a few rows at a time: its (rows, V) temporaries stay small
+        return torch.cat([
+            sample_ref(logits[i : i + rows], scale[i : i + rows],
+                       None if threshold is None else threshold[i : i + rows],
+                       seed_keys[i : i + rows], positions[i : i + rows])
+            for i in range(0, logits.shape[0], rows)
+        ])  # fmt: skip
     x = logits.float()  # (N, V): exact upcast
     u = uniforms_ref(seed_keys, positions, x.shape[-1])
     noisy = x * scale[:, None] - torch.log2(-torch.log2(u))

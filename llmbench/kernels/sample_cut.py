@@ -28,6 +28,7 @@ from __future__ import annotations
 import torch
 
 from llmbench.kernels._triton import jit, require_triton, tl
+from llmbench.kernels.sample import REF_CHUNK_ELEMENTS
 
 MAX_SEARCH_PASSES = 64  # float32 neighbours are told apart well before; the cap only bounds a bad input
 
@@ -41,6 +42,12 @@ def cut_threshold_ref(
 ) -> torch.Tensor:
     """(N,) float32 thresholds."""
     N, V = logits.shape
+    rows = max(1, REF_CHUNK_ELEMENTS // max(1, V))
+    if N > rows:  # a few rows at a time: the sort's temporaries stay small
+        return torch.cat([
+            cut_threshold_ref(*(None if t is None else t[i : i + rows] for t in (logits, scale, floor, top_p, min_p)))
+            for i in range(0, N, rows)
+        ])  # fmt: skip
     x = logits.float()  # (N, V)
     low = torch.full((N,), float("-inf"), device=x.device) if floor is None else floor
     kept = x.masked_fill(x < low[:, None], float("-inf"))  # (N, V): the top-k survivors
@@ -108,7 +115,7 @@ def _cut_kernel(
             t = m + tl.log2((1.0 - p) * z / V) / scale
             t = tl.where(t > L, t, L + (U - L) * 0.5)
             t = tl.where(t > L, t, U)
-            passes = 0
+            passes = tl.zeros((), dtype=tl.int32)
             while (L < U) & (passes < MAX_PASSES):
                 mass = tl.zeros((), dtype=tl.float32)
                 above = tl.full((), float("inf"), tl.float32)  # the smallest logit >= t
