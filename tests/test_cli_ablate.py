@@ -147,3 +147,18 @@ def test_sigterm_stops_an_ablation_like_ctrl_c_and_records_it(tmp_path):
     (kept,) = [d for v in record["variants"] for d in v["runs"]] or [None]
     assert kept is not None, "the interrupted variant keeps its partial run"
     assert load_run(Path(kept)).meta["status"] == "incomplete"
+
+
+@pytest.mark.slow
+def test_sampling_settings_are_compared_with_their_cost_per_decode_step(tmp_path):
+    path = tmp_path / "abl.yaml"
+    path.write_text(yaml.safe_dump(TINY))
+    res = invoke("ablate", path, "--toggle", "sampling.temperature=0.6", "--out", tmp_path / "r")
+    assert res.exit_code == 0, res.output
+    assert "sampling.temperature=0.6 against baseline" in res.stdout
+    table = res.stdout[res.stdout.index("sampling.temperature=0.6 against baseline") :]
+    assert (
+        "decode step mean" in table and "n/a (sampling)" in table
+    )  # the step cost; outputs differ by design
+    variant = load_run(ablation_folder(tmp_path / "r") / "sampling.temperature-0.6-r0")
+    assert variant.meta["scenario"]["sampling"]["temperature"] == 0.6

@@ -42,7 +42,8 @@ def ablate(
         typer.Option(
             "--toggle",
             "-t",
-            help="Engine toggle to vary (repeatable): cuda_graph, paged_kv, ..., or NAME=A,B to pick the values compared.",
+            help="Engine toggle to vary (repeatable): cuda_graph, paged_kv, ..., or NAME=A,B to pick the values compared; "
+            "sampling.temperature=0,0.6 (and sampling.top_k, top_p, min_p, seed) compares sampling settings.",
         ),
     ] = None,
     backend: Annotated[
@@ -93,7 +94,7 @@ def ablate(
             )
         config = engine_config(sc)  # the scenario itself must be runnable
         toggles = [parse_toggle(t) for t in toggle]
-        variants = plan(design.value, toggles, config)
+        variants = plan(design.value, toggles, config, sc.sampling)
         design_name = design.value
     elif backend or len(sc.backends) > 1:
         toggles = []

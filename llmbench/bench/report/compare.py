@@ -27,6 +27,7 @@ DELTA_METRICS = (
     "itl_p50",
     "e2e_p50",
     "output_throughput",
+    "decode_step_mean",  # the per-step cost of what a variant changes (a sampling setting, a kernel)
     "peak_memory",
     "energy_per_token",
 )
@@ -106,8 +107,9 @@ def verdict(c: Change, threshold: float) -> str:
 
 def outputs_identical(base: Group, new: Group, point: str) -> str:
     """For greedy runs: whether every request produced the same token ids as in the baseline."""
-    if float(base.meta.get("scenario", {}).get("sampling", {}).get("temperature", 1.0)) != 0.0:
-        return "n/a (sampling)"
+    for side in (base, new):  # a variant may change the sampling itself
+        if float(side.meta.get("scenario", {}).get("sampling", {}).get("temperature", 1.0)) != 0.0:
+            return "n/a (sampling)"
     a, b = base.requests(), new.requests()
     if a.empty or b.empty:
         return "n/a"
