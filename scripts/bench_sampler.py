@@ -184,7 +184,7 @@ CASES = {
 
 def time_cases(n: int, v: int, device: torch.device, iters: int, spreads: tuple[float, ...]) -> None:
     print(f"\n{n} rows x {v} ids, bf16: ms per call (share of a {STEP_MS:g} ms step for Triton)")
-    print(f"{'setting':<22}{'old':>10}{'torch':>10}{'triton':>10}{'share':>9}")
+    print(f"{'setting':<22}{'old':>10}{'torch':>10}{'triton':>10}{'share':>10}")
     for spread in spreads:
         logits = (torch.randn(n, v, device=device) * spread).to(torch.bfloat16)
         print(f"-- logits of std {spread:g}" + (" (flat, as random weights give)" if spread < 1 else ""))
@@ -197,7 +197,7 @@ def time_cases(n: int, v: int, device: torch.device, iters: int, spreads: tuple[
                 s, rows = new_sampler(device, params, triton)
                 times.append(timed(lambda: s.sample(logits, rows), device, iters))  # noqa: B023
             share = times[1] / STEP_MS * 100
-            print(f"{name:<22}{t_old:>10}{times[0]:>10.3f}{times[1]:>10.3f}{share:>8.2f}%")
+            print(f"{name:<22}{t_old:>10}{times[0]:>10.3f}{times[1]:>10.3f}{share:>9.2f}%")
 
 
 def main() -> int:
