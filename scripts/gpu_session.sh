@@ -7,10 +7,10 @@
 #   tests   CUDA test suite (kernels at real sizes, parity in float32)
 #   check   CUDA test suite (kernels at real sizes, parity in float32), then scripts/bench_kernels.py
 #   tp      (two GPUs) tensor-parallel tests, tp=1 vs tp=2 on qwen3-8b: one sequence and nano-vllm workload
-#   tp2     (two GPUs) per-rank step traces (with and without Nagle on the step socket, NCCL and one-shot
+#   tp2     (two GPUs) per-rank profiles (with and without Nagle on the step socket, NCCL and one-shot
 #           all-reduce), then tp_all_reduce, tp x async_scheduling and tp on the workload as ablations
-#   prof    (two GPUs) torch.profiler over one sequence's decode steps, kernels by kind: qwen3-8b at tp=1 and
-#           tp=2 (NCCL and one-shot all-reduce), qwen3-0.6b (scripts/profile_engine.py)
+#   prof    (two GPUs) llmbench profile of one sequence, kernels by category: qwen3-8b at tp=1 and
+#           tp=2 (NCCL and one-shot all-reduce), qwen3-0.6b
 #   skinny  (two GPUs) the skinny Triton matmul against cuBLAS: kernel sweep at 2-8 rows (GPU 1) beside one
 #           sequence of qwen3-8b and qwen3-0.6b (GPU 0); then tp=1 vs tp=2 with it, and profiles
 #   final   (two GPUs) the skinny kernels' tests, fused against unfused profiles, every bench scenario, tp
@@ -59,11 +59,11 @@ for stage in "$@"; do
       [ "$stage" = tests ] && continue
       step kernels 150 python3 scripts/bench_kernels.py --json "$L/kernels.json" ;;
     tp2)  # (two GPUs) the tp=2 stall traced (Nagle on the step socket?), one-shot all-reduce in whole runs
-      T="python3 scripts/tp_probe.py --model qwen3-8b --tp 2 --trace"
-      step tp_trace_nagle 120 env LLMBENCH_TP_NODELAY=0 $T --set async_scheduling=true
-      step tp_trace 120 $T --set async_scheduling=true
-      step tp_trace_symm 120 $T --set async_scheduling=true --set tp_all_reduce=symm_mem
-      step tp_trace_sync_symm 120 $T --set tp_all_reduce=symm_mem
+      T="$LB profile scenarios/bench/single_8b.yaml --set engine.tp=2 --steps 100 --out $R"
+      step tp_trace_nagle 150 env LLMBENCH_TP_NODELAY=0 $T --set engine.async_scheduling=true
+      step tp_trace 150 $T --set engine.async_scheduling=true
+      step tp_trace_symm 150 $T --set engine.async_scheduling=true --set engine.tp_all_reduce=symm_mem
+      step tp_trace_sync_symm 150 $T --set engine.tp_all_reduce=symm_mem
       step tp_symm 150 $LB ablate scenarios/bench/single_8b.yaml --set engine.tp=2 \
         --set engine.async_scheduling=true --toggle tp_all_reduce=nccl,symm_mem --repeats 2 --timeout 60 --out $R
       step tp_async 240 $LB ablate scenarios/bench/single_8b.yaml --set engine.tp_all_reduce=auto --toggle tp \
@@ -73,11 +73,11 @@ for stage in "$@"; do
         --repeats 1 --timeout 120 --out $R ;;
     prof)  # (two GPUs) where a decode step's time goes, by kind of kernel: one sequence, qwen3-8b at tp=1
       # and tp=2 (both all-reduces), qwen3-0.6b
-      P="python3 scripts/profile_engine.py --workload single --skip 30 --steps 150"
-      step prof_8b_tp1 120 $P --model qwen3-8b
-      step prof_8b_tp2_nccl 120 $P --model qwen3-8b --set tp=2 --set tp_all_reduce=nccl
-      step prof_8b_tp2_symm 120 $P --model qwen3-8b --set tp=2 --set tp_all_reduce=symm_mem
-      step prof_0.6b 90 $P --model qwen3-0.6b ;;
+      P="$LB profile scenarios/bench/single_8b.yaml --steps 150 --out $R"
+      step prof_8b_tp1 150 $P
+      step prof_8b_tp2_nccl 150 $P --set engine.tp=2 --set engine.tp_all_reduce=nccl
+      step prof_8b_tp2_symm 150 $P --set engine.tp=2 --set engine.tp_all_reduce=symm_mem
+      step prof_0.6b 120 $LB profile scenarios/bench/single_0.6b.yaml --steps 150 --out $R ;;
     skinny)  # (two GPUs) about 8 minutes
       A="$LB ablate --toggle skinny_matmul_rows=0,1 --timeout 60 --out $R"
       ( CUDA_VISIBLE_DEVICES=1 timeout 200 python3 scripts/bench_gemv.py --sweep --rows 2 4 8 \
@@ -87,19 +87,18 @@ for stage in "$@"; do
         wait )
       grep -v "^  Tiles" $L/gemv_rows.txt | tail -40
       step skinny_tp 300 $LB ablate scenarios/bench/single_8b.yaml --toggle tp --repeats 3 --timeout 60 --out $R
-      P="python3 scripts/profile_engine.py --workload single --skip 30 --steps 150"
-      step prof_8b_tp1_skinny 100 $P --model qwen3-8b
-      step prof_8b_tp2_skinny 100 $P --model qwen3-8b --set tp=2 ;;
+      P="$LB profile scenarios/bench/single_8b.yaml --steps 150 --out $R"
+      step prof_8b_tp1_skinny 150 $P
+      step prof_8b_tp2_skinny 150 $P --set engine.tp=2 ;;
     final)  # (two GPUs) about 6 minutes: the fusions profiled, the bench targets, tp, the skinny toggle
-      P="python3 scripts/profile_engine.py --workload single --skip 30 --steps 150"
+      P="$LB profile scenarios/bench/single_8b.yaml --steps 150 --out $R"
       ( { CUDA_VISIBLE_DEVICES=1 step tests_skinny 200 $PYTEST tests/test_kernels.py tests/test_parity.py \
             -k "skinny or (per_attention_backend and triton)"
           CUDA_VISIBLE_DEVICES=1 step skinny_0.6b 150 $LB ablate scenarios/bench/single_0.6b.yaml \
             --toggle skinny_matmul_rows=0,1 --repeats 3 --timeout 60 --out $R; } &
-        CUDA_VISIBLE_DEVICES=0 step prof_8b_fused 100 $P --model qwen3-8b --set skinny_fusion=all
-        CUDA_VISIBLE_DEVICES=0 step prof_8b_unfused 100 $P --model qwen3-8b --set skinny_fusion=none
-        CUDA_VISIBLE_DEVICES=0 step prof_0.6b_fused 80 $P --model qwen3-0.6b --set skinny_fusion=all
-        CUDA_VISIBLE_DEVICES=0 step prof_0.6b_unfused 80 $P --model qwen3-0.6b --set skinny_fusion=none
+        CUDA_VISIBLE_DEVICES=0 step prof_8b_fusion 200 $P --toggle skinny_fusion=all,none
+        CUDA_VISIBLE_DEVICES=0 step prof_0.6b_fusion 150 $LB profile scenarios/bench/single_0.6b.yaml --steps 150 \
+          --toggle skinny_fusion=all,none --out $R
         for f in scenarios/bench/*.yaml; do
           CUDA_VISIBLE_DEVICES=0 step "bench_$(basename "$f" .yaml)" 150 $LB run "$f" --out $R
         done
@@ -128,8 +127,8 @@ for stage in "$@"; do
         --repeats 2 --timeout 60 --out $R ;;
     tp_arnorm)  # (two GPUs) tp=1 against tp=2 at the defaults, and where tp=2's step goes now
       step tp_single 200 $LB ablate scenarios/bench/single_8b.yaml --toggle tp --repeats 3 --timeout 60 --out $R
-      step prof_8b_tp2_fused 100 python3 scripts/profile_engine.py --workload single --skip 30 --steps 150 \
-        --model qwen3-8b --set tp=2 ;;
+      step prof_8b_tp2_fused 150 $LB profile scenarios/bench/single_8b.yaml --steps 150 --set engine.tp=2 \
+        --out $R ;;
     pdl)  # (two GPUs) programmatic dependent launch: its parity tests, then pdl x tp on one qwen3-8b sequence
       step tests_pdl 150 $PYTEST tests/test_parity.py tests/test_kernels.py -k "programmatic or skinny_matmul_matches"
       grep -q " passed" $L/tests_pdl.txt && ! grep -q "failed" $L/tests_pdl.txt || exit 1

@@ -1,15 +1,25 @@
 """Shared test set-up.
 
 Without a GPU, Triton kernels run under its interpreter, so the Triton paths are tested on the CPU;
-this must be decided before triton is first imported.
+this must be decided before triton is first imported. Tests marked ``gpu`` are skipped without one.
 """
 
 from __future__ import annotations
 
 import os
 
+import pytest
 import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (marked gpu)")
+    for item in items:
+        if item.get_closest_marker("gpu") is not None:
+            item.add_marker(skip)

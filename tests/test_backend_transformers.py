@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -148,9 +149,10 @@ def test_options_that_cannot_apply_are_errors_naming_their_path():
 
 def test_run_stores_engine_only_figures_as_unavailable(tmp_path, monkeypatch):
     # As on a GPU with a known peak, where the engine-only utilisation figures are computed.
-    from llmbench.bench.hardware import Peak
+    from llmbench.bench.peaks import PeakChoice, PeakUsed
 
-    monkeypatch.setattr("llmbench.bench.runner.peak_for", lambda name: Peak("fake", 1e12, 1e15))
+    fake = PeakUsed(1e12, 1e15, "bfloat16", "datasheet", None, None, None)
+    monkeypatch.setattr("llmbench.bench.runner.choose_peak", lambda device: PeakChoice(fake, None, None))
     path = tmp_path / "tf.yaml"
     path.write_text(yaml.safe_dump({**BASE, "arrival": {"kind": "poisson", "rate": 40}, "warmup": 1}))
     outcome = execute_run(RunRequest(load_scenario(path), tmp_path / "r"))
@@ -180,8 +182,8 @@ def test_ablate_compares_engine_and_transformers_side_by_side(tmp_path):
     assert "Traceback" not in res.output, res.output
     assert res.exit_code == 0, res.output
     assert "backend=transformers against backend=engine" in res.stdout
-    row = next(line for line in res.stdout.splitlines() if "outputs identical" in line)
-    assert "yes" in row  # greedy, float32: the same tokens from both
+    row = next(line for line in res.stdout.splitlines() if "outputs against the baseline" in line)
+    assert re.search(r"(\d+)/\1 identical", row), row  # greedy, float32: the same tokens from both
     (folder,) = list((tmp_path / "r" / "abl").iterdir())
     record = json.loads((folder / "ablation.json").read_text())
     assert record["design"] == "backends" and record["baseline"] == "backend=engine"
@@ -232,5 +234,5 @@ def test_the_shipped_peer_scenarios_compare_engine_and_transformers(tmp_path, na
     args = ["ablate", str(shipped), "--profile", "cpu", "--out", str(tmp_path / "r")]
     res = CliRunner().invoke(app, args + [x for s in sets for x in ("--set", s)], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
-    row = next(line for line in res.stdout.splitlines() if "outputs identical" in line)
-    assert "yes" in row
+    row = next(line for line in res.stdout.splitlines() if "outputs against the baseline" in line)
+    assert re.search(r"(\d+)/\1 identical", row), row

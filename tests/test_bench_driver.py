@@ -94,8 +94,26 @@ def test_engine_error_is_a_failed_result_not_a_crash(engine):
     assert not engine.has_unfinished()
 
 
+class StillClock:
+    """A clock that stands still while the engine works and moves only when the driver sleeps: what
+    max_duration does then cannot depend on how fast this machine is."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
 def test_max_duration_stops_with_timeout(engine):
-    res = drive(engine, specs(3, out=3), [0.0, 5.0, 5.0], greedy, tag="tmo-", max_duration=0.2)
+    clock = StillClock()
+    res = drive(
+        engine, specs(3, out=3), [0.0, 5.0, 5.0], greedy, tag="tmo-", max_duration=0.2,
+        clock=clock, sleep=clock.sleep,
+    )  # fmt: skip
     assert res.status == "timeout" and res.not_submitted == 2
     assert [r.finish_reason for r in res.requests] == ["length"]
 

@@ -1,73 +1,151 @@
-"""Bootstrap intervals: they cover the true value at about the nominal rate, and behave at the edges."""
+"""Student-t machinery and the relative change of a metric: table values, constructed data, edge cases."""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
-from hypothesis import given, settings
-from hypothesis import strategies as st
+import pytest
 
-from llmbench.bench.stats import bootstrap_ci, bootstrap_delta, percentile_stat, stat_for
+from llmbench.bench.stats import (
+    BETTER,
+    EQUIVALENT,
+    INCONCLUSIVE,
+    WORSE,
+    betainc,
+    classify,
+    lgamma,
+    mean_interval,
+    paired_log_changes,
+    relative_change,
+    t_cdf,
+    t_quantile,
+    welch_log_changes,
+)
 
-
-def coverage(trials: int, n: int, stat, truth: float, draw) -> float:
-    rng = np.random.default_rng(0)
-    hits = 0
-    for t in range(trials):
-        ci = bootstrap_ci(draw(rng, n), stat, n_boot=1000, seed=t)
-        hits += ci.low <= truth <= ci.high
-    return hits / trials
-
-
-def test_interval_of_the_mean_covers_the_truth_about_95_percent_of_the_time():
-    cov = coverage(400, 30, stat_for("mean"), 5.0, lambda rng, n: rng.normal(5.0, 2.0, n))
-    # Percentile bootstrap under-covers a little at n=30; 400 trials give an SE of about 1.1 points.
-    assert 0.89 <= cov <= 0.985, cov
-
-
-def test_interval_of_the_median_of_skewed_data_covers_the_truth():
-    truth = math.exp(0.0)  # the median of lognormal(0, 1)
-    cov = coverage(300, 101, percentile_stat(50), truth, lambda rng, n: rng.lognormal(0.0, 1.0, n))
-    assert 0.88 <= cov <= 0.99, cov
+# Two-sided 95% critical values t(0.975, df) from printed t tables; the last is the normal's 1.959964.
+T_975 = {1: 12.7062, 2: 4.3027, 3: 3.1824, 4: 2.7764, 10: 2.2281, 30: 2.0423, 1_000_000: 1.9600}
 
 
-def test_interval_narrows_with_more_data():
-    rng = np.random.default_rng(1)
-    small = bootstrap_ci(rng.normal(0, 1, 20))
-    large = bootstrap_ci(rng.normal(0, 1, 2000))
-    assert (large.high - large.low) < (small.high - small.low) / 5
+@pytest.mark.parametrize(("df", "expected"), sorted(T_975.items()))
+def test_t_quantile_matches_table_values(df, expected):
+    assert float(t_quantile(0.975, df)) == pytest.approx(expected, abs=6e-5)
+    assert float(t_quantile(0.025, df)) == pytest.approx(-expected, abs=6e-5)  # symmetric
 
 
-def test_delta_interval_covers_the_true_difference():
-    rng = np.random.default_rng(2)
-    hits = 0
-    for t in range(200):
-        d = bootstrap_delta(rng.normal(10, 1, 25), rng.normal(11, 1, 25), n_boot=800, seed=t)
-        hits += d.diff.low <= 1.0 <= d.diff.high
-        assert d.rel.value == (d.new - d.base) / d.base
-    assert 0.88 <= hits / 200 <= 0.99
+def test_one_sided_quantiles_match_table_values():
+    assert float(t_quantile(0.95, 1)) == pytest.approx(6.3138, abs=6e-5)
+    assert float(t_quantile(0.95, 10)) == pytest.approx(1.8125, abs=6e-5)
+    assert float(t_quantile(0.995, 4)) == pytest.approx(4.6041, abs=6e-5)
+    assert float(t_quantile(0.5, 7)) == pytest.approx(0.0, abs=1e-12)
 
 
-def test_edge_cases_are_nan_not_errors():
-    assert math.isnan(bootstrap_ci([]).value)
-    one = bootstrap_ci([3.0])
-    assert one.value == 3.0 and math.isnan(one.low) and one.n == 1
-    nan_ignored = bootstrap_ci([1.0, math.nan, 3.0])
-    assert nan_ignored.value == 2.0 and nan_ignored.n == 2
-    assert math.isnan(bootstrap_delta([], [1.0, 2.0]).diff.value)
+def test_t_cdf_matches_the_closed_forms_at_one_and_two_degrees_of_freedom():
+    t = np.linspace(-40, 40, 161)
+    assert np.max(np.abs(t_cdf(t, 1) - (0.5 + np.arctan(t) / np.pi))) < 1e-12
+    assert np.max(np.abs(t_cdf(t, 2) - (0.5 + t / (2 * np.sqrt(2 + t * t))))) < 1e-12
+    assert float(t_cdf(np.inf, 3)) == 1.0 and float(t_cdf(-np.inf, 3)) == 0.0
 
 
-def test_large_samples_are_resampled_in_chunks():
-    x = np.random.default_rng(3).exponential(1.0, 50000)
-    ci = bootstrap_ci(x, percentile_stat(99), n_boot=200)
-    assert ci.low <= np.percentile(x, 99) <= ci.high
+def test_t_quantile_inverts_t_cdf_for_fractional_df():
+    df = np.array([1.3, 2.7, 5.5, 17.25])
+    p = np.array([0.6, 0.9, 0.975, 0.999])
+    assert np.max(np.abs(t_cdf(t_quantile(p, df), df) - p)) < 1e-12
 
 
-@settings(max_examples=40, deadline=None)
-@given(st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=2, max_size=40), st.integers(0, 1000))
-def test_interval_is_ordered_and_inside_the_data_range(values, seed):
-    ci = bootstrap_ci(values, n_boot=200, seed=seed)
-    tol = 1e-9 * max(1.0, max(abs(v) for v in values))
-    assert min(values) - tol <= ci.low <= ci.high + tol
-    assert ci.high <= max(values) + tol
+def test_incomplete_beta_and_log_gamma_against_closed_forms():
+    x = np.linspace(0, 1, 101)
+    assert np.max(np.abs(betainc(1.0, 1.0, x) - x)) < 1e-13
+    assert np.max(np.abs(betainc(3.0, 1.0, x) - x**3)) < 1e-13
+    assert np.max(np.abs(betainc(1.0, 2.5, x) - (1 - (1 - x) ** 2.5))) < 1e-13
+    z = np.concatenate([np.linspace(0.01, 40, 500), [1e3, 5e5]])
+    expected = np.array([math.lgamma(v) for v in z])
+    assert np.max(np.abs(lgamma(z) - expected) / np.maximum(1.0, np.abs(expected))) < 1e-13
+
+
+def test_mean_interval_is_the_t_interval_and_none_for_one_repeat():
+    ci = mean_interval([1.0, 2.0, 3.0])  # mean 2, sd 1, n 3
+    half = 4.302653 / math.sqrt(3)
+    assert (ci.value, ci.n) == (2.0, 3)
+    assert ci.low == pytest.approx(2 - half, abs=1e-5) and ci.high == pytest.approx(2 + half, abs=1e-5)
+    one = mean_interval([5.0, math.nan])
+    assert one.value == 5.0 and one.n == 1 and math.isnan(one.low) and math.isnan(one.high)
+    assert mean_interval([]).n == 0
+
+
+def test_paired_repeats_see_a_consistent_change_that_unpaired_ones_cannot():
+    # Repeats differ a lot from each other (other prompts, other load), but each pair by exactly +1%.
+    base = np.array([100.0, 120.0, 140.0])
+    new = base * 1.01
+    paired = relative_change(base, new, paired=True)
+    assert paired.method == "paired" and paired.n == 3
+    assert paired.value == pytest.approx(0.01) and paired.low == pytest.approx(0.01)
+    assert paired.high == pytest.approx(0.01)
+    unpaired = relative_change(base, new, paired=False)
+    assert unpaired.method == "unpaired"
+    assert unpaired.low < -0.2 and unpaired.high > 0.2  # the spread between repeats swamps 1%
+
+
+def test_welch_interval_on_logs_equals_the_hand_computation():
+    # Logs 0, .1, .2 against .05, .15, .25: difference .05, each variance .01, n 3 -> df 4 (equal variances).
+    a, b = np.exp([0.0, 0.1, 0.2]), np.exp([0.05, 0.15, 0.25])
+    half = 2.776445 * math.sqrt(0.01 / 3 + 0.01 / 3)
+    rc = relative_change(a, b, paired=False)
+    assert rc.value == pytest.approx(math.expm1(0.05))
+    assert rc.low == pytest.approx(math.expm1(0.05 - half), abs=1e-6)
+    assert rc.high == pytest.approx(math.expm1(0.05 + half), abs=1e-6)
+
+
+def test_paired_interval_on_log_ratios_equals_the_hand_computation():
+    d = np.array([0.02, 0.04, 0.03, 0.05])  # log ratios: mean .035, sd .0129099
+    base = np.array([10.0, 20.0, 30.0, 40.0])
+    rc = relative_change(base, base * np.exp(d), paired=True)
+    half = 3.182446 * d.std(ddof=1) / 2
+    assert rc.low == pytest.approx(math.expm1(0.035 - half), abs=1e-6)
+    assert rc.high == pytest.approx(math.expm1(0.035 + half), abs=1e-6)
+
+
+def test_pairs_with_a_missing_side_are_dropped():
+    rc = relative_change([1.0, 2.0, math.nan, 4.0], [1.1, math.nan, 3.0, 4.4], paired=True)
+    assert rc.n == 2 and rc.value == pytest.approx(0.1)
+
+
+def test_one_repeat_has_a_change_but_no_interval():
+    rc = relative_change([100.0], [90.0], paired=True)
+    assert rc.value == pytest.approx(-0.1) and rc.n == 1 and rc.method is None
+    assert math.isnan(rc.low) and math.isnan(rc.high)
+
+
+def test_zero_values_fall_back_to_the_difference_of_means():
+    rc = relative_change([0.0, 0.0, 0.0], [0.0, 0.0, 0.0], paired=True)  # zero goodput throughout
+    assert (rc.value, rc.low, rc.high) == (0.0, 0.0, 0.0) and rc.method == "paired (difference)"
+    rc = relative_change([2.0, 4.0], [0.0, 3.0], paired=True)  # differences -2, -1: mean -1.5 of base 3
+    half = 12.706205 * (1 / math.sqrt(2)) / math.sqrt(2) / 3  # t(1) * sd / sqrt(n) / base mean
+    assert rc.value == pytest.approx(-0.5) and rc.low == pytest.approx(-0.5 - half, abs=1e-5)
+    assert math.isnan(relative_change([0.0, 0.0], [1.0, 2.0], paired=False).value)  # no scale to divide by
+
+
+def test_vectorised_changes_equal_the_scalar_ones():
+    rng = np.random.default_rng(5)
+    base, new = rng.lognormal(0, 0.05, (6, 4)), rng.lognormal(0.02, 0.05, (6, 4))
+    for fn, paired in ((paired_log_changes, True), (welch_log_changes, False)):
+        rows = fn(base, new)
+        for i in range(6):
+            rc = relative_change(base[i], new[i], paired=paired)
+            assert (rc.value, rc.low, rc.high) == pytest.approx((rows.value[i], rows.low[i], rows.high[i]))
+
+
+def test_classify_gives_each_outcome_by_where_the_interval_lies():
+    h = 0.01
+    # lower is better: a negative change is an improvement
+    assert int(classify(-0.05, -0.02, "lower", h)) == BETTER
+    assert int(classify(0.02, 0.05, "lower", h)) == WORSE
+    assert int(classify(-0.005, 0.008, "lower", h)) == EQUIVALENT
+    assert int(classify(-0.03, 0.004, "lower", h)) == INCONCLUSIVE  # could be better, could be nothing
+    assert int(classify(0.005, 0.03, "lower", h)) == INCONCLUSIVE  # beyond zero but not beyond 1%
+    assert int(classify(math.nan, math.nan, "lower", h)) == INCONCLUSIVE
+    # higher is better: the same intervals, the other way round
+    assert int(classify(-0.05, -0.02, "higher", h)) == WORSE
+    assert int(classify(0.02, 0.05, "higher", h)) == BETTER
+    with pytest.raises(ValueError, match="Unsupported direction"):
+        classify(0.0, 0.1, "", h)

@@ -13,10 +13,12 @@ from llmbench.bench.telemetry import TelemetrySampler, window_summary
 def test_sampler_without_gpu_records_host_figures_and_nan_gpu_columns():
     s = TelemetrySampler(period_s=0.01, cuda_indices=None)
     s.start()
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     x = 0
-    while time.perf_counter() - t0 < 0.25:
-        x += 1  # keep a core busy so CPU % is above 0
+    # Keep a core busy so CPU % is above 0, until the sampler has five samples however loaded the machine.
+    while time.perf_counter() - t0 < 0.25 or len(s.rows()) < 5:
+        x += 1
+    busy = 100 * (time.process_time() - cpu0) / (time.perf_counter() - t0)  # this process's CPU %, measured
     s.stop()
     rows = s.rows()
     assert len(rows) >= 5
@@ -24,7 +26,7 @@ def test_sampler_without_gpu_records_host_figures_and_nan_gpu_columns():
     assert all(r["gpu"] == -1 and math.isnan(r["gpu_util"]) and math.isnan(r["energy"]) for r in rows)
     assert all(r["rss"] > 0 for r in rows)
     summary = window_summary(rows, rows[0]["time"], rows[-1]["time"])
-    assert summary["cpu_util_mean"] > 10
+    assert summary["cpu_util_mean"] > 0.5 * busy > 0
     for key in ("gpu_util_mean", "power_mean", "energy", "gpu_memory_max"):
         assert math.isnan(summary[key]), key
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from llmbench.bench.errors import WorkloadError
 from llmbench.bench.scenario.schema import LengthDist, Workload
-from llmbench.bench.workload import build_requests
+from llmbench.bench.workload import build_requests, check_prompt_file
 from llmbench.bench.workload.lengths import sample_lengths
 from llmbench.models.tokenizer import ByteTokenizer
 
@@ -160,6 +160,37 @@ def test_bad_prompt_files_name_the_line(tmp_path, content, expected):
     path.write_text(content)
     with pytest.raises(WorkloadError, match=expected.replace("(", r"\(").replace(")", r"\)")):
         build_requests(wl(source="file", path=str(path)), TOK, VOCAB, seed=0)
+
+
+@pytest.mark.parametrize(
+    ("content", "line", "bad"),
+    [
+        (
+            '{"prompt_token_ids": [1, 2], "output_len": 2}\n{"prompt_token_ids": [3, 4096], "output_len": 2}\n',
+            2,
+            4096,
+        ),
+        ('{"prompt": [99999, 1], "output_len": 2}\n', 1, 99999),
+    ],
+)
+def test_token_ids_outside_the_vocabulary_name_the_file_line_and_id(tmp_path, content, line, bad):
+    path = tmp_path / "p.jsonl"
+    path.write_text(content)
+    expected = f"{path}:{line}: token id {bad} is outside the model's vocabulary of 4096 ids (0 to 4095)"
+    with pytest.raises(WorkloadError) as info:
+        build_requests(wl(source="file", path=str(path)), TOK, VOCAB, seed=0)
+    assert str(info.value) == expected
+    with pytest.raises(WorkloadError) as info:  # the check the runner makes before the backend starts
+        check_prompt_file(wl(source="file", path=str(path)), VOCAB)
+    assert str(info.value) == expected
+
+
+def test_the_early_check_needs_no_tokenizer_and_passes_good_files(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "text is left for the tokenizer", "output_len": 2}\n{"prompt": [4095]}\n')
+    check_prompt_file(wl(source="file", path=str(path)), VOCAB)
+    (tmp_path / "p.txt").write_text("one prompt\n")
+    check_prompt_file(wl(source="file", path=str(tmp_path / "p.txt")), VOCAB)
 
 
 def test_sharegpt_takes_the_first_user_turn_and_the_reply_length(tmp_path):

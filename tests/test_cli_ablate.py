@@ -1,4 +1,5 @@
-"""``llmbench ablate``: variants in their own processes, interleaved repeats, failed variants recorded."""
+"""``llmbench ablate``: variants in their own processes, interleaved counterbalanced repeats, failed variants
+recorded."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from llmbench.bench.store import load_run
 from llmbench.cli.app import app
 
 runner = CliRunner()
+# Only ends a test that hangs: nothing is expected to come near it, however busy the machine.
+HANG_GUARD_S = 600
 
 TINY = {
     "name": "abl",
@@ -44,39 +47,65 @@ def test_variants_run_in_their_own_processes_with_interleaved_repeats(tmp_path):
         "ablate", path, "--toggle", "attention_backend=torch", "--repeats", "2", "--out", tmp_path / "r"
     )
     assert res.exit_code == 0, res.output
-    assert "attention_backend=torch against baseline" in res.stdout and "outputs identical" in res.stdout
+    assert "attention_backend=torch against baseline" in res.stdout
+    assert "outputs against the baseline (greedy)" in res.stdout and "8/8 identical" in res.stdout
     folder = ablation_folder(tmp_path / "r")
     record = json.loads((folder / "ablation.json").read_text())
     assert record["status"] == "complete" and record["design"] == "flip"
     assert [v["name"] for v in record["variants"]] == ["baseline", "attention_backend=torch"]
     assert all(v["status"] == "ok" and len(v["runs"]) == 2 for v in record["variants"])
+    assert record["order"] == [
+        ["baseline", "attention_backend=torch"],
+        ["attention_backend=torch", "baseline"],
+    ]
+    compared = json.loads((folder / "comparison.json").read_text())["comparisons"]
+    assert [(c["variant"], c["compared"], c["identical"]) for c in compared] == [
+        ("attention_backend=torch", 8, 8)
+    ]
     runs = [
         load_run(folder / name)
-        for name in ("baseline-r0", "attention_backend-torch-r0", "baseline-r1", "attention_backend-torch-r1")
+        for name in ("baseline-r0", "attention_backend-torch-r0", "attention_backend-torch-r1", "baseline-r1")
     ]
     pids = [r.meta["pid"] for r in runs]
     assert len(set(pids)) == 4  # one process per variant and repeat
     started = [r.meta["started_at"] for r in runs]
-    assert started == sorted(started)  # A B A B
+    assert started == sorted(started)  # A B, B A
     assert [r.meta["repeat_index"] for r in runs] == [0, 0, 1, 1]
     assert {r.meta["session"] for r in runs} == {folder.name}
     assert runs[1].meta["engine_config"]["attention_backend"] == "torch"
     assert runs[0].meta["engine_config"]["attention_backend"] == "sdpa"
 
 
-@pytest.mark.slow
-def test_default_scenario_cuda_graph_on_cpu_says_it_needs_a_gpu(tmp_path):
-    # As written in the docs (default scenario chat), made small with --set so the test stays quick.
-    res = invoke("ablate", "--toggle", "cuda_graph", "--out", tmp_path / "r",
-                 "--set", "workload.num_requests=3", "--set", "warmup=0", "--set", "arrival={kind: offline}")  # fmt: skip
-    assert res.exit_code == 1
-    assert "cuda_graph=True needs a CUDA device: CUDA Graphs cannot run on the CPU" in res.stderr
-    assert "variant cuda_graph=on failed" in res.stderr
-    (folder,) = list((tmp_path / "r" / "chat").iterdir())
-    record = json.loads((folder / "ablation.json").read_text())
-    status = {v["name"]: v["status"] for v in record["variants"]}
-    assert status == {"baseline": "ok", "cuda_graph=on": "failed"}
-    assert load_run(folder / "baseline-r0").complete
+def test_a_variant_that_cannot_run_here_is_an_error_before_anything_runs(tmp_path, monkeypatch):
+    # As written in the docs (the default scenario): the baseline is not run first.
+    from llmbench.bench.ablation import execute
+
+    monkeypatch.setattr(execute, "_run_child", lambda *a, **k: pytest.fail("a variant was run"))
+    res = invoke("ablate", "--toggle", "cuda_graph", "--out", tmp_path / "r")
+    assert res.exit_code == 2
+    assert res.stderr.endswith(
+        "error: variant cuda_graph=on cannot run here: cuda_graph=True needs a CUDA device: CUDA Graphs "
+        "cannot run on the CPU. Nothing was run.\n"
+    )
+    assert not (tmp_path / "r").exists()
+
+
+def test_every_variant_that_cannot_run_is_named(tmp_path):
+    from llmbench.engine.config import ConfigError, EngineConfig
+
+    def why(**option) -> str:  # the engine's own reason, quoted after the variant's name
+        with pytest.raises(ConfigError) as info:
+            EngineConfig.from_options("qwen3-tiny", device="cpu", **option)
+        return str(info.value)
+
+    res = invoke("ablate", "--toggle", "cuda_graph", "--toggle", "attention_backend=flash_attn",
+                 "--design", "one-at-a-time", "--set", "engine.device=cpu", "--out", tmp_path / "r")  # fmt: skip
+    assert res.exit_code == 2
+    assert res.stderr.endswith(
+        f"error: 2 variants cannot run here: cuda_graph=on: {why(cuda_graph=True)}; "
+        f"attention_backend=flash_attn: {why(attention_backend='flash_attn')}. Nothing was run.\n"
+    )
+    assert not (tmp_path / "r").exists()
 
 
 def test_ablate_needs_a_toggle_and_a_known_one(tmp_path):
@@ -95,17 +124,29 @@ def test_a_baseline_the_engine_rejects_is_a_clean_error(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_run_past_the_timeout_is_stopped_and_keeps_what_it_measured(tmp_path):
+def test_a_run_past_the_timeout_is_stopped_and_keeps_what_it_measured(tmp_path, monkeypatch):
+    from llmbench.bench.ablation import execute
+
     path = tmp_path / "abl.yaml"
-    # Far more work than fits in the limit: every run must be stopped.
+    # Far more work than fits in the limit (minutes of it): every run must be stopped.
     slow = {**TINY, "workload": {"num_requests": 2000, "input_len": 16, "output_len": 400}, "warmup": 0}
     path.write_text(yaml.safe_dump(slow))
-    start = time.monotonic()
+    took: list[float] = []
+    real = execute._run_child
+
+    def timed_child(*args, **kwargs):
+        start = time.monotonic()
+        try:
+            return real(*args, **kwargs)
+        finally:
+            took.append(time.monotonic() - start)
+
+    monkeypatch.setattr(execute, "_run_child", timed_child)
     res = invoke("ablate", path, "--toggle", "prefix_cache", "--timeout", "12", "--out", tmp_path / "r")
-    took = time.monotonic() - start
     assert res.exit_code != 0
     assert "timed out after 12 s" in res.output
-    assert took < 2 * (12 + 20), f"two stopped runs took {took:.0f} s"
+    # Each child is interrupted at the limit and killed if it outlives the grace period after it.
+    assert len(took) == 2 and all(t < 12 + execute.CHILD_GRACE_S for t in took), took
     record = json.loads((ablation_folder(tmp_path / "r") / "ablation.json").read_text())
     assert [v["status"] for v in record["variants"]] == ["failed", "failed"]
     assert all("timed out" in v["error"] for v in record["variants"])
@@ -134,19 +175,76 @@ def test_sigterm_stops_an_ablation_like_ctrl_c_and_records_it(tmp_path):
         text=True,
         env={**os.environ, "PYTHONPATH": str(root)},
     )
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + HANG_GUARD_S
     while not list((tmp_path / "r").glob("abl/*/.tmp-*/meta.json")):  # the first variant is measuring
         assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
         time.sleep(0.5)
     time.sleep(3)
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=90)
+    _, err = proc.communicate(timeout=HANG_GUARD_S)
     assert proc.returncode == 130, err
     record = json.loads((ablation_folder(tmp_path / "r") / "ablation.json").read_text())
     assert record["status"] == "interrupted"
     (kept,) = [d for v in record["variants"] for d in v["runs"]] or [None]
     assert kept is not None, "the interrupted variant keeps its partial run"
     assert load_run(Path(kept)).meta["status"] == "incomplete"
+
+
+class FakeChild:
+    """Stands in for ``llmbench run`` children: records the order it is called in and writes a run folder
+    whose output throughput is ``value(variant, repeat)``."""
+
+    def __init__(self, value=lambda variant, repeat: 100.0) -> None:
+        self.calls: list[tuple[str, int]] = []
+        self.value = value
+
+    def __call__(self, cmd, env, timeout_s=None):
+        arg = {cmd[i]: cmd[i + 1] for i in range(len(cmd) - 1) if cmd[i].startswith("--")}
+        variant, repeat = arg["--variant"], int(arg["--repeat-index"])
+        self.calls.append((variant, repeat))
+        run_dir = Path(arg["--run-dir"])
+        run_dir.mkdir()
+        meta = {"status": "complete", "scenario_name": "abl", "variant": variant, "session": arg["--session"]}
+        metrics = {"output_throughput": self.value(variant, repeat)}
+        point = {"label": "offline", "repeats": [{"repeat": repeat, "metrics": metrics}], "metrics": {}}
+        (run_dir / "meta.json").write_text(json.dumps(meta))
+        (run_dir / "summary.json").write_text(json.dumps({"points": [point], "warnings": []}))
+        return 0, ""
+
+
+def fake_ablation(tmp_path, monkeypatch, child: FakeChild, **kwargs):
+    from llmbench.bench.ablation import Variant, execute
+    from llmbench.bench.scenario import load_scenario
+
+    monkeypatch.setattr(execute, "_run_child", child)
+    tmp_path.mkdir(exist_ok=True)
+    path = tmp_path / "abl.yaml"
+    path.write_text(yaml.safe_dump(TINY))
+    variants = [Variant("baseline", {}), Variant("attention_backend=torch", {"attention_backend": "torch"})]
+    outcome = execute.run_ablation(
+        load_scenario(path), [], variants, [], "flip", out_root=tmp_path / "r", **kwargs
+    )
+    return outcome, json.loads((outcome.folder / "ablation.json").read_text())
+
+
+def test_repeats_are_counterbalanced_and_their_order_recorded(tmp_path, monkeypatch):
+    child = FakeChild()
+    outcome, record = fake_ablation(tmp_path, monkeypatch, child, repeats=3)
+    a, b = "baseline", "attention_backend=torch"
+    assert child.calls == [(a, 0), (b, 0), (b, 1), (a, 1), (a, 2), (b, 2)]  # A B, B A, A B
+    assert record["order"] == [[a, b], [b, a], [a, b]]
+    assert record["status"] == "complete" and record["repeats_run"] == 3
+    assert (outcome.folder / "comparison.json").exists()
+
+
+def test_until_ci_adds_repeats_until_the_intervals_are_narrow(tmp_path, monkeypatch):
+    steady = FakeChild(lambda variant, repeat: 100.0 + 0.1 * (repeat % 2))  # +-0.05%: narrow at 2 repeats
+    _, record = fake_ablation(tmp_path / "a", monkeypatch, steady, repeats=1, until_ci=2.0, max_repeats=6)
+    assert record["repeats_run"] == 2
+    noisy = FakeChild(lambda variant, repeat: 100.0 * (1 + 0.3 * (repeat % 2)))  # never within +-2% by 4
+    _, record = fake_ablation(tmp_path / "b", monkeypatch, noisy, repeats=1, until_ci=2.0, max_repeats=4)
+    assert record["repeats_run"] == 4 and len(noisy.calls) == 8
+    assert record["until_ci"] == {"percent": 2.0, "max_repeats": 4}
 
 
 @pytest.mark.slow
@@ -157,8 +255,7 @@ def test_sampling_settings_are_compared_with_their_cost_per_decode_step(tmp_path
     assert res.exit_code == 0, res.output
     assert "sampling.temperature=0.6 against baseline" in res.stdout
     table = res.stdout[res.stdout.index("sampling.temperature=0.6 against baseline") :]
-    assert (
-        "decode step mean" in table and "n/a (sampling)" in table
-    )  # the step cost; outputs differ by design
+    assert "decode step mean" in table  # the cost of the setting, per step
+    assert "n/a (sampling)" in table  # outputs differ by design
     variant = load_run(ablation_folder(tmp_path / "r") / "sampling.temperature-0.6-r0")
     assert variant.meta["scenario"]["sampling"]["temperature"] == 0.6

@@ -70,7 +70,7 @@ def test_run_writes_a_complete_result_folder(tmp_path):
     # The summary's figures are the ones the request table gives.
     assert point["metrics"]["ttft_p50"]["value"] == pytest.approx(np.percentile(reqs["ttft"], 50))
     assert point["metrics"]["num_completed"]["value"] == 6
-    assert point["metrics"]["ttft_p50"]["ci"] == "requests"
+    assert point["metrics"]["ttft_p50"]["ci"] is None  # one repeat: no run-to-run variance, no interval
     steps = run.table("steps")
     assert len(steps) > 0 and (steps["duration"] > 0).all()
     tele = run.table("telemetry")
@@ -192,12 +192,39 @@ def test_interrupted_run_keeps_a_readable_incomplete_result(tmp_path, monkeypatc
     json.dumps(run.summary)  # plain JSON, readable by anything
 
 
-def test_engine_failure_mid_run_keeps_what_was_measured(tmp_path):
+def test_a_token_id_outside_the_vocabulary_is_an_error_before_the_engine_starts(tmp_path, monkeypatch):
+    from llmbench.engine.llm_engine import LLMEngine
+
+    def never(*args, **kwargs):
+        raise AssertionError("the engine was started")
+
+    monkeypatch.setattr(LLMEngine, "__init__", never)
     prompts = tmp_path / "p.jsonl"
-    # The third prompt holds a token id the model does not have: the engine refuses it mid-run.
-    prompts.write_text(
-        '{"prompt_token_ids": [1, 2, 3]}\n{"prompt_token_ids": [4, 5]}\n{"prompt_token_ids": [99999]}\n'
+    prompts.write_text('{"prompt_token_ids": [1, 2, 3]}\n\n{"prompt_token_ids": [4, 99999]}\n')
+    path = scenario(tmp_path, workload={"source": "file", "path": str(prompts), "output_len": 3})
+    res = invoke("run", path, "--out", tmp_path / "r")
+    assert res.exit_code == 2
+    assert res.stderr.endswith(
+        f"error: {prompts}:3: token id 99999 is outside the model's vocabulary of 4096 ids (0 to 4095)\n"
     )
+    assert not (tmp_path / "r").exists()
+
+
+def test_engine_failure_mid_run_keeps_what_was_measured(tmp_path, monkeypatch):
+    from llmbench.engine.llm_engine import LLMEngine
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(
+        '{"prompt_token_ids": [1, 2, 3]}\n{"prompt_token_ids": [4, 5]}\n{"prompt_token_ids": [7, 7, 7]}\n'
+    )
+    real = LLMEngine.add_request
+
+    def add_request(self, request_id, prompt, *args, **kwargs):  # the third prompt breaks the engine
+        if list(prompt) == [7, 7, 7]:
+            raise RuntimeError("the engine broke on this request")
+        return real(self, request_id, prompt, *args, **kwargs)
+
+    monkeypatch.setattr(LLMEngine, "add_request", add_request)
     path = scenario(
         tmp_path,
         workload={"source": "file", "path": str(prompts), "output_len": 3},
@@ -206,13 +233,13 @@ def test_engine_failure_mid_run_keeps_what_was_measured(tmp_path):
     )
     res = invoke("run", path, "--out", tmp_path / "r")
     assert res.exit_code == 1
-    assert "the run failed; what was measured is kept in" in res.stderr and "outside" in res.stderr
+    assert "the run failed; what was measured is kept in" in res.stderr and "the engine broke" in res.stderr
     runs, problems = find_runs([tmp_path / "r"])
     assert len(runs) == 1
     run = runs[0]
     assert (
         run.meta["status"] == "incomplete"
         and run.meta["stop_reason"] == "failed"
-        and "outside" in run.meta["error"]
+        and "the engine broke" in run.meta["error"]
     )
     assert sorted(run.table("requests")["request_id"]) == ["0", "1"]

@@ -9,7 +9,7 @@ from llmbench.bench.scenario.loader import shipped_scenarios
 from llmbench.bench.store import find_runs
 from llmbench.cli.app import app
 
-SLOW = {"chat"}  # about 50 s on 2 cores; the others take seconds
+SLOW = {"chat"}  # a sweep of five points: minutes on 2 cores; the others take seconds
 
 
 @pytest.mark.parametrize(

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,6 +31,41 @@ def test_help_lists_every_command(tmp_path):
     assert res.returncode == 0
     for cmd in ("run", "ablate", "report", "compare", "models", "env"):
         assert cmd in res.stdout
+
+
+HEAVY = ("torch", "pandas", "pyarrow", "matplotlib")
+# ``python -m llmbench ARGS``, then which of HEAVY the process had imported by the time it exited.
+_PROBE = """
+import json, runpy, sys
+args, heavy = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+sys.argv = ["llmbench", *args]
+try:
+    runpy.run_module("llmbench", run_name="__main__")
+except SystemExit:
+    pass
+print(json.dumps([m for m in heavy if m in sys.modules]))
+"""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        *([cmd, "--help"] for cmd in ("run", "ablate", "report", "profile", "compare", "calibrate", "docs")),
+    ],
+)
+def test_help_answers_without_importing_torch_or_pandas(tmp_path, args):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    res = subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps(args), json.dumps(HEAVY)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "Usage:" in res.stdout
+    assert json.loads(res.stdout.strip().splitlines()[-1]) == []
 
 
 def test_run_then_report_in_fresh_processes(tmp_path):

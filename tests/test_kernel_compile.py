@@ -23,13 +23,14 @@ SCRIPT = ROOT / "scripts" / "compile_kernels.py"
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
+    # No time limit: compiling is bounded work that only takes longer on a busy machine, and nothing in it
+    # waits on anything that could hang.
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{ROOT / 'scripts'}"
-    return subprocess.run(
-        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
-    )
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True)
 
 
+@pytest.mark.slow  # minutes on two CPU cores: dozens of launches compiled down to cubins
 def test_every_kernel_launch_compiles_for_sm90() -> None:
     done = _run(str(SCRIPT), "--arch", "90")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

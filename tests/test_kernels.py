@@ -622,7 +622,7 @@ def test_flash_attn_backend_matches_reference(block_size: int) -> None:
     check(f"flash_attn block_size={block_size}", out, ref, s)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+@pytest.mark.gpu  # CUDA graphs need a CUDA device
 def test_paged_decode_replays_in_a_cuda_graph() -> None:
     # Split-KV scratch and grid come from shapes only: a captured graph must follow new seq_lens.
     s = Setting("cuda", torch.bfloat16, 2e-2, big=True)

@@ -1,4 +1,4 @@
-"""The Hugging Face folder loader: both config.json generations, sharding, and errors that name the tensor."""
+"""The Hugging Face folder loader: both config.json generations and sharding (its errors: test_model_errors.py)."""
 
 from __future__ import annotations
 
@@ -7,26 +7,11 @@ import shutil
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
 
 from llmbench import LLM, SamplingParams
-from llmbench.models.config import ModelConfigError
-from llmbench.models.loader import WeightLoadError, read_model_config
+from llmbench.models.loader import read_model_config
 
 from tiny_models import make_tiny
-
-
-@pytest.fixture(scope="module")
-def qwen3_folder(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("q3")
-    make_tiny("qwen3", folder)
-    return folder
-
-
-def _copy(src, tmp_path):
-    dst = tmp_path / "m"
-    shutil.copytree(src, dst)
-    return dst
 
 
 def _to_transformers4_style(folder):
@@ -57,53 +42,6 @@ def test_sharded_and_single_file_give_the_same_tokens(tmp_path):
     a = LLM(str(tmp_path / "one"), num_kv_blocks=64).generate([[1, 2, 3]], params)[0].token_ids
     b = LLM(str(tmp_path / "many"), num_kv_blocks=64).generate([[1, 2, 3]], params)[0].token_ids
     assert a == b
-
-
-def _edit_weights(folder, edit):
-    path = folder / "model.safetensors"
-    tensors = load_file(str(path))
-    edit(tensors)
-    save_file(tensors, str(path), metadata={"format": "pt"})
-
-
-def test_missing_tensor_is_named(qwen3_folder, tmp_path):
-    folder = _copy(qwen3_folder, tmp_path)
-    _edit_weights(folder, lambda t: t.pop("model.layers.1.mlp.up_proj.weight"))
-    with pytest.raises(WeightLoadError, match=r"model\.layers\.1\.mlp\.gate_up_proj\.weight"):
-        LLM(str(folder), num_kv_blocks=64)
-
-
-def test_unexpected_tensor_is_named(qwen3_folder, tmp_path):
-    folder = _copy(qwen3_folder, tmp_path)
-    _edit_weights(folder, lambda t: t.update({"model.layers.0.extra.weight": torch.zeros(2)}))
-    with pytest.raises(WeightLoadError, match=r"unexpected tensor 'model\.layers\.0\.extra\.weight'"):
-        LLM(str(folder), num_kv_blocks=64)
-
-
-def test_wrong_shape_is_named(qwen3_folder, tmp_path):
-    folder = _copy(qwen3_folder, tmp_path)
-    _edit_weights(folder, lambda t: t.update({"model.norm.weight": torch.ones(3)}))
-    with pytest.raises(WeightLoadError, match=r"model\.norm\.weight.*\(3,\)"):
-        LLM(str(folder), num_kv_blocks=64)
-
-
-def test_unsupported_architecture_lists_the_supported(qwen3_folder, tmp_path):
-    folder = _copy(qwen3_folder, tmp_path)
-    cfg = json.loads((folder / "config.json").read_text())
-    cfg["architectures"] = ["MistralForCausalLM"]
-    (folder / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(
-        ModelConfigError,
-        match=r"MistralForCausalLM.*Supported: \['LlamaForCausalLM', 'Qwen2ForCausalLM', 'Qwen3ForCausalLM'\]",
-    ):
-        LLM(str(folder), num_kv_blocks=64)
-
-
-def test_folder_without_weights_says_so(qwen3_folder, tmp_path):
-    folder = _copy(qwen3_folder, tmp_path)
-    (folder / "model.safetensors").unlink()
-    with pytest.raises(WeightLoadError, match="no \\*.safetensors"):
-        LLM(str(folder), num_kv_blocks=64)
 
 
 def test_preset_weights_equal_a_transformers_model_drawn_the_same_way():

@@ -163,7 +163,7 @@ def test_torch_compile_keeps_tokens_and_does_not_recompile(arch_model):
     assert llm.engine.startup.recompiles == 0, "torch.compile recompiled in steady state"
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA Graphs need a GPU")
+@pytest.mark.gpu  # CUDA Graphs need a GPU
 @pytest.mark.parametrize("cuda_graph", [False, True])
 def test_programmatic_dependent_launch_keeps_tokens(arch_model, cuda_graph):
     # every decode kernel launched to overlap the one before (pdl), in graphs and eagerly, one row and
@@ -182,7 +182,7 @@ def test_programmatic_dependent_launch_keeps_tokens(arch_model, cuda_graph):
     assert got == expected
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA Graphs need a GPU")
+@pytest.mark.gpu  # CUDA Graphs need a GPU
 @pytest.mark.parametrize("compile_", [False, True])
 def test_cuda_graph_replay_keeps_tokens(arch_model, compile_):
     _, folder, expected = arch_model

@@ -5,14 +5,21 @@ offline: every request at 0. poisson: exponential gaps with mean 1/rate. gamma: 
 larger cv is burstier. The first request is due at 0 in every process, so the measured window starts
 with the first arrival. trace: the workload's own offsets. ``concurrency`` has no schedule: the driver
 sends a request whenever one of its N slots frees up (``None`` here).
+
+A ``sweep`` is made of such points: ``sync`` (concurrency 1), ``throughput`` (offline), then Poisson
+points at fractions of the throughput point's requests/s, whose rate ``at_measured_rate`` sets from
+what that point measured, so a sweep's load fits the machine it runs on.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
+from llmbench.bench.driver import DriveResult
+from llmbench.bench.metrics import window
 from llmbench.bench.workload.spec import RequestSpec
 
 
@@ -43,8 +50,37 @@ def arrival_offsets(
     return np.cumsum(g).tolist()
 
 
+def capacity(throughput: list[DriveResult]) -> float:
+    """Requests/s finished by a sweep's throughput point (first arrival -> last token), mean over its
+    repeats; NaN when none of them finished a request."""
+    rates = []
+    for drive in throughput:
+        start, end = window(drive.requests)
+        done = sum(r.finished for r in drive.requests)
+        if done and end > start:
+            rates.append(done / (end - start))
+    return float(np.mean(rates)) if rates else math.nan
+
+
+def at_measured_rate(point: dict[str, Any], throughput: list[DriveResult]) -> dict[str, Any]:
+    """A sweep's fraction point with its rate: the fraction of the capacity the throughput point measured
+    (recorded beside it as ``capacity``). Any other point is returned as it is."""
+    if point.get("sweep") != "fraction":
+        return point
+    cap = capacity(throughput)
+    if not cap > 0:
+        raise ValueError("the sweep's throughput point finished no request, so it gives no capacity")
+    return {**point, "rate": point["fraction"] * cap, "capacity": cap}
+
+
 def point_label(point: dict[str, Any]) -> str:
-    """Short, stable name of a sweep point: ``offline``, ``rate=4``, ``concurrency=8``, ``trace``."""
+    """Short, stable name of a sweep point: ``offline``, ``rate=4``, ``concurrency=8``, ``trace``; a
+    ``sweep``'s ``sync``, ``throughput`` and ``poisson@0.5x`` (its rate, measured, is not in the name, so
+    repeats and variants of one sweep share their points' names)."""
+    if point.get("sweep") == "fraction":
+        return f"poisson@{point['fraction']:g}x"
+    if point.get("sweep"):
+        return point["sweep"]
     if point["kind"] in ("poisson", "gamma"):
         return f"rate={point['rate']:g}"
     if point["kind"] == "concurrency":

@@ -1,12 +1,33 @@
-"""Hardware-relative figures per engine step, from counts the engine reports and datasheet peaks.
+"""Hardware-relative figures per engine step: what one GPU read or computed, over the step's time and
+one GPU's peak.
 
-decode memory-bandwidth utilisation (pure decode steps only):
-    (weight_bytes + sum of context lengths x kv_bytes_per_token) / step time / (peak bandwidth x tp)
-    -- every weight and every cached K/V of the batch is read once per decode step.
-prefill FLOP utilisation (pure prefill steps only):
-    2 x num_params x prefill tokens / step time / (peak bf16 FLOP/s x tp)
-    -- the matmul FLOPs; attention's share is left out, so this is a slight underestimate.
-Without a known peak (CPU, unknown GPU) both are NaN and the summary says "unavailable".
+Every count is per GPU (per tensor-parallel rank), taken from the parameters rank 0 actually holds
+(engine/work.py; every rank holds the same shapes), so one definition serves every tp:
+
+decode bytes per GPU per step (decode steps only):
+    this rank's layer weights (its shards of the sharded matmuls, whole copies of the replicated parts:
+        the norms, and the K/V projections when there are fewer KV heads than ranks)
+  + this rank's LM-head shard (the embedding matrix when tied), read whole since every row samples
+  + the embedding rows looked up: tokens x hidden x dtype size / tp (the embedding is vocabulary-parallel:
+        a rank reads the rows of the tokens in its slice of the vocabulary, about 1/tp of them)
+  + the K/V read: context tokens (cached + new, summed over the sequences) x this rank's K/V bytes per
+        token (kv_heads/tp heads per layer, or the one head it holds when they are replicated)
+prefill FLOPs per GPU per step (prefill steps only):
+    2 x this rank's layer matmul parameters x prefill tokens
+  + 2 x this rank's LM-head parameters x rows that sample (logits are computed for those rows only)
+  + attention: 4 x layers x this rank's query heads x head_dim x causal query-key pairs (QK^T and PV at
+        2 FLOPs per multiply-add); a sequence with c tokens already cached and q new ones has
+        q*c + q(q+1)/2 pairs, so a prompt resumed after a prefix-cache hit, or a chunk in the middle of a
+        prompt, counts its attention over what is cached
+decode bandwidth utilisation = decode bytes / step time / one GPU's memory bandwidth peak
+prefill FLOP utilisation     = prefill FLOPs / step time / one GPU's matmul FLOP/s peak
+
+Mixed steps (prefill chunks with decodes, under chunked_prefill) get neither figure: their time is shared
+between a bandwidth-bound and a compute-bound part and neither ceiling describes it; their counts are in
+the steps table. Left out everywhere: elementwise work (norms, RoPE, activations), the K/V the step
+writes, the padding rows of CUDA Graph buckets, and at tp > 1 the all-reduces' traffic. The peak is the
+one measured on this machine (``llmbench calibrate``) when there is one, else the datasheet's
+(bench/peaks.py); without either both figures are NaN and the summary says "unavailable".
 """
 
 from __future__ import annotations
@@ -17,37 +38,60 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from llmbench.bench.hardware import Peak
+from llmbench.bench.peaks import PeakUsed
 from llmbench.bench.records import StepRecord
+from llmbench.engine.work import RankWeights
 
 
 class StepUtilisation(NamedTuple):
-    decode_bw: np.ndarray  # one value per step, NaN where it does not apply
+    decode_bw: np.ndarray  # one value per step, NaN where it does not apply (or without a peak)
     prefill_flops: np.ndarray
+    decode_bytes: np.ndarray  # per GPU, NaN where it does not apply; known without a peak
+    prefill_flop_count: np.ndarray
 
 
-def step_utilisation(
-    steps: list[StepRecord], model_info: Any, peak: Peak | None, tp: int = 1
-) -> StepUtilisation:
+def decode_bytes(step: StepRecord, w: RankWeights) -> float:
+    """Bytes one GPU reads in a decode step (see the module docstring)."""
+    head = w.lm_head_bytes if step.num_logits_rows else 0
+    embedding = step.num_decode_tokens * w.embedding_row_bytes / w.tp
+    return w.layer_bytes + head + embedding + step.context_tokens * w.kv_bytes_per_token
+
+
+def prefill_flops(step: StepRecord, w: RankWeights) -> float:
+    """FLOPs one GPU computes in a prefill step (see the module docstring)."""
+    linear = 2.0 * w.layer_matmul_params * step.num_prefill_tokens
+    head = 2.0 * w.lm_head_params * step.num_logits_rows
+    attention = 4.0 * w.num_layers * w.attention_heads * w.head_dim * step.attention_pairs
+    return linear + head + attention
+
+
+def rank_weights_of(model_info: Any) -> RankWeights | None:
+    """The engine's per-rank breakdown, from its ModelInfo or a mapping of it; None for a peer backend."""
+    w = _field(model_info, "rank_weights")
+    if isinstance(w, Mapping):
+        try:
+            w = RankWeights(**w)
+        except TypeError:  # written by a version whose breakdown had other fields
+            return None
+    return w if isinstance(w, RankWeights) else None
+
+
+def step_utilisation(steps: list[StepRecord], model_info: Any, peak: PeakUsed | None) -> StepUtilisation:
     n = len(steps)
-    bw = np.full(n, math.nan)
-    flops = np.full(n, math.nan)
-    sizes = [_field(model_info, k) for k in ("weight_bytes", "kv_bytes_per_token", "num_params")]
-    if peak is None or not steps or None in sizes:  # a peer backend has no engine steps nor KV sizes
-        return StepUtilisation(bw, flops)
-    weight_bytes, kv_per_token, num_params = (float(x) for x in sizes)
+    out = StepUtilisation(*(np.full(n, math.nan) for _ in range(4)))
+    w = rank_weights_of(model_info)
+    if w is None:  # a peer backend has no engine steps nor a breakdown of its weights
+        return out
     for i, s in enumerate(steps):
-        if s.duration <= 0:
-            continue
         if s.kind == "decode":
-            bw[i] = (
-                (weight_bytes + s.decode_context_tokens * kv_per_token)
-                / s.duration
-                / (peak.mem_bandwidth * tp)
-            )
+            out.decode_bytes[i] = decode_bytes(s, w)
+            if peak is not None and s.duration > 0:
+                out.decode_bw[i] = out.decode_bytes[i] / s.duration / peak.mem_bandwidth
         elif s.kind == "prefill":
-            flops[i] = 2.0 * num_params * s.num_prefill_tokens / s.duration / (peak.bf16_flops * tp)
-    return StepUtilisation(bw, flops)
+            out.prefill_flop_count[i] = prefill_flops(s, w)
+            if peak is not None and s.duration > 0:
+                out.prefill_flops[i] = out.prefill_flop_count[i] / s.duration / peak.matmul_flops
+    return out
 
 
 def _field(model_info: Any, name: str) -> Any:

@@ -1,8 +1,6 @@
-"""The machine a run is on: peak figures by GPU name, library versions, GPU/driver and git commit.
+"""The machine a run is on: library versions, GPU/driver, git commit and the CPU's load.
 
-Peaks are vendor datasheet numbers (dense, no sparsity): HBM bandwidth in bytes/s and bf16/fp16 tensor
-FLOP/s. They are ceilings for utilisation ratios, not measurements. An unknown GPU or the CPU has none,
-and the ratios built on them say "unavailable".
+The peaks that utilisation figures divide by (datasheet or measured) are in bench/peaks.py.
 """
 
 from __future__ import annotations
@@ -13,44 +11,9 @@ import platform
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
-
-class Peak(NamedTuple):
-    name: str
-    mem_bandwidth: float  # bytes/s
-    bf16_flops: float  # FLOP/s, dense tensor-core bf16/fp16
-
-
-# (substrings that must all appear in the device name, peak); the first match wins, so specific first.
-_PEAKS: list[tuple[tuple[str, ...], Peak]] = [
-    (("GH200",), Peak("GH200", 4.0e12, 989e12)),
-    (("H200",), Peak("H200", 4.8e12, 989e12)),
-    (("H100", "PCIE"), Peak("H100 PCIe", 2.0e12, 756e12)),
-    (("H100", "NVL"), Peak("H100 NVL", 3.9e12, 835e12)),
-    (("H100",), Peak("H100 SXM", 3.35e12, 989e12)),
-    (("H20",), Peak("H20", 4.0e12, 148e12)),
-    (("B200",), Peak("B200", 8.0e12, 2250e12)),
-    (("A100", "80GB"), Peak("A100 80GB", 2.039e12, 312e12)),
-    (("A100",), Peak("A100 40GB", 1.555e12, 312e12)),
-    (("L40S",), Peak("L40S", 0.864e12, 362e12)),
-    (("L4",), Peak("L4", 0.3e12, 121e12)),
-    (("A10G",), Peak("A10G", 0.6e12, 70e12)),
-    (("A10",), Peak("A10", 0.6e12, 125e12)),
-    (("RTX 4090",), Peak("RTX 4090", 1.008e12, 165e12)),
-    (("V100",), Peak("V100", 0.9e12, 125e12)),
-    (("T4",), Peak("T4", 0.32e12, 65e12)),
-]
-
-
-def peak_for(device_name: str | None) -> Peak | None:
-    if not device_name:
-        return None
-    upper = device_name.upper()
-    for needles, peak in _PEAKS:
-        if all(n in upper for n in needles):
-            return peak
-    return None
+from llmbench.bench.peaks import Peak, peak_for  # noqa: F401  (re-exported)
 
 
 def cuda_device_name(device: str) -> str | None:

@@ -106,7 +106,7 @@ METRICS: dict[str, MetricInfo] = {
     "peak_memory": MetricInfo("peak memory", "bytes", "lower"),
 }
 
-# Statistics over requests: these get a request-level bootstrap interval when there is one repeat.
+# Statistics over requests (the HTML report plots their per-request values).
 REQUEST_LEVEL = {f"{k}_{s}": (k, s) for k in LATENCIES for s in STATS}
 
 

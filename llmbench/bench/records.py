@@ -63,6 +63,16 @@ class StepRecord(NamedTuple):
     start: float
     end: float
     decode_context_tokens: int  # sum of context lengths of sequences that decoded a token this step
+    # the engine's own counts of the step's work (engine/outputs.py StepStats), for the derived figures
+    num_logits_rows: int = 0
+    attention_pairs: int = 0
+    context_tokens: int = 0
+    # What happened during the step (the engine's counters; what explains a slow step)
+    triton_compiles: int = 0
+    graph_captures: int = 0
+    recompiles: int = 0
+    memory_growth: int = 0  # bytes: device memory in use on CUDA, resident set on a CPU
+    gc_time: float = 0.0  # seconds in Python's garbage collector
 
     @property
     def duration(self) -> float:

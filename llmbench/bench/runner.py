@@ -2,8 +2,10 @@
 
 Order: check the backend's options -> open the result folder -> start telemetry -> start the backend
 (its startup costs recorded apart) -> warm-up requests (discarded) -> for each sweep point, each repeat:
-build the requests, serve them -> write the store. Ctrl-C or a backend error stops the measuring; what
-was measured is written with status "incomplete" and the reason, then the error goes up to the caller.
+build the requests, serve them -> write the store. A ``sweep`` arrival's fraction points get their rate
+from what its throughput point measured, just before they run. Ctrl-C or a backend error stops the
+measuring; what was measured is written with status "incomplete" and the reason, then the error goes up
+to the caller.
 Every backend's records go through the same metrics, tables and store. Nothing here prints: progress
 and messages go through a :class:`RunEvents` the caller supplies.
 """
@@ -21,7 +23,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from llmbench.bench.arrivals import arrival_offsets, point_label
+from llmbench.bench.arrivals import arrival_offsets, at_measured_rate, point_label
 from llmbench.bench.backends import Backend, make_backend
 from llmbench.bench.backends.engine import engine_config, sampling_params
 from llmbench.bench.derived import step_utilisation
@@ -30,14 +32,14 @@ from llmbench.bench.errors import RunFailed, WorkloadError
 from llmbench.bench.hardware import (
     busy_warning,
     command_line,
-    cuda_device_name,
     git_commit,
     machine,
-    peak_for,
     set_torch_threads,
     versions,
 )
+from llmbench.bench.peaks import choose_peak, derived_labels, peak_meta
 from llmbench.bench.scenario.loader import ResolvedScenario, scenario_dict
+from llmbench.bench.slow_steps import SLOW_FACTOR, find_slow_steps, slow_step_warning
 from llmbench.bench.store import RunWriter
 from llmbench.bench.summary import Measured, build_summary, repeat_metrics, unavailable_reasons
 from llmbench.bench.tables import (
@@ -49,9 +51,11 @@ from llmbench.bench.tables import (
     telemetry_frame,
 )
 from llmbench.bench.telemetry import TelemetrySampler
-from llmbench.bench.workload import RequestSpec, build_requests
+from llmbench.bench.workload import RequestSpec, build_requests, check_prompt_file
 
-LAG_WARNING_S = 0.010  # a p99 hand-over lag above this means the schedule was not kept
+LAG_WARNING_S = (
+    0.010  # a p99 hand-over lag above this (and above the p99 step) means the schedule was not kept
+)
 SALT_PER_POINT = 10_000  # prompt salt = point index * this + repeat index
 
 
@@ -83,6 +87,8 @@ class RunRequest(NamedTuple):
     )
     session: str | None = None  # groups runs that belong together (an ablation)
     repeat_index: int | None = None  # run only this repeat (ablation children interleave repeats)
+    slow_factor: float = SLOW_FACTOR  # a step this many times the median of its kind is slow
+    step_observer: Any = None  # sees every measured engine step (``llmbench profile``'s window)
 
 
 class RunOutcome(NamedTuple):
@@ -147,11 +153,12 @@ def _measure(req: RunRequest, backend: Backend, events: RunEvents, state: _Measu
         # mixed) and their shapes have all been through the backend once before the clock counts.
         events.phase(f"warm-up: {scenario.warmup} requests")
         warm = _warmup_specs(first, scenario.warmup, backend.vocab_size, scenario.seed)
-        offsets = arrival_offsets(points[0], warm, np.random.default_rng([scenario.seed, 0x5EED]))
+        warm_point = scenario.arrival.warmup_point
+        offsets = arrival_offsets(warm_point, warm, np.random.default_rng([scenario.seed, 0x5EED]))
         result = backend.run(
             warm,
             offsets,
-            concurrency=points[0].get("concurrency"),
+            concurrency=warm_point.get("concurrency"),
             tag="w-",
             max_duration=None,
             on_progress=None,
@@ -159,12 +166,24 @@ def _measure(req: RunRequest, backend: Backend, events: RunEvents, state: _Measu
         if result.status != "complete":
             state.stop_reason, state.error = result.status, result.error
             return
+    if req.step_observer is not None:  # after the warm-up: it sees measured steps only
+        backend.step_observer = req.step_observer
     for pi, point in enumerate(points):
+        point = at_measured_rate(
+            point, [m.drive for m in state.measured if m.point.get("sweep") == "throughput"]
+        )
         label = point_label(point)
+        if "capacity" in point:
+            events.message(
+                "info",
+                f"{label}: {point['rate']:.3g} req/s, {point['fraction']:g} x the {point['capacity']:.3g} "
+                "req/s the throughput point reached",
+            )
         for r in repeats:
-            # Fresh random prompt tokens per (point, repeat), the same in every variant of an ablation.
+            # Fresh random prompt tokens and arrival times per (point, repeat), the same in every variant
+            # of an ablation: repeats sample the workload, variants of one repeat are paired on it.
             specs = specs_for(pi * SALT_PER_POINT + r)
-            offsets = arrival_offsets(point, specs, np.random.default_rng([scenario.seed, pi]))
+            offsets = arrival_offsets(point, specs, np.random.default_rng([scenario.seed, pi, r]))
             if state.measured:  # a repeat must not hit prefixes an earlier one cached
                 backend.between_repeats()
             events.phase(f"{label}, repeat {r + 1}/{max(repeats) + 1}" if len(repeats) > 1 else label)
@@ -191,7 +210,11 @@ def _repeat_warnings(where: str, result: DriveResult, point: dict[str, Any], ope
     """A schedule that was not kept; failed requests; outputs whose length is not what was asked."""
     out = []
     lags = [x.arrival_lag for x in result.requests]
-    if point["kind"] != "offline" and open_loop and lags and np.percentile(lags, 99) > LAG_WARNING_S:
+    # A request due during an engine step is handed over when the step ends: a wait up to the usual steps'
+    # length (their p99) is the engine's granularity, counted in its latencies, not a schedule missed.
+    steps = [s.duration for s in result.steps]
+    allowed = max(LAG_WARNING_S, float(np.percentile(steps, 99))) if steps else LAG_WARNING_S
+    if point["kind"] != "offline" and open_loop and lags and np.percentile(lags, 99) > allowed:
         longest = max((s.duration for s in result.steps), default=math.nan)
         why = (
             f"requests enter between engine steps; the longest step took {longest * 1e3:.1f} ms"
@@ -230,6 +253,7 @@ def execute_run(req: RunRequest, events: RunEvents | None = None) -> RunOutcome:
     backend = make_backend(req.resolved.scenario)  # option errors go up before anything is written
     if getattr(backend, "launched_follower", False):
         backend.start()  # torchrun's rank > 0: serves rank 0's steps and exits, writing nothing
+    check_prompt_file(req.resolved.scenario.workload, backend.vocab_size)  # token ids, before any cost
     threads_before = torch.get_num_threads()
     try:
         return _execute(req, backend, events or QuietEvents())
@@ -281,17 +305,23 @@ def _execute(req: RunRequest, backend: Backend, events: RunEvents) -> RunOutcome
         raise RunFailed(f"the run failed before anything was measured:\n{_last_line(state.error)}")
 
     rows = telemetry.rows() if telemetry is not None else []
-    peak = peak_for(cuda_device_name(backend.device)) if backend.device != "remote" else None
-    per_repeat, req_rows, step_rows_ = [], [], []
+    peak = choose_peak(backend.device)  # measured on this machine, else the datasheet's, else none
+    if peak.warning:
+        state.warnings.append(peak.warning)
+    per_repeat, req_rows, step_rows_, slow = [], [], [], []
     for m in state.measured:
-        util = step_utilisation(m.drive.steps, backend.model_info, peak, backend.tp)
+        slow_here = find_slow_steps(m.drive.steps, req.slow_factor)
+        slow += slow_here
+        util = step_utilisation(m.drive.steps, backend.model_info, peak.peak)
         metrics = repeat_metrics(m, scenario.slo, rows, util)
         for name in metrics:  # what this backend cannot know is NaN, not the 0 a sum of nothing gives
             if name in backend.unavailable:
                 metrics[name] = math.nan
         per_repeat.append(metrics)
         req_rows += request_rows(m.point_label, m.repeat, m.drive.requests, scenario.slo, origin)
-        step_rows_ += step_rows(m.point_label, m.repeat, m.drive.steps, util, origin)
+        step_rows_ += step_rows(m.point_label, m.repeat, m.drive.steps, util, origin, slow_here)
+    if line := slow_step_warning(slow, req.slow_factor):
+        state.warnings.append(f"{line} (steps.parquet: slow, slow_causes)")
 
     status = "complete" if state.stop_reason is None else "incomplete"
     unavailable = {
@@ -301,7 +331,7 @@ def _execute(req: RunRequest, backend: Backend, events: RunEvents) -> RunOutcome
     meta = {
         **_meta(req, backend, state, status),
         "startup": {**backend.startup, "engine_init_time": init_time},
-        "peak": peak._asdict() if peak else None,
+        "peak": peak_meta(peak),
         "cpu_threads": threads,
         "telemetry": {
             "enabled": scenario.telemetry.enabled,
@@ -322,6 +352,7 @@ def _execute(req: RunRequest, backend: Backend, events: RunEvents) -> RunOutcome
         "points": build_summary(state.measured, per_repeat, origin),
         "warnings": state.warnings,
         "unavailable": unavailable,
+        "labels": derived_labels(peak.peak),  # the derived figures' rows name the peak they divide by
     }
     tables = {
         "requests": frame(req_rows, REQUEST_COLUMNS),
@@ -351,7 +382,8 @@ def _meta(req: RunRequest, backend: Backend, state: _Measuring, status: str) -> 
         "scenario_path": str(req.resolved.path),
         "scenario": scenario_dict(scenario),
         "overrides": list(req.resolved.overrides),
-        "profile": {"name": req.resolved.profile.name, "reason": req.resolved.profile.reason},
+        "profile": req.resolved.profile._asdict(),
+        "points": list({m.point_label: m.point for m in state.measured}.values()),  # with sweep rates
         "variant": req.variant,
         "session": req.session,
         "repeat_index": req.repeat_index,

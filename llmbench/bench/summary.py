@@ -1,25 +1,23 @@
 """From what was measured to ``summary.json``: per-repeat metrics and per-point estimates with intervals.
 
-A point's estimate of a metric is the mean over its repeats. Its 95% interval is a percentile bootstrap
-of that mean over repeats when there are at least two; with a single repeat, latency statistics get a
-bootstrap over requests instead (``ci: "requests"``) and other metrics get none (``ci: null``). The same
-function serves the report, which may pool repeats recorded in different folders (an ablation).
+A point's estimate of a metric is the mean over its repeats. Its 95% interval is a Student-t interval of
+that mean over the repeats (``ci: "repeats"``) when there are at least two. A single repeat gets no
+interval (``ci: null``): one run's requests say nothing about run-to-run variance, which is what decides
+whether the next run comes out the same. The same function serves the report, which may pool repeats
+recorded in different folders (an ablation).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any, NamedTuple
-
-import numpy as np
 
 from llmbench.bench.derived import StepUtilisation, step_summary
 from llmbench.bench.driver import DriveResult
-from llmbench.bench.hardware import Peak
-from llmbench.bench.metrics import METRICS, REQUEST_LEVEL, latency_samples, request_summary, window
+from llmbench.bench.metrics import METRICS, request_summary, window
+from llmbench.bench.peaks import PeakChoice
 from llmbench.bench.scenario.schema import SLO, Scenario
-from llmbench.bench.stats import bootstrap_ci, stat_for
+from llmbench.bench.stats import mean_interval
 from llmbench.bench.telemetry import TelemetrySampler, window_summary
 
 
@@ -49,42 +47,19 @@ def repeat_metrics(
     return out
 
 
-def interval(
-    name: str, repeat_values: list[float], request_samples: Callable[[], np.ndarray] | None = None
-) -> dict[str, Any]:
+def interval(repeat_values: list[float | None]) -> dict[str, Any]:
     """Estimate and 95% interval of one metric for one point (see the module docstring)."""
-    values = np.array([v for v in repeat_values if v is not None], dtype=float)
-    finite = values[np.isfinite(values)]
-    if finite.size == 0:
+    ci = mean_interval([math.nan if v is None else v for v in repeat_values])
+    if ci.n == 0:
         return {"value": None, "ci_low": None, "ci_high": None, "ci": None, "n": 0}
-    if finite.size >= 2:
-        ci = bootstrap_ci(finite)
-        return {
-            "value": ci.value,
-            "ci_low": ci.low,
-            "ci_high": ci.high,
-            "ci": "repeats",
-            "n": int(finite.size),
-        }
-    value = float(finite[0])
-    if name in REQUEST_LEVEL and request_samples is not None:
-        samples = request_samples()
-        if np.isfinite(samples).sum() >= 2:
-            ci = bootstrap_ci(samples, stat_for(REQUEST_LEVEL[name][1]))
-            return {"value": value, "ci_low": ci.low, "ci_high": ci.high, "ci": "requests", "n": 1}
-    return {"value": value, "ci_low": None, "ci_high": None, "ci": None, "n": 1}
+    if ci.n == 1:
+        return {"value": ci.value, "ci_low": None, "ci_high": None, "ci": None, "n": 1}
+    return {"value": ci.value, "ci_low": ci.low, "ci_high": ci.high, "ci": "repeats", "n": ci.n}
 
 
-def point_summary(measured: list[Measured], per_repeat: list[dict[str, float]]) -> dict[str, Any]:
-    """Aggregate of one point's repeats (``measured`` and ``per_repeat`` in the same order)."""
-    only = measured[0] if len(measured) == 1 else None
-    samples = latency_samples(only.drive.requests) if only is not None else {}
-    metrics = {}
-    for name in METRICS:
-        key = REQUEST_LEVEL.get(name, (None,))[0]
-        loader = (lambda k=key: samples[k]) if key in samples else None
-        metrics[name] = interval(name, [r.get(name, math.nan) for r in per_repeat], loader)
-    return metrics
+def point_summary(per_repeat: list[dict[str, float]]) -> dict[str, Any]:
+    """Aggregate of one point's repeats."""
+    return {name: interval([r.get(name, math.nan) for r in per_repeat]) for name in METRICS}
 
 
 def build_summary(
@@ -111,14 +86,12 @@ def build_summary(
             }
         )
     for idx, members in groups.items():
-        points[idx]["metrics"] = point_summary(
-            [measured[i] for i in members], [per_repeat[i] for i in members]
-        )
+        points[idx]["metrics"] = point_summary([per_repeat[i] for i in members])
     return [points[k] for k in sorted(points)]
 
 
 def unavailable_reasons(
-    telemetry: TelemetrySampler | None, scenario: Scenario, peak: Peak | None, device: str
+    telemetry: TelemetrySampler | None, scenario: Scenario, peak: PeakChoice, device: str
 ) -> dict[str, str]:
     """Figures that are NaN by necessity, with the reason (a report says "unavailable", not 0)."""
     out: dict[str, str] = {}
@@ -127,12 +100,8 @@ def unavailable_reasons(
         out.update({k: reason for k in ("gpu_telemetry", "cpu_util_mean", "rss_max")})
     elif not telemetry.nvml_available:
         out["gpu_telemetry"] = f"GPU utilisation, memory, power, energy and clocks: {telemetry.nvml_reason}"
-    if peak is None:
-        why = (
-            "the CPU has no datasheet peak here"
-            if not device.startswith("cuda")
-            else "no peak known for this GPU"
-        )
+    if peak.peak is None:
+        why = peak.why_none or f"no peak known for {device}"
         out["decode_bw_util_mean"] = why
         out["prefill_flop_util_mean"] = why
     if not scenario.slo.defined:

@@ -9,6 +9,7 @@ has steps; a peer backend's steps table is empty.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
@@ -17,6 +18,7 @@ from llmbench.bench.derived import StepUtilisation
 from llmbench.bench.metrics import meets_slo, request_metrics
 from llmbench.bench.records import RequestRecord, StepRecord
 from llmbench.bench.scenario.schema import SLO
+from llmbench.bench.slow_steps import SlowStep
 from llmbench.bench.telemetry import COLUMNS as TELEMETRY_COLUMNS
 
 REQUEST_COLUMNS = (
@@ -29,6 +31,8 @@ STEP_COLUMNS = (
     "point", "repeat", "step", "kind", "num_seqs", "num_prefill_tokens", "num_decode_tokens", "graph_bucket",
     "graph_padding", "kv_blocks_used", "kv_blocks_free", "prefix_cache_hit_tokens", "num_preemptions",
     "start", "end", "duration", "decode_context_tokens", "decode_bw_util", "prefill_flop_util",
+    "num_logits_rows", "attention_pairs", "context_tokens", "decode_bytes_per_gpu", "prefill_flops_per_gpu",
+    "triton_compiles", "graph_captures", "recompiles", "memory_growth", "gc_time", "slow", "slow_causes",
 )  # fmt: skip
 
 
@@ -71,8 +75,15 @@ def request_rows(
 
 
 def step_rows(
-    point: str, repeat: int, steps: list[StepRecord], util: StepUtilisation, origin: float
+    point: str,
+    repeat: int,
+    steps: list[StepRecord],
+    util: StepUtilisation,
+    origin: float,
+    slow: Sequence[SlowStep] = (),
 ) -> list[dict[str, Any]]:
+    """One row per step; ``slow`` marks the slow ones (``slow`` True, their causes joined by ", ")."""
+    causes = {s.index: ", ".join(s.causes) for s in slow}
     rows = []
     for i, s in enumerate(steps):
         row = {"point": point, "repeat": repeat, **s._asdict()}
@@ -82,6 +93,10 @@ def step_rows(
             duration=s.duration,
             decode_bw_util=float(util.decode_bw[i]),
             prefill_flop_util=float(util.prefill_flops[i]),
+            decode_bytes_per_gpu=float(util.decode_bytes[i]),
+            prefill_flops_per_gpu=float(util.prefill_flop_count[i]),
+            slow=i in causes,
+            slow_causes=causes.get(i, ""),
         )
         rows.append(row)
     return rows

@@ -10,21 +10,11 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from llmbench.bench.ablation import (
-    BACKENDS_DESIGN,
-    BackendVariant,
-    parse_toggle,
-    plan,
-    plan_backends,
-    run_ablation,
-)
 from llmbench.bench.errors import BenchError
-from llmbench.bench.report import build_report
-from llmbench.bench.runner import engine_config
 from llmbench.cli.console import console, error, note, warning
 from llmbench.cli.errors import EXIT_FAILED, EXIT_INTERRUPTED, handle_errors
+from llmbench.cli.report import MinEffectOption
 from llmbench.cli.run import OutOption, ProfileOption, SetOption, profile_line, resolve
-from llmbench.cli.tables import rich_table
 
 
 class Design(enum.StrEnum):
@@ -58,7 +48,11 @@ def ablate(
     design: Annotated[Design, typer.Option(help="Which combinations of the toggles to run.")] = Design.flip,
     repeats: Annotated[
         int | None,
-        typer.Option(min=1, help="Repeats per variant, interleaved A B A B (default: the scenario's)."),
+        typer.Option(
+            min=1,
+            help="Repeats per variant, interleaved and counterbalanced A B, B A, ... (default: the "
+            "scenario's). Verdicts need 2 or more.",
+        ),
     ] = None,
     out: OutOption = Path("results"),
     set_: SetOption = None,
@@ -71,8 +65,32 @@ def ablate(
             "is stopped and its variant marked failed, and the others go on. Default: no limit.",
         ),
     ] = None,
+    min_effect: MinEffectOption = 1.0,
+    until_ci: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            help="After --repeats, keep adding repeats until every variant's TTFT/TPOT/E2E p50 and output "
+            "throughput are known to within +-PCT percent (95% interval), up to --max-repeats.",
+            metavar="PCT",
+        ),
+    ] = None,
+    max_repeats: Annotated[
+        int, typer.Option(min=1, help="The most repeats --until-ci may run per variant.")
+    ] = 10,
 ) -> None:
     """Run the scenario once per variant (each in its own process) and print the deltas against the baseline."""
+    from llmbench.bench.ablation import (
+        BACKENDS_DESIGN,
+        BackendVariant,
+        parse_toggle,
+        plan,
+        plan_backends,
+        run_ablation,
+    )
+    from llmbench.bench.report import build_report
+    from llmbench.bench.runner import engine_config
+    from llmbench.cli.views import print_view
     from llmbench.engine.tp import launched_rank
 
     if launched_rank() is not None:
@@ -118,19 +136,30 @@ def ablate(
         (warning if level == "warning" else note)(text if level == "warning" else f"· {text}")
 
     outcome = run_ablation(
-        resolved, list(set_ or []), variants, toggles, design_name, n, out, on_event, timeout_s=timeout
+        resolved,
+        list(set_ or []),
+        variants,
+        toggles,
+        design_name,
+        n,
+        out,
+        on_event,
+        timeout_s=timeout,
+        until_ci=until_ci,
+        max_repeats=max_repeats,
     )
     baseline = variants[0].name
     ok = [s for s in outcome.variants if s.status == "ok"]
     failed = [s for s in outcome.variants if s.status == "failed"]
     if ok:
         rep = build_report(
-            [outcome.folder], baseline if any(s.variant.name == baseline for s in ok) else None
+            [outcome.folder],
+            baseline if any(s.variant.name == baseline for s in ok) else None,
+            min_effect / 100,
         )
         for section in rep.sections:
             for view in section.views:
-                console.print(rich_table(view))
-                console.print()
+                print_view(view, console)
     for s in failed:
         first = (s.error or "").splitlines()[0] if s.error else "unknown error"
         error(f"variant {s.variant.name} failed: {first}")

@@ -1,27 +1,34 @@
-"""``llmbench compare``: a regression gate between two runs (non-zero exit on a regression)."""
+"""``llmbench compare``: a regression gate between two runs (non-zero exit on a regression).
+
+A regression is a ``worse`` verdict of the report's own rule with ``--fail-above`` as its threshold: the
+whole 95% interval of the change lies beyond the threshold on the worse side. Runs with a single repeat
+have no interval, so they are never judged (``inconclusive (n=1)``); an incomplete run is never judged.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from llmbench.bench.errors import StoreError
-from llmbench.bench.report.compare import GATE_METRICS, change, verdict
-from llmbench.bench.report.format import format_pct, format_value, metric_label
-from llmbench.bench.report.frame import Group, load_groups
 from llmbench.cli.console import console, error, note, warning
 from llmbench.cli.errors import EXIT_FAILED, handle_errors
 
+if TYPE_CHECKING:
+    from llmbench.bench.report.frame import Group
+
 
 def _one_per_scenario(path: Path, role: str) -> dict[str, Group]:
+    from llmbench.bench.report.frame import load_groups
+
     groups, problems = load_groups([path])
     for p in problems:
         warning(f"skipped {p.path}: {p.reason}")
     if not groups:
-        raise StoreError(f"{role} {path}: holds no complete run")
+        raise StoreError(f"{role} {path}: holds no run")
     out: dict[str, Group] = {}
     for g in groups:
         if g.scenario in out:
@@ -43,25 +50,29 @@ def compare(
         float,
         typer.Option(
             min=0.0,
-            help="Fail when a metric got worse by more than this many percent (and beyond its 95% CI).",
+            help="Fail when a metric got worse by more than this many percent: its whole 95% interval beyond it.",
         ),
     ] = 5.0,
 ) -> None:
-    """Fail (exit 1) when NEW is worse than BASE beyond the threshold and beyond the 95% interval."""
+    """Fail (exit 1) when NEW is worse than BASE: the whole 95% interval of a change beyond the threshold."""
+    from llmbench.bench.report.compare import GATE_METRICS, change, judged, method_note
+    from llmbench.bench.report.format import format_pct, format_pct_interval, format_value, metric_label
+
     a, b = _one_per_scenario(base, "BASE"), _one_per_scenario(new, "NEW")
     common = sorted(set(a) & set(b))
     if not common:
         raise StoreError(f"BASE and NEW share no scenario (BASE: {', '.join(a)}; NEW: {', '.join(b)})")
     threshold = fail_above / 100
-    regressions = 0
+    regressions = inconclusive = 0
     for scenario in common:
         ga, gb = a[scenario], b[scenario]
         points = [p for p in ga.points if p in gb.points]
         if not points:
             warning(f"{scenario}: BASE and NEW share no sweep point")
         for point in points:
+            names = (ga.label, gb.label) if ga.label != gb.label else (str(base), str(new))
             table = Table(
-                title=f"{scenario} {point}: {ga.label} → {gb.label}", title_justify="left", show_edge=False
+                title=f"{scenario} {point}: {names[0]} → {names[1]}", title_justify="left", show_edge=False
             )
             for h, right in (
                 ("metric", False),
@@ -72,14 +83,17 @@ def compare(
                 ("verdict", False),
             ):
                 table.add_column(h, justify="right" if right else "left", no_wrap=not right)
+            changes = []
             for m in GATE_METRICS:
                 c = change(ga, gb, point, m)
-                v = verdict(c, threshold)
+                v = judged(ga, gb, point, c, threshold)
                 if v == "n/a":
                     continue
+                changes.append(c)
                 regressions += v.startswith("worse")
-                style = "red" if v.startswith("worse") else "green" if v == "better" else ""
-                ci = f"{format_pct(c.rel_low)} … {format_pct(c.rel_high)}" if c.ci else "–"
+                inconclusive += v.startswith(("inconclusive", "none"))
+                style = "red" if v.startswith("worse") else "green" if v.startswith("better") else ""
+                ci = format_pct_interval(c.rel_low, c.rel_high) if c.method else "–"
                 table.add_row(
                     metric_label(m),
                     format_value(m, c.base),
@@ -89,7 +103,15 @@ def compare(
                     f"[{style}]{v}[/]" if style else v,
                 )
             console.print(table)
+            note(method_note(changes, threshold))
+            for g in (ga, gb):
+                for w in g.warnings(point):
+                    warning(f"{g.label}: {w}")
     if regressions:
-        error(f"{regressions} metric(s) got worse by more than {fail_above:g}% beyond their 95% interval")
+        error(
+            f"{regressions} metric(s) got worse by more than {fail_above:g}%, their whole 95% interval beyond it"
+        )
         raise typer.Exit(EXIT_FAILED)
-    note(f"no regression beyond {fail_above:g}% (and its 95% interval)")
+    if inconclusive:
+        note(f"{inconclusive} metric(s) inconclusive or not judged: no regression shown, none ruled out")
+    note(f"no regression beyond {fail_above:g}% (whole 95% interval)")

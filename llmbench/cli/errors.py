@@ -1,7 +1,8 @@
 """Turning exceptions into a message on stderr and an exit status, never a traceback.
 
-Exit status: 2 for bad input (scenario, options, files, engine options), 1 for a run that failed,
-130 after Ctrl-C. ``LLMBENCH_DEBUG=1`` lets unexpected exceptions through with their traceback.
+Exit status: 2 for bad input (scenario, options, files, engine options, a model folder or checkpoint
+that cannot be used), 1 for a run that failed, 130 after Ctrl-C. ``LLMBENCH_DEBUG=1`` lets unexpected
+exceptions through with their traceback.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import typer
 
 from llmbench.bench.errors import BenchError, RunFailed
 from llmbench.cli.console import error
+from llmbench.models.errors import ModelError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,7 +41,7 @@ def handle_errors(fn: F) -> F:
         except RunFailed as exc:
             error(str(exc))
             raise typer.Exit(EXIT_FAILED) from None
-        except BenchError as exc:
+        except (BenchError, ModelError) as exc:
             error(str(exc))
             raise typer.Exit(EXIT_INPUT) from None
         except KeyboardInterrupt:

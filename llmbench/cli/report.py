@@ -4,18 +4,31 @@ from __future__ import annotations
 
 import enum
 import io
+import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
-from llmbench.bench.report import build_report
-from llmbench.bench.report.html import render_html
-from llmbench.bench.report.views import to_markdown
 from llmbench.cli.console import console, note, warning
 from llmbench.cli.errors import handle_errors
-from llmbench.cli.tables import rich_table
+
+MinEffectOption = Annotated[
+    float,
+    typer.Option(
+        min=0.0,
+        help="Practical threshold of the verdicts, in percent: better/worse only when the whole 95% interval "
+        "lies beyond it, equivalent when it lies within it, otherwise inconclusive.",
+    ),
+]
+
+
+class ViewName(enum.StrEnum):  # bench/report's VIEWS
+    overview = "overview"
+    deltas = "deltas"
+    startup = "startup"
+    profile = "profile"
 
 
 class Format(enum.StrEnum):
@@ -38,11 +51,39 @@ def report(
     ] = None,
     format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
     out: Annotated[
-        Path | None, typer.Option("--out", "-o", help="Write to this file instead of stdout.")
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Write to this file instead of stdout (HTML always goes to a file: default "
+            "./llmbench-report-<time>.html).",
+        ),
+    ] = None,
+    min_effect: MinEffectOption = 1.0,
+    metric: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--metric",
+            "-m",
+            help="A metric to show in the overview and delta tables (repeatable, or comma-separated; default: "
+            "each table's headline metrics), e.g. output_throughput, tpot_p50, ttft_p99.",
+        ),
+    ] = None,
+    view: Annotated[
+        list[ViewName] | None, typer.Option(help="A table to build (repeatable; default: all of them).")
     ] = None,
 ) -> None:
-    """Tables comparing runs: grouped by scenario, one row per configuration and sweep point."""
-    rep = build_report(dirs, baseline)
+    """Tables comparing runs: grouped by scenario, one column per configuration and sweep point; incomplete
+    runs are shown, marked, and never judged."""
+    from llmbench.bench.report import build_report
+    from llmbench.bench.report.html import render_html
+    from llmbench.bench.report.views import to_markdown
+    from llmbench.cli.views import print_view
+
+    metrics = [m.strip() for item in metric or [] for m in item.split(",") if m.strip()]
+    rep = build_report(
+        dirs, baseline, min_effect / 100, metrics or None, [v.value for v in view or []] or None
+    )
     for p in rep.problems:
         warning(f"skipped {p.path}: {p.reason}")
     if format is Format.csv:
@@ -52,12 +93,13 @@ def report(
     elif format is Format.html:
         problems = [f"{p.path}: {p.reason}" for p in rep.problems]
         text = render_html([(s.scenario, s.views, s.groups) for s in rep.sections], problems)
+        # Megabytes of embedded plots are of no use on a terminal.
+        out = out or _free(Path(f"llmbench-report-{time.strftime('%Y%m%d-%H%M%S')}.html"))
     else:
         target = console if out is None else Console(record=True, width=160, file=io.StringIO())
         for s in rep.sections:
             for v in s.views:
-                target.print(rich_table(v))
-                target.print()
+                print_view(v, target)
         if out is None:
             return
         text = target.export_text()
@@ -67,3 +109,11 @@ def report(
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8")
         note(f"report written to {out}")
+
+
+def _free(path: Path) -> Path:
+    """``path``, or ``<stem>-2<suffix>``, ``-3``... when it is taken."""
+    candidate, k = path, 2
+    while candidate.exists():
+        candidate, k = path.with_name(f"{path.stem}-{k}{path.suffix}"), k + 1
+    return candidate

@@ -10,9 +10,9 @@ import yaml
 from rich.markup import escape
 
 from llmbench.bench.scenario.loader import AUTO, ResolvedScenario, find_scenario, load_scenario, scenario_dict
+from llmbench.bench.slow_steps import SLOW_FACTOR
 from llmbench.cli.console import console, note, warning
 from llmbench.cli.errors import EXIT_INTERRUPTED, handle_errors
-from llmbench.cli.views import ci_note, summary_table
 
 ScenarioArg = Annotated[
     str, typer.Argument(help="Scenario YAML file, or the name of a shipped one (chat, throughput, ...).")
@@ -42,7 +42,9 @@ def resolve(
 
 def profile_line(resolved: ResolvedScenario) -> str:
     p = resolved.profile
-    return f"profile: {p.name} — {p.reason}" if p.name else f"profile: none — {p.reason}"
+    if not p.name:
+        return f"profile: none — {p.reason}"
+    return f"profile: {p.name} — {p.reason}" + (f"; it changes {p.changes}" if p.changes else "")
 
 
 def print_dry_run(resolved: ResolvedScenario) -> None:
@@ -91,9 +93,20 @@ def run(
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="No progress or notes; the summary only.")
     ] = False,
+    slow_step_factor: Annotated[
+        float,
+        typer.Option(
+            min=1.0,
+            help="A step this many times slower than the median of its kind (prefill, decode, mixed) is "
+            "flagged slow, with its causes, in steps.parquet and the summary.",
+        ),
+    ] = SLOW_FACTOR,
     run_dir: Annotated[Path | None, typer.Option(hidden=True)] = None,
     session: Annotated[str | None, typer.Option(hidden=True)] = None,
     repeat_index: Annotated[int | None, typer.Option(hidden=True)] = None,
+    trace_dir: Annotated[Path | None, typer.Option(hidden=True)] = None,  # llmbench profile's children
+    trace_steps: Annotated[int, typer.Option(hidden=True, min=1)] = 20,
+    trace_slow_steps: Annotated[bool, typer.Option(hidden=True)] = False,
 ) -> None:
     """Run a scenario against its backend (the built-in engine, or a peer) and store the results."""
     resolved = resolve(scenario, set_, profile, repeats)
@@ -103,14 +116,30 @@ def run(
 
     from llmbench.bench.runner import RunRequest, execute_run
     from llmbench.cli.progress import RichRunEvents
+    from llmbench.cli.views import ci_note, summary_table
 
     sc = resolved.scenario
     if not quiet:
         note(f"scenario {sc.name} ({resolved.path}) · model {sc.model} · variant {variant}")
         note(profile_line(resolved))
-    request = RunRequest(resolved, out, variant, run_dir, session, repeat_index)
-    with RichRunEvents(quiet) as events:
-        outcome = execute_run(request, events)
+    window = None
+    if trace_dir is not None:
+        from llmbench.bench.profile.window import ProfileWindow
+
+        window = ProfileWindow(trace_dir, trace_steps, trace_slow_steps, slow_step_factor)
+    request = RunRequest(resolved, out, variant, run_dir, session, repeat_index, slow_step_factor, window)
+    outcome = None
+    try:
+        with RichRunEvents(quiet) as events:
+            outcome = execute_run(request, events)
+    finally:
+        if window is not None:  # written even when the run stopped: what was recorded is kept
+            from llmbench.bench.profile.summary import write_profile
+            from llmbench.bench.runner import engine_config
+
+            done = outcome is not None and outcome.status == "complete"
+            device = engine_config(sc).device
+            write_profile(trace_dir, window.record(), variant, device, "complete" if done else "incomplete")
     backend = outcome.meta["backend"]
     if not quiet:
         note(startup_line(backend, outcome.meta["startup"]))

@@ -1,13 +1,16 @@
-"""Rich renderings shared by commands: a run's summary table and the notes under it.
+"""Rich renderings shared by commands: a run's summary table and the notes under it; report views.
 
 Numbers are right-aligned; a figure that could not be measured reads "unavailable" (with the reason
-listed below the table), never 0.
+listed below the table), never 0. A run's table shows a 95% interval column only when some figure has
+one (two repeats or more): one run says nothing about run-to-run variance, so it gets none.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from llmbench.bench.report.format import (
@@ -17,18 +20,24 @@ from llmbench.bench.report.format import (
     is_unavailable,
     metric_label,
 )
+from llmbench.bench.report.views import View
+from llmbench.cli.tables import rich_table
 
 
 def summary_table(summary: dict[str, Any], title: str | None = None) -> Table:
     """Metrics down, sweep points across; each cell the estimate, with its 95% interval when known."""
     points = summary.get("points", [])
     unavailable = summary.get("unavailable") or {}
+    labels = summary.get("labels") or {}  # e.g. which peak a utilisation is a share of
     table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
     table.add_column("metric", no_wrap=True)
     single = len(points) == 1
+    with_ci = single and any(
+        isinstance(m, dict) and m.get("ci") for m in (points[0].get("metrics") or {}).values()
+    )
     for p in points:
         table.add_column(p.get("label", "?") if not single else "value", justify="right", no_wrap=True)
-        if single:
+        if with_ci:
             table.add_column("95% CI", justify="right", no_wrap=True)
     for name in SUMMARY_METRICS:
         cells = []
@@ -38,22 +47,33 @@ def summary_table(summary: dict[str, Any], title: str | None = None) -> Table:
             text = format_value(name, m.get("value"), is_unavailable(name, unavailable))
             shown = shown or m.get("value") is not None or is_unavailable(name, unavailable)
             cells.append(text)
-            if single:
+            if with_ci:
                 cells.append(format_ci(name, m.get("ci_low"), m.get("ci_high")))
         if shown:
-            table.add_row(metric_label(name), *cells)
+            table.add_row(labels.get(name) or metric_label(name), *cells)
     return table
 
 
 def ci_note(summary: dict[str, Any]) -> str | None:
-    kinds = {
-        m.get("ci")
-        for p in summary.get("points", [])
-        for m in (p.get("metrics") or {}).values()
-        if isinstance(m, dict) and m.get("ci")
-    }
-    if "repeats" in kinds:
-        return "95% CI: percentile bootstrap of the mean over repeats."
-    if "requests" in kinds:
-        return "95% CI: one repeat, so latency intervals bootstrap over requests; run --repeats 3+ for all metrics."
+    """What the intervals of a run's summary are, or why it has none."""
+    entries = [
+        m for p in summary.get("points", []) for m in (p.get("metrics") or {}).values() if isinstance(m, dict)
+    ]
+    ns = sorted({int(m["n"]) for m in entries if m.get("ci") == "repeats" and m.get("n")})
+    if ns:
+        reps = "/".join(map(str, ns))
+        return f"95% CI: Student-t interval of the mean over {reps} repeats (run-to-run variance)."
+    if any(m.get("n") == 1 for m in entries):
+        return (
+            "no 95% CI: one repeat says nothing about run-to-run variance; run --repeats 2 or more "
+            "for intervals (and for verdicts when runs are compared)."
+        )
     return None
+
+
+def print_view(view: View, target: Console) -> None:
+    """A report view as a Rich table, its notes under it."""
+    target.print(rich_table(view))
+    for line in view.notes:
+        target.print(f"[dim]· {escape(line)}[/]", soft_wrap=True, highlight=False)
+    target.print()

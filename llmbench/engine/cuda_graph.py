@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import torch
 
+from llmbench.engine.step_counters import note_graph_capture
 from llmbench.layers.attention.metadata import AttentionMetadata
 
 
@@ -77,6 +78,7 @@ class CUDAGraphRunner:
             if pool is None:
                 pool = graph.pool()
             self.graphs[bs] = graph
+            note_graph_capture()
         torch.cuda.synchronize()
         self.memory_bytes = torch.cuda.memory_reserved() - before
         self.capture_time = time.perf_counter() - start

@@ -12,11 +12,13 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmbench.engine import step_counters
 from llmbench.engine.async_scheduling import InFlight, mark_pending, sampling_rows, set_token_fill
 from llmbench.engine.block_manager import BlockManager, SlabAllocator
 from llmbench.engine.config import ConfigError, EngineConfig
 from llmbench.engine.model_runner import Executed, ModelRunner
 from llmbench.engine.outputs import RequestOutput, StepOutput, StepStats, TokenEvent
+from llmbench.engine.ranges import phase, step_range
 from llmbench.engine.sampler import Sampler
 from llmbench.engine.sampling_params import SamplingParams
 from llmbench.engine.scheduler import ScheduledBatch, Scheduler, step_kind
@@ -36,7 +38,9 @@ from llmbench.engine.tp import (
     spawned_config,
     teardown_guard,
 )
+from llmbench.engine.work import RankWeights, step_work
 from llmbench.models.config import ModelConfig
+from llmbench.models.errors import ModelError
 from llmbench.models.loader import read_model_config
 from llmbench.models.presets import PRESETS
 from llmbench.models.tokenizer import load_tokenizer
@@ -69,6 +73,7 @@ class ModelInfo:
     weight_bytes: int
     kv_bytes_per_token: int
     max_model_len: int
+    rank_weights: RankWeights | None = None  # rank 0's parameters by kind (every rank holds the same shapes)
 
 
 def resolve_model(model: str) -> tuple[ModelConfig, Path | None]:
@@ -159,6 +164,7 @@ class LLMEngine:
         self.tables = BlockTables(-(-max_len // bs))  # rows of the running sequences' block tables
         self._inflight: InFlight | None = None  # asynchronous scheduling: the step still on the device
         self._last_resolved = 0.0
+        self._counters = step_counters.StepCounters(self.runner.device, self.runner.recompiles)
         dtype_size = config.torch_dtype.itemsize
         self.model_info = ModelInfo(
             name=config.model,
@@ -174,6 +180,7 @@ class LLMEngine:
             weight_bytes=self.startup.weights_bytes,
             kv_bytes_per_token=model_config.kv_bytes_per_token(dtype_size),
             max_model_len=max_len,
+            rank_weights=self.runner.rank_weights,
         )
 
     # -- requests ---------------------------------------------------------------------------------
@@ -230,36 +237,72 @@ class LLMEngine:
     # -- the loop ---------------------------------------------------------------------------------
 
     def step(self) -> StepOutput:
-        if self.config.async_scheduling:
-            return self._step_async()
+        """One iteration of the loop; its stats also say what happened during the call (compilations,
+        allocator growth, garbage collection: engine/step_counters.py)."""
+        before = self._counters.read()
+        with step_range():
+            out = self._step_async() if self.config.async_scheduling else self._step_sync()
+        self._counters.fill(out.stats, before)
+        return out
+
+    def _step_sync(self) -> StepOutput:
         start = time.perf_counter()
-        batch = self.scheduler.schedule()
+        with phase("schedule"):
+            batch = self.scheduler.schedule()
         self._step += 1
         if batch is None:
             return StepOutput(self._stats(start))
         stats = self._begin(batch, start)
-        arrays = build_step(batch.seqs, batch.num_new_tokens, self.config.block_size, self.tables)
-        self.sampler.attach(arrays, batch)
+        with phase("build_inputs"):
+            arrays = build_step(batch.seqs, batch.num_new_tokens, self.config.block_size, self.tables)
+            self.sampler.attach(arrays, batch)
         logits, stats.graph_bucket, stats.graph_padding, rows = self._execute(arrays)
-        sampling = self.scheduler.advance(batch)
-        tokens = self.sampler.sample(logits, rows).tolist()
+        with phase("bookkeeping"):
+            sampling = self.scheduler.advance(batch)
+        with phase("sample"):
+            ids = self.sampler.sample(logits, rows)
+        with phase("copy_to_host"):
+            tokens = ids.tolist()
         now = time.perf_counter()  # tokens are on the host now
         stats.end_time = now
         out = StepOutput(stats)
-        for seq, tok in zip(sampling, tokens, strict=True):
-            seq.token_ids.append(tok)
-            self._deliver(seq, tok, now, out)
-        return self._end(out)
+        with phase("bookkeeping"):
+            for seq, tok in zip(sampling, tokens, strict=True):
+                seq.token_ids.append(tok)
+                self._deliver(seq, tok, now, out)
+            return self._end(out)
 
     def _execute(self, arrays: StepArrays) -> Executed:
         """The step on every rank (rank 0 sends it to the others first)."""
         if self.workers is None:
             return self.runner.execute(arrays)
         try:
-            self.workers.step(arrays)
+            with phase("tp_send"):
+                self.workers.step(arrays)
             return self.runner.execute(arrays)
         except BaseException as e:
             self._tp_failed(e)
+
+    # -- traces (engine/tracer.py): every rank records the same steps into a file of its own -----------
+
+    def start_trace(self) -> None:
+        """Start recording a torch.profiler trace on every rank (call it between steps)."""
+        if self.workers is not None:
+            self.workers.trace(None)
+        self.runner.tracer.start()
+        if self.workers is not None:  # a rank's first start can take seconds: not inside the first step
+            self.runner.barrier()
+
+    def stop_trace(self, path: str | None) -> None:
+        """Stop recording; each rank writes its trace to ``path`` with ``{rank}`` replaced by its rank
+        (None: drop them). Returns once every rank's file is written."""
+        from llmbench.engine.tracer import rank_path
+
+        if self.workers is not None:
+            self.workers.trace(path or "")
+        self.runner.tracer.stop(rank_path(path, 0) if path else None)
+        if self.workers is not None:
+            self.runner.barrier()
 
     def _begin(self, batch: ScheduledBatch, start: float) -> StepStats:
         for seq in batch.newly_scheduled:
@@ -290,44 +333,51 @@ class LLMEngine:
     def _step_async(self) -> StepOutput:
         start = time.perf_counter()
         prev = self._inflight
-        batch = self.scheduler.schedule()
+        with phase("schedule"):
+            batch = self.scheduler.schedule()
         launched: InFlight | None = None
         if batch is not None:
             self._step += 1
             stats = self._begin(batch, start)
-            arrays = build_step(batch.seqs, batch.num_new_tokens, self.config.block_size, self.tables)
-            set_token_fill(batch, arrays)
-            sampling = sampling_rows(batch)
-            self.sampler.attach(arrays, batch, sampling)
+            with phase("build_inputs"):
+                arrays = build_step(batch.seqs, batch.num_new_tokens, self.config.block_size, self.tables)
+                set_token_fill(batch, arrays)
+                sampling = sampling_rows(batch)
+                self.sampler.attach(arrays, batch, sampling)
             logits, stats.graph_bucket, stats.graph_padding, rows = self._execute(arrays)
-            ids = self.sampler.sample(logits, rows)
-            try:
-                self.runner.share_sampled(ids, len(sampling))  # the other ranks receive them likewise
-            except BaseException as e:
-                self._tp_failed(e)
-            launched = InFlight.launch(batch, sampling, stats, ids)
+            with phase("sample"):
+                ids = self.sampler.sample(logits, rows)
+                try:
+                    self.runner.share_sampled(ids, len(sampling))  # the other ranks receive them likewise
+                except BaseException as e:
+                    self._tp_failed(e)
+            with phase("copy_to_host"):
+                launched = InFlight.launch(batch, sampling, stats, ids)
         out = self._resolve(prev) if prev is not None else StepOutput(self._stats(start))
-        if launched is not None:
-            self.scheduler.advance(launched.batch)  # after ``prev``'s ids are in: blocks hash real ids
-            mark_pending(launched.sampling)  # one that ended in ``prev`` gets no placeholder
-        self._inflight = launched
-        return self._end(out)
+        with phase("bookkeeping"):
+            if launched is not None:
+                self.scheduler.advance(launched.batch)  # after ``prev``'s ids are in: blocks hash real ids
+                mark_pending(launched.sampling)  # one that ended in ``prev`` gets no placeholder
+            self._inflight = launched
+            return self._end(out)
 
     def _resolve(self, prev: InFlight) -> StepOutput:
         """Wait for ``prev``'s sampled ids and deliver them."""
-        tokens = prev.wait()
+        with phase("copy_to_host"):
+            tokens = prev.wait()
         now = time.perf_counter()  # tokens are on the host now
         stats = prev.stats
         stats.start_time = max(stats.start_time, self._last_resolved)  # overlapped: from the last delivery
         stats.end_time = self._last_resolved = now
         out = StepOutput(stats)
-        for seq, tok in zip(prev.sampling, tokens, strict=True):
-            pos = seq.pending_pos
-            if pos is None:  # finished (or aborted) meanwhile; its placeholder is gone
-                continue
-            seq.token_ids[pos] = tok
-            seq.pending_pos = seq.pending_src = None
-            self._deliver(seq, tok, now, out)
+        with phase("bookkeeping"):
+            for seq, tok in zip(prev.sampling, tokens, strict=True):
+                pos = seq.pending_pos
+                if pos is None:  # finished (or aborted) meanwhile; its placeholder is gone
+                    continue
+                seq.token_ids[pos] = tok
+                seq.pending_pos = seq.pending_src = None
+                self._deliver(seq, tok, now, out)
         return out
 
     def _finish(self, seq: Sequence, reason: str, now: float) -> RequestOutput:
@@ -345,6 +395,7 @@ class LLMEngine:
 
     def _stats(self, start: float, batch: ScheduledBatch | None = None) -> StepStats:
         prefill, decode = batch.token_counts() if batch else (0, 0)
+        work = step_work(batch)._asdict() if batch else {}  # logits rows, attention pairs, context
         return StepStats(
             step=self._step,
             kind=step_kind(prefill, decode) if batch else "idle",
@@ -359,6 +410,7 @@ class LLMEngine:
             num_preemptions=batch.num_preemptions if batch else 0,
             start_time=start,
             end_time=start,
+            **work,
         )
 
     def _tp_failed(self, error: BaseException):
@@ -369,6 +421,8 @@ class LLMEngine:
         time.sleep(0.3)  # let the watchdog collect a worker's own message, if it sent one
         self.workers.terminate()
         self._teardown_group()
+        if isinstance(error, ModelError):  # the checkpoint is at fault, not the ranks: say so as it is
+            raise error
         raise TPError(f"tensor-parallel run stopped on every rank: {self.workers.error or error}") from None
 
     def shutdown(self) -> None:

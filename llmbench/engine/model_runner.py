@@ -18,10 +18,13 @@ from llmbench.engine import kv_cache
 from llmbench.engine.config import EngineConfig
 from llmbench.engine.cuda_graph import CUDAGraphRunner, default_buckets
 from llmbench.engine.outputs import StartupStats
+from llmbench.engine.ranges import enable_nvtx, phase
 from llmbench.engine.sampling_params import SamplingParams
 from llmbench.engine.sequence import Sequence
 from llmbench.engine.staging import Staging
 from llmbench.engine.step_inputs import StepArrays, build_step
+from llmbench.engine.tracer import Tracer
+from llmbench.engine.work import RankWeights, rank_weights
 from llmbench.kernels._triton import set_pdl
 from llmbench.layers.attention.backends import make_backend
 from llmbench.layers.attention.metadata import AttentionMetadata
@@ -128,6 +131,9 @@ class ModelRunner:
             self.num_layers, self.block_size, self.kv_heads, self.head_dim, dtype
         )
         self.max_blocks_per_seq = -(-max_model_len // self.block_size)
+        self.rank_weights: RankWeights = rank_weights(
+            self.model, tp.size, self.block_bytes // self.block_size
+        )
 
         if config.torch_compile:
             start = time.perf_counter()
@@ -171,6 +177,8 @@ class ModelRunner:
         # Every warm-up above may compile (the kernel warm-up's own small pools are new shapes): steady
         # state starts here.
         self._graphs_after_warmup = _dynamo_graph_count() if config.torch_compile else 0
+        self.tracer = Tracer(self.model, self.device, compiled=config.torch_compile)
+        enable_nvtx(self.device)
 
     # -- forward ----------------------------------------------------------------------------------
 
@@ -272,6 +280,11 @@ class ModelRunner:
         torch.distributed.broadcast(buf, src=0, group=self.tp.group)
         self.last_ids = buf
 
+    def barrier(self) -> None:
+        """Wait until every tensor-parallel rank gets here (after each wrote its trace)."""
+        if self.tp.size > 1:
+            torch.distributed.barrier(group=self.tp.group)
+
     def release_graphs(self) -> None:
         """Drop the CUDA Graphs (before a tensor-parallel group is torn down; see CUDAGraphRunner)."""
         if self.graphs is not None:
@@ -285,6 +298,12 @@ class ModelRunner:
     # -- one step ---------------------------------------------------------------------------------
 
     def to_inputs(self, step: StepArrays) -> StepInputs:
+        with phase("build_inputs"):
+            arrays = self._host_arrays(step)
+        with phase("copy_to_device"):
+            return self._upload(step, arrays)
+
+    def _host_arrays(self, step: StepArrays) -> list[np.ndarray]:
         arrays = [
             step.input_ids,
             step.positions,
@@ -294,13 +313,16 @@ class ModelRunner:
             step.block_tables,
             step.logits_indices,
         ]
-        fill = step.fill_rows is not None
-        if fill:
+        if step.fill_rows is not None:
             assert step.fill_src is not None and self.last_ids is not None, "a fill needs the last samples"
             arrays += [step.fill_rows, step.fill_src]
-        sampled = step.sample_params is not None and step.sample_keys is not None
-        if sampled:
+        if step.sample_params is not None and step.sample_keys is not None:
             arrays += [step.sample_params, step.sample_keys]
+        return arrays
+
+    def _upload(self, step: StepArrays, arrays: list[np.ndarray]) -> StepInputs:
+        fill = step.fill_rows is not None
+        sampled = step.sample_params is not None and step.sample_keys is not None
         if self.device.type == "cuda":
             tensors = self._staging.upload(arrays)  # one host-to-device copy for all of them
         else:
@@ -339,18 +361,21 @@ class ModelRunner:
         inputs = self.to_inputs(step)
         if use_graph:
             assert self.graphs is not None
-            logits, bucket = self.graphs.run(
-                inputs.input_ids,
-                inputs.positions,
-                inputs.meta.slot_mapping,
-                inputs.meta.seq_lens,
-                inputs.meta.block_tables,
-            )
-            if len(step.logits_indices) != n:  # not every row samples (the usual decode step does)
-                logits = logits[inputs.logits_indices]
-            return Executed(logits, bucket, bucket - n, inputs.sample_rows)
-        hidden = self._forward(inputs.input_ids, inputs.positions, inputs.meta, self.kv_caches)
-        return Executed(self.model.compute_logits(hidden[inputs.logits_indices]), None, 0, inputs.sample_rows)
+            with phase("graph_replay"):
+                logits, bucket = self.graphs.run(
+                    inputs.input_ids,
+                    inputs.positions,
+                    inputs.meta.slot_mapping,
+                    inputs.meta.seq_lens,
+                    inputs.meta.block_tables,
+                )
+                if len(step.logits_indices) != n:  # not every row samples (the usual decode step does)
+                    logits = logits[inputs.logits_indices]
+                return Executed(logits, bucket, bucket - n, inputs.sample_rows)
+        with phase("forward"):
+            hidden = self._forward(inputs.input_ids, inputs.positions, inputs.meta, self.kv_caches)
+            logits = self.model.compute_logits(hidden[inputs.logits_indices])
+            return Executed(logits, None, 0, inputs.sample_rows)
 
 
 def _dynamo_graph_count() -> int:

@@ -34,6 +34,19 @@ class StepStats:
     num_preemptions: int
     start_time: float
     end_time: float
+    # What the step computed, summed over its sequences (the bench layer's derived figures count from these).
+    num_logits_rows: int = 0  # rows whose logits were computed: the sequences that sample in this step
+    # causal (query, key) pairs: a sequence with c tokens already in the cache and q new ones has
+    # q*c + q(q+1)/2 (a decode: its context length)
+    attention_pairs: int = 0
+    context_tokens: int = 0  # keys each sequence attends over after the step (cached + new), summed
+    # What happened during the ``step()`` call that returned these stats (engine/step_counters.py):
+    # what a slow step is explained by.
+    triton_compiles: int = 0
+    graph_captures: int = 0
+    recompiles: int = 0  # torch.compile graphs built
+    memory_growth: int = 0  # bytes: device memory in use on CUDA, resident set on a CPU
+    gc_time: float = 0.0  # seconds in Python's garbage collector
 
     @property
     def duration(self) -> float:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import json
 import os
 import secrets
 import socket
@@ -57,8 +56,8 @@ def no_delay(conn) -> None:
 
     With Nagle's algorithm a small message written while the previous one is still unacknowledged waits
     for that acknowledgement, which the receiver delays by up to 40 ms: rank 0 running a step ahead
-    (``async_scheduling``) wrote exactly that pattern. ``LLMBENCH_TP_NODELAY=0`` keeps Nagle, for
-    ``scripts/tp_probe.py --trace`` to show the difference."""
+    (``async_scheduling``) wrote exactly that pattern. ``LLMBENCH_TP_NODELAY=0`` keeps Nagle, for a
+    trace (``llmbench profile`` at tp > 1) to show the difference."""
     if os.environ.get("LLMBENCH_TP_NODELAY", "1") == "0":
         return
     with socket.socket(fileno=os.dup(conn.fileno())) as sock:  # a second handle on the same socket
@@ -197,6 +196,10 @@ class LaunchedRanks:
     def step(self, payload) -> None:
         dist.broadcast_object_list([("step", payload)], src=0, group=self.control)
 
+    def trace(self, path: str | None) -> None:
+        """Start (None) or stop a trace on every rank (``LLMEngine.start_trace``/``stop_trace``)."""
+        dist.broadcast_object_list([("trace", path)], src=0, group=self.control)
+
     def shutdown(self) -> None:
         if self._closed:
             return
@@ -249,13 +252,6 @@ def with_fast_all_reduce(config: EngineConfig, group: TPGroup) -> TPGroup:
         fuse_matmul=bool(config.tp_fuse_matmul),
     )
     return dataclasses.replace(group, fast=fast)
-
-
-def write_trace(folder: str, rank: int, columns: list[str], rows: list) -> None:
-    """One rank's step timestamps, as JSON (``LLMBENCH_TP_TRACE``: see ``tp_worker.serve``)."""
-    path = Path(folder) / f"rank{rank}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"columns": columns, "rows": rows}))
 
 
 @contextlib.contextmanager
@@ -329,7 +325,6 @@ class TPWorkers:
             listener.close()
         self.error: str | None = None
         self._closed = False
-        self.trace: list[tuple[float, float]] | None = [] if os.environ.get("LLMBENCH_TP_TRACE") else None
         self._watchdog = threading.Thread(target=self._watch, daemon=True, name="llmbench-tp-watchdog")
         self._watchdog.start()
 
@@ -365,15 +360,14 @@ class TPWorkers:
 
     def step(self, payload) -> None:
         self.check()
-        t_send = time.time()
         for conn in self.conns:
             conn.send(("step", payload))
-        if self.trace is not None:  # LLMBENCH_TP_TRACE: see tp_worker.serve
-            self.trace.append((t_send, time.time()))
 
-    def write_trace(self) -> None:
-        if self.trace is not None:
-            write_trace(os.environ["LLMBENCH_TP_TRACE"], 0, ["send", "sent"], self.trace)
+    def trace(self, path: str | None) -> None:
+        """Start (None) or stop a trace on every worker (``LLMEngine.start_trace``/``stop_trace``)."""
+        self.check()
+        for conn in self.conns:
+            conn.send(("trace", path))
 
     def terminate(self) -> None:
         self._closed = True
@@ -391,7 +385,6 @@ class TPWorkers:
         if self._closed:
             return
         self._closed = True
-        self.write_trace()
         for conn in self.conns:
             try:
                 conn.send(("stop", None))

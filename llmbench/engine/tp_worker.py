@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Client
@@ -17,6 +16,7 @@ from typing import NoReturn
 
 import torch.distributed as dist
 
+from llmbench.engine.ranges import step_range
 from llmbench.engine.tp import (
     close_group,
     init_group,
@@ -26,8 +26,8 @@ from llmbench.engine.tp import (
     rank_config,
     receive_broadcast,
     teardown_guard,
-    write_trace,
 )
+from llmbench.engine.tracer import rank_path
 
 
 def _die_with_parent() -> None:
@@ -43,26 +43,27 @@ def _die_with_parent() -> None:
 def serve(runner, receive: Callable[[], tuple[str, object]]) -> None:
     """Run every step rank 0 sends until it says stop; then drop the CUDA Graphs (they hold NCCL).
 
-    With ``LLMBENCH_TP_TRACE=DIR`` each rank writes DIR/rank<N>.json: per step, when it started waiting
-    for the step, when the step arrived, when its launch returned and when the sample broadcast returned
-    (``time.time()``, comparable across the ranks of one host; ``scripts/tp_probe.py --trace`` reads them)."""
-    trace_dir = os.environ.get("LLMBENCH_TP_TRACE")
-    trace: list[tuple[float, float, float, float]] = []
+    ``("trace", None)`` starts this rank's torch.profiler session and ``("trace", path)`` ends it,
+    writing the file (``path`` with ``{rank}`` replaced; "" drops it); either way the ranks then meet at a
+    barrier, so that no step starts before every session has, and rank 0 knows every file is there
+    (``LLMEngine.start_trace``/``stop_trace``). Each step this rank
+    serves is one ``llmbench.step`` range in its trace."""
     while True:
-        t_wait = time.time()
         kind, payload = receive()
         if kind == "stop":
             break
-        t_got = time.time()
-        runner.execute(payload)
-        t_launched = time.time()
-        if runner.config.async_scheduling:  # rank 0's samples feed the next step's inputs
-            runner.share_sampled(None, len(payload.logits_indices))
-        if trace_dir:
-            trace.append((t_wait, t_got, t_launched, time.time()))
+        if kind == "trace":
+            if payload is None:
+                runner.tracer.start()
+            else:
+                runner.tracer.stop(rank_path(payload, runner.tp.rank) if payload else None)
+            runner.barrier()
+            continue
+        with step_range():
+            runner.execute(payload)
+            if runner.config.async_scheduling:  # rank 0's samples feed the next step's inputs
+                runner.share_sampled(None, len(payload.logits_indices))
     runner.release_graphs()
-    if trace_dir:
-        write_trace(trace_dir, runner.tp.rank, ["wait", "got", "launched", "shared"], trace)
 
 
 def serve_launched(config, model_config, folder, max_model_len, launched) -> NoReturn:

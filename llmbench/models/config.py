@@ -10,8 +10,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from llmbench.models.errors import ModelError
 
-class ModelConfigError(ValueError):
+
+class ModelConfigError(ModelError):
     """A config.json the engine cannot run."""
 
 
@@ -79,58 +81,93 @@ class ModelConfig:
         return dataclasses.replace(self, **changes)
 
 
-def _rope_from_hf(cfg: dict[str, Any]) -> RopeConfig:
+_REQUIRED = object()
+
+
+def _number(
+    cfg: dict[str, Any], key: str, arch: str, default: Any = _REQUIRED, *, integer: bool = True
+) -> Any:
+    """``cfg[key]`` as a positive int (or float); a missing or ill-typed value is a ModelConfigError."""
+    value = cfg.get(key)
+    if value is None:  # absent, or written as null
+        if default is _REQUIRED:
+            raise ModelConfigError(f"lacks the field {key!r}, which {arch} needs")
+        return default
+    kind = "a positive integer" if integer else "a positive number"
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    if ok and integer and value != int(value):
+        ok = False
+    if not ok:
+        raise ModelConfigError(f"field {key!r} must be {kind}, got {value!r}")
+    return int(value) if integer else float(value)
+
+
+def _rope_from_hf(cfg: dict[str, Any], arch: str) -> RopeConfig:
     params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
-    theta = params.get("rope_theta", cfg.get("rope_theta", 10000.0))
+    if not isinstance(params, dict):
+        raise ModelConfigError(f"field 'rope_parameters' / 'rope_scaling' must be an object, got {params!r}")
+    theta = _number(params if "rope_theta" in params else cfg, "rope_theta", arch, 10000.0, integer=False)
     kind = params.get("rope_type", params.get("type", "default")) or "default"
     if kind == "default":
-        return RopeConfig(theta=float(theta))
+        return RopeConfig(theta=theta)
     if kind == "llama3":
         return RopeConfig(
-            theta=float(theta),
+            theta=theta,
             kind="llama3",
-            factor=float(params["factor"]),
-            low_freq_factor=float(params.get("low_freq_factor", 1.0)),
-            high_freq_factor=float(params.get("high_freq_factor", 4.0)),
-            original_max_position_embeddings=int(params.get("original_max_position_embeddings", 8192)),
+            factor=_number(params, "factor", "llama3 rope scaling", integer=False),
+            low_freq_factor=_number(params, "low_freq_factor", arch, 1.0, integer=False),
+            high_freq_factor=_number(params, "high_freq_factor", arch, 4.0, integer=False),
+            original_max_position_embeddings=_number(params, "original_max_position_embeddings", arch, 8192),
         )
     raise ModelConfigError(f"Unsupported rope type: {kind!r}. Supported: ['default', 'llama3']")
 
 
 def model_config_from_hf(cfg: dict[str, Any], supported: dict[str, dict[str, bool]]) -> ModelConfig:
-    """Parse a config.json dict. ``supported`` maps architecture name -> its structural flags."""
+    """Parse a config.json dict. ``supported`` maps architecture name -> its structural flags.
+
+    Messages do not name the file; the caller that read it puts its path in front."""
     archs = cfg.get("architectures") or []
-    arch = next((a for a in archs if a in supported), None)
+    if isinstance(archs, str):
+        archs = [archs]
+    arch = next((a for a in archs if isinstance(a, str) and a in supported), None)
     if arch is None:
-        raise ModelConfigError(
-            f"Unsupported architecture: {archs or cfg.get('model_type')!r}. Supported: {sorted(supported)}"
-        )
+        if archs:
+            named = repr(archs[0]) if len(archs) == 1 else repr(archs)
+        else:
+            named = f"none named (no 'architectures' field; model_type {cfg.get('model_type')!r})"
+        raise ModelConfigError(f"Unsupported architecture: {named}. Supported: {sorted(supported)}")
     if cfg.get("use_sliding_window"):
         raise ModelConfigError("Sliding-window attention (use_sliding_window=true) is not supported")
     flags = supported[arch]
-    try:
-        heads = int(cfg["num_attention_heads"])
-        hidden = int(cfg["hidden_size"])
-        eos = cfg.get("eos_token_id")
-        return ModelConfig(
-            architecture=arch,
-            vocab_size=int(cfg["vocab_size"]),
-            hidden_size=hidden,
-            intermediate_size=int(cfg["intermediate_size"]),
-            num_hidden_layers=int(cfg["num_hidden_layers"]),
-            num_attention_heads=heads,
-            num_key_value_heads=int(cfg.get("num_key_value_heads") or heads),
-            head_dim=int(cfg.get("head_dim") or hidden // heads),
-            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-            max_position_embeddings=int(cfg.get("max_position_embeddings", 4096)),
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            rope=_rope_from_hf(cfg),
-            qk_norm=flags["qk_norm"],
-            qkv_bias=flags["qkv_bias"] or bool(cfg.get("attention_bias", False)),
-            mlp_bias=bool(cfg.get("mlp_bias", False)),
-            dtype=cfg.get("dtype") or cfg.get("torch_dtype"),
-            bos_token_id=cfg.get("bos_token_id"),
-            eos_token_id=tuple(eos) if isinstance(eos, list) else eos,
+    heads = _number(cfg, "num_attention_heads", arch)
+    hidden = _number(cfg, "hidden_size", arch)
+    kv_heads = _number(cfg, "num_key_value_heads", arch, heads)
+    if heads % kv_heads:
+        raise ModelConfigError(
+            f"num_attention_heads ({heads}) must be a multiple of num_key_value_heads ({kv_heads})"
         )
-    except KeyError as e:
-        raise ModelConfigError(f"config.json lacks the field {e.args[0]!r}, which {arch} needs") from None
+    if cfg.get("head_dim") is None and hidden % heads:
+        raise ModelConfigError(
+            f"hidden_size ({hidden}) is not a multiple of num_attention_heads ({heads}) and no head_dim is given"
+        )
+    eos = cfg.get("eos_token_id")
+    return ModelConfig(
+        architecture=arch,
+        vocab_size=_number(cfg, "vocab_size", arch),
+        hidden_size=hidden,
+        intermediate_size=_number(cfg, "intermediate_size", arch),
+        num_hidden_layers=_number(cfg, "num_hidden_layers", arch),
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=_number(cfg, "head_dim", arch, hidden // heads),
+        rms_norm_eps=_number(cfg, "rms_norm_eps", arch, 1e-6, integer=False),
+        max_position_embeddings=_number(cfg, "max_position_embeddings", arch, 4096),
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        rope=_rope_from_hf(cfg, arch),
+        qk_norm=flags["qk_norm"],
+        qkv_bias=flags["qkv_bias"] or bool(cfg.get("attention_bias", False)),
+        mlp_bias=bool(cfg.get("mlp_bias", False)),
+        dtype=cfg.get("dtype") or cfg.get("torch_dtype"),
+        bos_token_id=cfg.get("bos_token_id"),
+        eos_token_id=tuple(eos) if isinstance(eos, list) else eos,
+    )

@@ -1,8 +1,10 @@
 """Load a Hugging Face-style folder: config.json plus single or sharded ``*.safetensors``.
 
 Each checkpoint tensor is routed to its parameter's ``weight_loader`` (which keeps this rank's shard);
-q/k/v and gate/up go to their fused parameters through the model's ``packed_modules``. A missing
-tensor, an unexpected one or a shape that does not fit is an error naming it.
+q/k/v and gate/up go to their fused parameters through the model's ``packed_modules``. Whatever makes the
+folder unusable -- no config.json, one that is not JSON or lacks a field, an unsupported architecture, no
+weights, a safetensors file that cannot be read, a shard index naming absent files, a missing tensor, an
+unexpected one, a shape that does not fit -- is a :class:`ModelError` naming the file (and the tensor).
 """
 
 from __future__ import annotations
@@ -10,64 +12,110 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from torch import nn
 
 from llmbench.models.config import ModelConfig, ModelConfigError, model_config_from_hf
+from llmbench.models.errors import ModelError
 from llmbench.models.registry import ARCHITECTURES
 
 
-class WeightLoadError(ValueError):
-    """A checkpoint does not match the model built from its config."""
+class WeightLoadError(ModelError):
+    """A checkpoint is unreadable or does not match the model built from its config."""
 
 
 # Buffers some checkpoints carry that the engine recomputes.
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+_LAYOUT = "a model folder holds config.json and *.safetensors, Hugging Face layout"
+_INDEX = "model.safetensors.index.json"
+
+
+def _read_json(path: Path, error: type[ModelError]) -> Any:
+    try:
+        return json.loads(path.read_bytes())
+    except json.JSONDecodeError as e:
+        raise error(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    except UnicodeDecodeError:
+        raise error(f"{path}: not valid JSON (not UTF-8 text)") from None
+    except OSError as e:
+        raise error(f"{path}: cannot be read ({e.strerror or e})") from None
 
 
 def read_model_config(folder: str | Path) -> ModelConfig:
     path = Path(folder) / "config.json"
     if not path.is_file():
-        raise ModelConfigError(f"{folder} has no config.json")
-    try:
-        raw = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ModelConfigError(f"{path} is not valid JSON: {e}") from None
+        raise ModelConfigError(f"{folder}: no config.json ({_LAYOUT})")
+    raw = _read_json(path, ModelConfigError)
+    if not isinstance(raw, dict):
+        raise ModelConfigError(
+            f"{path}: expected a JSON object of model settings, got a {type(raw).__name__}"
+        )
     if isinstance(raw.get("text_config"), dict) and "hidden_size" not in raw:
         raw = {**raw["text_config"], "architectures": raw.get("architectures")}
-    return model_config_from_hf(raw, ARCHITECTURES)
+    try:
+        return model_config_from_hf(raw, ARCHITECTURES)
+    except ModelConfigError as e:
+        raise ModelConfigError(f"{path}: {e}") from None
 
 
 def safetensors_files(folder: str | Path) -> list[Path]:
     folder = Path(folder)
-    index = folder / "model.safetensors.index.json"
+    index = folder / _INDEX
     if index.is_file():
-        names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        weight_map = _read_json(index, WeightLoadError)
+        weight_map = weight_map.get("weight_map") if isinstance(weight_map, dict) else None
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise WeightLoadError(f"{index}: no 'weight_map' of tensor names to shard files")
+        names = sorted({str(n) for n in weight_map.values()})
         missing = [n for n in names if not (folder / n).is_file()]
         if missing:
-            raise WeightLoadError(f"{index} names shard(s) that are not in the folder: {missing}")
+            raise WeightLoadError(f"{index}: names shard(s) that are not in the folder: {', '.join(missing)}")
         return [folder / n for n in names]
     files = sorted(folder.glob("*.safetensors"))
     if not files:
-        raise WeightLoadError(f"{folder} has no *.safetensors files")
+        raise WeightLoadError(f"{folder}: no *.safetensors files ({_LAYOUT})")
     return files
 
 
 def iter_checkpoint(folder: str | Path) -> Iterator[tuple[str, str, torch.Tensor]]:
-    """(tensor name, file name, tensor) for every tensor of a safetensors checkpoint."""
+    """(tensor name, file path, tensor) for every tensor of a safetensors checkpoint."""
     for file in safetensors_files(folder):
-        with safe_open(str(file), framework="pt", device="cpu") as f:
-            for key in f.keys():
-                yield key, file.name, f.get_tensor(key)
+        try:
+            with safe_open(str(file), framework="pt", device="cpu") as f:
+                for key in f.keys():
+                    tensor = f.get_tensor(key)
+                    yield key, str(file), tensor
+        except (SafetensorError, OSError) as e:
+            what = str(e).strip() or type(e).__name__
+            raise WeightLoadError(
+                f"{file}: not a readable safetensors file ({what[:1].lower()}{what[1:]}); "
+                "is it truncated or corrupt?"
+            ) from None
+
+
+def _checkpoint_names(param: str, shards: set[object], packed: dict[str, tuple[str, object]]) -> list[str]:
+    """The checkpoint tensor names that fill ``shards`` of ``param`` (q/k/v, gate/up under their own names)."""
+    if shards == {None}:
+        return [param]
+    return sorted(
+        param.replace(f".{fused}.", f".{frag}.")
+        for frag, (fused, sid) in packed.items()
+        if sid in shards and f".{fused}." in f".{param}"
+    )
 
 
 def load_weights(model: nn.Module, tensors: Iterable[tuple[str, str, torch.Tensor]], source: str) -> None:
-    """Route checkpoint tensors (Hugging Face names, full shapes) into the model's parameters."""
+    """Route checkpoint tensors (Hugging Face names, full shapes) into the model's parameters.
+
+    ``tensors`` yields (name, the file it came from, tensor); ``source`` names the checkpoint as a whole
+    (its folder, or "preset NAME") in the message for tensors that never came."""
     params = dict(model.named_parameters(remove_duplicate=False))
     packed: dict[str, tuple[str, object]] = getattr(model, "packed_modules", {})
     tied = getattr(model.config, "tie_word_embeddings", False)
+    arch = getattr(model.config, "architecture", "the model")
     # A fused parameter is complete once each of its shards has arrived.
     expected: dict[str, set[object]] = {}
     for name in params:
@@ -76,8 +124,10 @@ def load_weights(model: nn.Module, tensors: Iterable[tuple[str, str, torch.Tenso
         shards = {sid for frag, (fused, sid) in packed.items() if f".{fused}." in f".{name}"}
         expected[name] = shards or {None}
     seen: dict[str, set[object]] = {name: set() for name in expected}
+    files: set[str] = set()
 
     for key, where, tensor in tensors:
+        files.add(where)
         if key.endswith(_IGNORED_SUFFIXES) or (tied and key == "lm_head.weight"):
             continue
         target, shard_id = key, None
@@ -86,18 +136,33 @@ def load_weights(model: nn.Module, tensors: Iterable[tuple[str, str, torch.Tenso
                 target, shard_id = key.replace(f".{frag}.", f".{fused}."), sid
                 break
         if target not in params:
-            raise WeightLoadError(f"unexpected tensor {key!r} in {where}: the model has no such parameter")
+            raise WeightLoadError(f"{where}: unexpected tensor {key!r}: {arch} has no such parameter")
         param = params[target]
         try:
             loader = getattr(param, "weight_loader", _default_loader)
             loader(param, tensor.to(param.dtype), shard_id)
         except ValueError as e:
-            raise WeightLoadError(f"tensor {key!r} in {where}: {e}") from None
+            raise WeightLoadError(f"{where}: tensor {key!r}: {e}") from None
+        except (RuntimeError, IndexError):  # a rank's slice of a tensor too small to hold it
+            raise WeightLoadError(
+                f"{where}: tensor {key!r}: shape {tuple(tensor.shape)} does not fit the parameter "
+                f"{target} ({tuple(param.shape)} on this rank)"
+            ) from None
         seen[target].add(shard_id)
 
-    missing = [n for n, want in expected.items() if not want <= seen[n]]
+    missing = [
+        ckpt
+        for n, want in expected.items()
+        if not want <= seen[n]
+        for ckpt in _checkpoint_names(n, want - seen[n], packed)
+    ]
     if missing:
-        raise WeightLoadError(f"checkpoint in {source} lacks tensor(s) for: {', '.join(missing[:8])}")
+        one = next(iter(files)) if len(files) == 1 else ""
+        where = one if one.endswith(".safetensors") else source  # one file, or the folder of shards
+        more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
+        raise WeightLoadError(
+            f"{where}: the checkpoint lacks tensor(s) {', '.join(missing[:8])}{more}, which {arch} needs"
+        )
 
 
 def _default_loader(param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from llmbench.models.config import ModelConfig
+from llmbench.models.config import ModelConfig, ModelConfigError
 from llmbench.models.llama import BuildOptions, LlamaForCausalLM
 
 # Structural flags of each architecture that config.json does not spell out.
@@ -17,7 +17,7 @@ ARCHITECTURES: dict[str, dict[str, bool]] = {
 
 def build_model(cfg: ModelConfig, opts: BuildOptions) -> nn.Module:
     if cfg.architecture not in ARCHITECTURES:
-        raise ValueError(
+        raise ModelConfigError(
             f"Unsupported architecture: {cfg.architecture!r}. Supported: {sorted(ARCHITECTURES)}"
         )
     return LlamaForCausalLM(cfg, opts)

@@ -1,17 +1,27 @@
-"""Running an ablation: every variant in its own process, repeats interleaved (A B A B ...).
+"""Running an ablation: every variant in its own process, repeats interleaved and counterbalanced.
+
+Repeat r runs the variants in plan order when r is even and in reverse when it is odd (A B, B A, A B ...),
+so that neither side always runs first (warm caches, thermal drift, a neighbour's load); the order of
+every repeat is recorded in ``ablation.json``. Every variant of repeat r gets the same prompts and arrival
+times (seeded by the scenario seed, the sweep point and r), which is what lets the report pair them.
+With ``until_ci`` the ablation keeps adding repeats after ``repeats`` until every variant's headline
+metrics are known to within +-``until_ci`` percent (95% interval), or ``max_repeats`` is reached.
 
 Each child is ``python -m llmbench run SCENARIO --set engine.X=Y ... --variant NAME --run-dir DIR
 --session ID --repeat-index K`` (``--set backend=NAME`` when backends are compared) and writes one run folder under the ablation's folder
-``<out>/<scenario>/<time>-ablate/``. A variant whose options the engine rejects (ConfigError, e.g. CUDA
-Graphs on a CPU) is recorded as failed with the engine's message and never started; one whose process
-fails is recorded as failed with the end of its stderr and is not run again; the others go on.
+``<out>/<scenario>/<time>-ablate/``. Every variant is checked first: one whose options the engine (or
+its peer backend) rejects, e.g. CUDA Graphs on a CPU, is a BenchError naming it and why, before anything
+runs or any folder is made. A variant whose process fails is recorded as failed with the end of its
+stderr and is not run again; the others go on.
 A child that outlives ``--timeout`` is stopped and its variant recorded as failed (timed out), keeping
-a partial run folder if the child wrote one. ``ablation.json`` in the folder records the plan and what
-became of each variant.
+a partial run folder if the child wrote one. ``ablation.json`` in the folder records the plan, the run
+order and what became of each variant; ``comparison.json`` the variants' generated tokens against the
+baseline's (see ``report.outputs``), kept for when the request tables are not.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -24,6 +34,7 @@ from typing import NamedTuple
 from pydantic import ValidationError
 
 from llmbench.bench.ablation.plan import SAMPLING, BackendVariant, Toggle, Variant
+from llmbench.bench.errors import BenchError, StoreError
 from llmbench.bench.hardware import command_line
 from llmbench.bench.scenario.loader import ResolvedScenario
 from llmbench.bench.scenario.schema import Sampling
@@ -31,6 +42,7 @@ from llmbench.bench.store import slug, write_json
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[3]  # so children import this same llmbench
 CHILD_GRACE_S = 60.0  # after Ctrl-C, how long a child may take to write what it measured
+UNTIL_CI_METRICS = ("ttft_p50", "tpot_p50", "e2e_p50", "output_throughput")  # what --until-ci waits on
 
 
 class VariantState(NamedTuple):
@@ -148,6 +160,43 @@ def _tail(text: str, lines: int = 6) -> str:
     return "\n".join(kept[-lines:]) or "(no output)"
 
 
+def repeat_order(variants: list[Variant] | list[BackendVariant], r: int) -> list[Variant | BackendVariant]:
+    """The order of repeat ``r``: plan order when r is even, reversed when odd (A B, B A, A B ...)."""
+    return list(variants) if r % 2 == 0 else list(reversed(variants))
+
+
+def widest_interval(folder: Path, metrics: tuple[str, ...] = UNTIL_CI_METRICS) -> float:
+    """The largest 95% half-width, in percent of the estimate, over the complete variants' headline
+    metrics at every point (infinite while some variant has fewer than two repeats)."""
+    from llmbench.bench.report.frame import load_groups
+
+    groups = [g for g in load_groups([folder])[0] if g.complete]
+    widest = 0.0 if groups else math.inf
+    for g in groups:
+        for point in g.points:
+            for m in metrics:
+                est = g.estimate(point, m)
+                if est["value"] is None or not est["value"]:
+                    continue  # not measured by this backend
+                if est["ci"] is None:
+                    return math.inf
+                half = (est["ci_high"] - est["ci_low"]) / 2
+                widest = max(widest, 100 * half / abs(est["value"]))
+    return widest
+
+
+def write_comparison(folder: Path, baseline: str) -> None:
+    """``comparison.json``: every complete variant's generated tokens against the baseline's."""
+    from llmbench.bench.report.frame import load_groups
+    from llmbench.bench.report.outputs import COMPARISON_FILE, ablation_comparisons
+
+    groups = [g for g in load_groups([folder])[0] if g.complete]
+    base = [g for g in groups if g.variant == baseline]
+    if base:
+        others = [g for g in groups if g is not base[0]]
+        write_json(folder / COMPARISON_FILE, ablation_comparisons(base[0], others))
+
+
 def run_ablation(
     resolved: ResolvedScenario,
     sets: list[str],
@@ -158,8 +207,17 @@ def run_ablation(
     out_root: Path,
     on_event: Callable[[str, str], None] = lambda level, text: None,
     timeout_s: float | None = None,
+    until_ci: float | None = None,
+    max_repeats: int | None = None,
 ) -> AblationOutcome:
     sc = resolved.scenario
+    cannot = [(v.name, why) for v in variants if (why := config_problem(resolved, v)) is not None]
+    if cannot:
+        if len(cannot) == 1:
+            what = f"variant {cannot[0][0]} cannot run here: {cannot[0][1]}"
+        else:
+            what = f"{len(cannot)} variants cannot run here: " + "; ".join(f"{n}: {why}" for n, why in cannot)
+        raise BenchError(f"{what}. Nothing was run.")
     folder = Path(out_root) / sc.name / f"{time.strftime('%Y%m%d-%H%M%S')}-ablate"
     k = 2
     while folder.exists():
@@ -168,17 +226,14 @@ def run_ablation(
     folder.mkdir(parents=True)
     session = folder.name
     states = {v.name: VariantState(v, "pending", None, []) for v in variants}
-    for v in variants:
-        problem = config_problem(resolved, v)
-        if problem is not None:
-            states[v.name] = VariantState(v, "failed", problem, [])
-            on_event("warning", f"variant {v.name}: cannot run here: {problem}")
 
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")])),
     }
     status = "running"  # what ablation.json says until the last variant ends (or the ablation is stopped)
+    order: list[list[str]] = []  # the variants each repeat started, in the order they ran
+    limit = max(repeats, max_repeats or repeats) if until_ci is not None else repeats
 
     def record() -> None:
         write_json(
@@ -191,6 +246,9 @@ def run_ablation(
                 "baseline": variants[0].name,
                 "toggles": [t._asdict() for t in toggles],
                 "repeats": repeats,
+                "until_ci": None if until_ci is None else {"percent": until_ci, "max_repeats": limit},
+                "repeats_run": len(order),
+                "order": order,
                 "status": status,
                 "command_line": command_line(),
                 "variants": [
@@ -207,15 +265,31 @@ def run_ablation(
             },
         )
 
+    def more(r: int) -> bool:
+        if r < repeats:
+            return True
+        if until_ci is None or r >= limit or not any(s.status == "ok" for s in states.values()):
+            return False
+        widest = widest_interval(folder)
+        if widest <= until_ci:
+            on_event("phase", f"every variant's headline metrics within ±{widest:.2f}% after {r} repeats")
+            return False
+        on_event("phase", f"widest interval ±{widest:.2f}% > ±{until_ci:g}%: one more repeat")
+        return True
+
     record()
     try:
-        for r in range(repeats):
-            for v in variants:
+        r = 0
+        while more(r):
+            order.append([])
+            for v in repeat_order(variants, r):
                 state = states[v.name]
                 if state.status == "failed":
                     continue
+                order[-1].append(v.name)
                 run_dir = folder / f"{slug(v.name)}-r{r}"
-                on_event("phase", f"repeat {r + 1}/{repeats} · {v.name}")
+                total = str(limit) if until_ci is None else f"{limit} at most"
+                on_event("phase", f"repeat {r + 1}/{total} · {v.name}")
                 try:
                     result = _run_child(child_command(resolved, sets, v, run_dir, session, r), env, timeout_s)
                     if not isinstance(result, ChildTimeout) and result[0] == 130:
@@ -240,8 +314,13 @@ def run_ablation(
                 else:
                     states[v.name] = state._replace(status="ok", run_dirs=[*state.run_dirs, str(run_dir)])
                 record()
+            r += 1
         status = "complete"
     except KeyboardInterrupt:
         status = "interrupted"
     record()
+    try:
+        write_comparison(folder, variants[0].name)
+    except (StoreError, OSError, ValueError, KeyError) as exc:  # the runs are kept whatever happens here
+        on_event("warning", f"outputs were not compared: {exc}")
     return AblationOutcome(folder, status, list(states.values()))

@@ -40,7 +40,7 @@ def make_backend(scenario: Scenario) -> Backend:
 
 
 def backend_problem(scenario: Scenario) -> str | None:
-    """Why this scenario's backend cannot run here, or None (an ablation records it and skips the variant)."""
+    """Why this scenario's backend cannot run here, or None (an ablation checks every variant with it)."""
     try:
         make_backend(scenario)
     except (BenchError, ValueError) as exc:  # ValueError: the engine's ConfigError, ModelConfigError

@@ -52,6 +52,11 @@ class EngineBackend:
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
         self.config = engine_config(scenario)  # ConfigError before anything is written
+        from llmbench.engine.llm_engine import resolve_model
+
+        # config.json only (a broken folder is a ModelError here, before anything is written); the
+        # vocabulary lets the runner check a prompt file's token ids before the engine starts.
+        self.vocab_size: int = resolve_model(self.config.model)[0].vocab_size
         self.device = self.config.device
         self.tp = self.config.tp
         self.cuda_indices: list[int] | None = None
@@ -68,6 +73,7 @@ class EngineBackend:
             else:
                 self.cuda_indices = list(range(base, base + self.config.tp))
         self.engine: Any = None
+        self.step_observer: Any = None  # set by the runner for the measured steps (bench/profile/window.py)
         self.unavailable: dict[str, str] = {}
         self.startup: dict[str, Any] = {}
         self.warnings: list[str] = []
@@ -95,8 +101,9 @@ class EngineBackend:
         on_progress: OnProgress | None,
     ) -> DriveResult:
         check_drive_args(offsets, concurrency)
-        return drive(
-            self.engine,
+        observer = self.step_observer
+        result = drive(
+            self.engine if observer is None else observer.observe(self.engine),
             specs,
             offsets,
             lambda s: sampling_params(self.scenario, s),
@@ -105,6 +112,9 @@ class EngineBackend:
             max_duration=max_duration,
             on_progress=on_progress,
         )
+        if observer is not None:  # interrupted or not: what it recorded is closed now
+            observer.end_of_run(self.engine)
+        return result
 
     def between_repeats(self) -> None:
         self.engine.reset_prefix_cache()

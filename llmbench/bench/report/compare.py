@@ -1,23 +1,27 @@
-"""Differences between two groups (a variant against its baseline), with bootstrap intervals.
+"""A variant against its baseline: the relative change of each metric, its 95% interval, and a verdict.
 
-With at least two repeats on each side the difference is of repeat means, resampling repeats; otherwise a
-latency statistic is compared over requests (resampling each side's requests), and any other metric has
-no interval. ``verdict`` says whether a change is a regression: worse than the threshold *and* its 95%
-interval lies wholly on the worse side of zero (without an interval, the threshold alone decides and the
-verdict says "worse (no CI)").
+``change`` takes the per-repeat values of both groups. Variants of one ablation (same session) are paired
+by repeat index (same prompts and arrival times, run back to back): t-interval on the per-repeat log
+ratios. Other pairs of groups (separate runs, different ablations) are compared unpaired: Welch t-interval
+on the logs. See ``stats.relative_change``.
+
+``verdict`` applies one rule everywhere (``ablate``, ``report``, and ``compare``, where a regression is a
+``worse`` verdict) with a practical threshold h: ``better`` / ``worse`` when the whole 95% interval lies
+beyond h on that side, ``equivalent`` when it lies within [-h, +h], otherwise ``inconclusive (n=K)``, K
+the repeats compared (one repeat has no interval, so it is always inconclusive). Metrics without a better
+direction get ``n/a``. ``judged`` is the verdict as shown: none for incomplete runs (they are shown, not
+judged), and marked when the runs carry warnings that make timings doubtful (busy machine, lagging driver).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-import numpy as np
-import pandas as pd
-
-from llmbench.bench.metrics import METRICS, REQUEST_LEVEL
+from llmbench.bench.metrics import METRICS
 from llmbench.bench.report.frame import Group
-from llmbench.bench.stats import bootstrap_delta, stat_for
+from llmbench.bench.report.warning_flags import TIMING_FLAGS
+from llmbench.bench.stats import BETTER, EQUIVALENT, WORSE, classify, relative_change
 
 # What an ablation and the regression gate look at first.
 DELTA_METRICS = (
@@ -35,109 +39,78 @@ GATE_METRICS = (
     "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "itl_p50", "e2e_p50", "e2e_p99", "output_throughput",
     "total_throughput", "request_throughput", "goodput",
 )  # fmt: skip
+DEFAULT_MIN_EFFECT = 0.01  # 1%: smaller changes are not worth a verdict in practice
+TIMED_UNITS = ("s", "tok/s", "req/s")  # metrics a busy machine or a lagging driver distorts
+_WORDS = {BETTER: "better", WORSE: "worse", EQUIVALENT: "equivalent"}
 
 
 class Change(NamedTuple):
     metric: str
-    base: float
-    new: float
-    rel: float  # (new - base) / base
-    rel_low: float
+    base: float  # mean of the baseline's repeats
+    new: float  # mean of the variant's repeats
+    rel: float  # relative change (ratio of geometric means - 1; see stats.relative_change)
+    rel_low: float  # 95% interval, NaN when there is none
     rel_high: float
-    ci: str | None  # "repeats" | "requests" | None
+    n: int  # repeats compared (pairs when paired)
+    method: str | None  # "paired" | "unpaired" (+ " (difference)"), None without an interval
 
 
-def change(base: Group, new: Group, point: str, metric: str, seed: int = 0) -> Change:
-    a = np.asarray(base.repeat_values(point, metric), dtype=float)
-    b = np.asarray(new.repeat_values(point, metric), dtype=float)
-    a, b = a[np.isfinite(a)], b[np.isfinite(b)]
-    nan = math.nan
-    if a.size == 0 or b.size == 0:
-        return Change(
-            metric,
-            float(a.mean()) if a.size else nan,
-            float(b.mean()) if b.size else nan,
-            nan,
-            nan,
-            nan,
-            None,
-        )
-    va, vb = float(a.mean()), float(b.mean())
-    rel = (vb - va) / va if va else nan
-    if a.size >= 2 and b.size >= 2:
-        d = bootstrap_delta(a, b, seed=seed)
-        return Change(metric, va, vb, rel, d.rel.low, d.rel.high, "repeats")
-    if metric in REQUEST_LEVEL:
-        stat = stat_for(REQUEST_LEVEL[metric][1])
-        d = bootstrap_delta(
-            base.request_samples(point, metric), new.request_samples(point, metric), stat, seed=seed
-        )
-        if math.isfinite(d.rel.low):
-            # Intervals over requests, but the point estimate stays the one of the summaries.
-            return Change(metric, va, vb, rel, d.rel.low, d.rel.high, "requests")
-    return Change(metric, va, vb, rel, nan, nan, None)
+def change(base: Group, new: Group, point: str, metric: str) -> Change:
+    a, b = base.repeat_values(point, metric), new.repeat_values(point, metric)
+    if base.paired_with(new):
+        by_repeat = dict(zip(new.repeat_indices(point), b, strict=True))
+        common = [
+            (x, by_repeat[r]) for r, x in zip(base.repeat_indices(point), a, strict=True) if r in by_repeat
+        ]
+        rc = relative_change([x for x, _ in common], [y for _, y in common], paired=True)
+        if rc.n >= 2 or (rc.n == 1 and min(_count(a), _count(b)) < 2):
+            return Change(metric, rc.base, rc.new, rc.value, rc.low, rc.high, rc.n, rc.method)
+        # Too few repeats share an index (a repeat failed on one side): compare the sets unpaired.
+    rc = relative_change(a, b, paired=False)
+    return Change(metric, rc.base, rc.new, rc.value, rc.low, rc.high, rc.n, rc.method)
 
 
-def worse_by(metric: str, rel: float) -> float:
-    """How much worse (positive) or better (negative) a relative change is for this metric."""
-    better = METRICS[metric].better
-    if better == "lower":
-        return rel
-    if better == "higher":
-        return -rel
-    return 0.0
+def _count(values: list[float]) -> int:
+    return sum(math.isfinite(v) for v in values)
 
 
 def verdict(c: Change, threshold: float) -> str:
-    """'worse', 'worse (no CI)', 'better', 'noise' (inside the threshold or the interval) or 'n/a'."""
-    if math.isnan(c.rel) or not METRICS[c.metric].better:
+    """``better`` / ``worse`` / ``equivalent`` / ``inconclusive (n=K)`` / ``n/a`` (see the module
+    docstring); ``threshold`` is a fraction (0.01 = 1%)."""
+    better = METRICS[c.metric].better if c.metric in METRICS else ""
+    if not better or math.isnan(c.rel):
         return "n/a"
-    worse = worse_by(c.metric, c.rel)
-    has_ci = math.isfinite(c.rel_low) and math.isfinite(c.rel_high)
-    ci_worse = has_ci and min(worse_by(c.metric, c.rel_low), worse_by(c.metric, c.rel_high)) > 0
-    ci_better = has_ci and max(worse_by(c.metric, c.rel_low), worse_by(c.metric, c.rel_high)) < 0
-    if worse > threshold:
-        if ci_worse:
-            return "worse"
-        return "worse (no CI)" if not has_ci else "noise"
-    if worse < -threshold and (ci_better or not has_ci):
-        return "better"
-    return "noise"
+    code = int(classify(c.rel_low, c.rel_high, better, threshold))
+    return _WORDS.get(code, f"inconclusive (n={c.n})")
 
 
-def outputs_identical(base: Group, new: Group, point: str) -> str:
-    """For greedy runs: whether every request produced the same token ids as in the baseline."""
-    for side in (base, new):  # a variant may change the sampling itself
-        if float(side.meta.get("scenario", {}).get("sampling", {}).get("temperature", 1.0)) != 0.0:
-            return "n/a (sampling)"
-    a, b = base.requests(), new.requests()
-    if a.empty or b.empty:
-        return "n/a"
-    for side in (a, b):  # a server that streams text only leaves the ids empty: nothing to compare
-        if "output_len" in side and any(
-            len(t) == 0 and n > 0 for t, n in zip(side["token_ids"], side["output_len"], strict=True)
-        ):
-            return "n/a (token ids not returned)"
-    keys = ["repeat", "request_id"]
-    a = a[a["point"] == point].set_index(keys)["token_ids"]
-    b = b[b["point"] == point].set_index(keys)["token_ids"]
-    common = a.index.intersection(b.index)
-    if len(common) == 0:
-        return "n/a (no common requests)"
-    differ = sum(not np.array_equal(np.asarray(a[k]), np.asarray(b[k])) for k in common)
-    return "yes" if differ == 0 else f"no ({differ}/{len(common)} differ)"
+def judged(base: Group, new: Group, point: str, c: Change, threshold: float) -> str:
+    """The verdict as a report shows it: none on incomplete runs; on runs flagged busy or lagging, a
+    verdict on a timing (latency, throughput) says so."""
+    incomplete = [g.label for g in (base, new) if not g.complete]
+    if incomplete:
+        return f"none ({' and '.join(incomplete)}: incomplete run)"
+    v = verdict(c, threshold)
+    doubt = [f for f in TIMING_FLAGS if f in base.flags(point) or f in new.flags(point)]
+    if doubt and v != "n/a" and METRICS[c.metric].unit in TIMED_UNITS:
+        flagged = f"runs flagged {', '.join(doubt)}"
+        v = f"{v[:-1]}; {flagged})" if v.endswith(")") else f"{v} ({flagged})"
+    return v
 
 
-def delta_frame(
-    baseline: Group, others: list[Group], metrics: tuple[str, ...] = DELTA_METRICS
-) -> pd.DataFrame:
-    """One row per (variant, point, metric) against ``baseline``."""
-    rows: list[dict[str, Any]] = []
-    for g in others:
-        for point in baseline.points:
-            if point not in g.points:
-                continue
-            for metric in metrics:
-                c = change(baseline, g, point, metric)
-                rows.append({"variant": g.label, "point": point, **c._asdict()})
-    return pd.DataFrame(rows, columns=["variant", "point", *Change._fields])
+def method_note(changes: list[Change], threshold: float) -> str:
+    """One line saying how the intervals and verdicts of a comparison were made."""
+    methods = {c.method.split(" ")[0] for c in changes if c.method}
+    ns = sorted({c.n for c in changes if c.n})
+    reps = f"n={'/'.join(map(str, ns))}" if ns else "no repeats"
+    if "paired" in methods:
+        how = "t-interval on per-repeat log ratios, repeats paired by index"
+    elif "unpaired" in methods:
+        how = "Welch t-interval on the log values of separate runs"
+    else:
+        how = "no interval: one repeat per side has no run-to-run variance; use --repeats 2 or more"
+    return (
+        f"95% CI: {how} ({reps}); change: ratio of the repeats' geometric means. Verdicts: "
+        f"better/worse when the whole interval lies beyond ±{threshold * 100:g}%, equivalent when it lies "
+        "within it, else inconclusive."
+    )

@@ -81,6 +81,16 @@ def format_pct(value: Any, signed: bool = True) -> str:
     return f"{value * 100:+.1f}%" if signed else f"{value * 100:.1f}%"
 
 
+PCT_CAP = 9.99  # +999%: beyond it an interval bound says only "far", and its digits would drown the table
+
+
+def format_pct_interval(low: Any, high: Any) -> str:
+    """A relative change's interval, ``-2.1% … +3.4%``; bounds beyond +999% read ``>+999%``."""
+    if high is not None and not math.isnan(high) and high > PCT_CAP:
+        return f"{format_pct(low)} … >+999%"
+    return f"{format_pct(low)} … {format_pct(high)}"
+
+
 def metric_label(metric: str) -> str:
     label = METRICS[metric].label if metric in METRICS else metric
     unit = display_unit(metric)

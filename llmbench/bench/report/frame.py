@@ -2,11 +2,15 @@
 
 A *group* is one engine configuration of one scenario measured together: the runs sharing
 (scenario, session, variant). An ablation's variant is one group whose repeats live in several folders
-(one process per repeat); a standalone run is a group of its own. Per sweep point a group pools the
-repeats of all its runs; estimates and 95% intervals come from ``summary.interval``.
+(one process per repeat); a standalone run is a group of its own. Runs that were interrupted or failed
+(marked incomplete) form groups of their own, labelled "(incomplete)": they are shown, never judged. Per
+sweep point a group pools the repeats of all its runs; estimates and 95% intervals come from
+``summary.interval``. Labels are unique within a scenario: configurations measured more than once are told
+apart by their ablation or run folder time stamp.
 
-The tidy frame has one row per (group, point, metric): scenario, session, variant, label, point, metric,
-value, ci_low, ci_high, ci, n, unit, better. Tables, CSV, Markdown and HTML are all views of it.
+The tidy frame has one row per (group, point, metric): scenario, session, variant, label, status, point,
+metric, value, ci_low, ci_high, ci, n, unit, better, warnings (the flags of the run warnings that concern
+that point). Tables, CSV, Markdown and HTML are all views of it.
 """
 
 from __future__ import annotations
@@ -19,12 +23,13 @@ import numpy as np
 import pandas as pd
 
 from llmbench.bench.metrics import METRICS, REQUEST_LEVEL
+from llmbench.bench.report import warning_flags
 from llmbench.bench.store import Problem, Run, find_runs
 from llmbench.bench.summary import interval
 
 TIDY_COLUMNS = (
-    "scenario", "session", "variant", "label", "point", "metric", "value", "ci_low", "ci_high", "ci", "n",
-    "unit", "better",
+    "scenario", "session", "variant", "label", "status", "point", "metric", "value", "ci_low", "ci_high",
+    "ci", "n", "unit", "better", "warnings",
 )  # fmt: skip
 _REQUEST_COLUMN = {
     "ttft": "ttft", "tpot": "tpot", "e2e": "e2e", "queue": "queue_time", "client_queue": "client_queue",
@@ -37,6 +42,7 @@ class Group:
     session: str
     variant: str
     runs: list[Run]
+    complete: bool = True
     label: str = ""
     points: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # point -> repeat entries
     _requests: pd.DataFrame | None = None
@@ -49,9 +55,44 @@ class Group:
     def unavailable(self) -> dict[str, str]:
         return self.runs[0].summary.get("unavailable") or {}
 
+    @property
+    def recorded_session(self) -> str | None:
+        """The session the runs recorded (an ablation's folder name); None for standalone runs."""
+        return self.meta.get("session")
+
+    def paired_with(self, other: Group) -> bool:
+        """Whether this group's repeats pair with ``other``'s by repeat index: variants of one ablation,
+        run back to back on the same prompts and arrival times."""
+        return self.recorded_session is not None and self.recorded_session == other.recorded_session
+
+    @property
+    def status(self) -> str:
+        """Either complete, or incomplete with the reasons its runs recorded (interrupted, failed...)."""
+        if self.complete:
+            return "complete"
+        why = sorted({str(r.meta.get("stop_reason") or r.meta.get("status")) for r in self.runs})
+        return f"incomplete ({', '.join(why)})"
+
     def repeat_values(self, point: str, metric: str) -> list[float]:
         vals = [(e.get("metrics") or {}).get(metric) for e in self.points.get(point, [])]
         return [math.nan if v is None else float(v) for v in vals]
+
+    def repeat_indices(self, point: str) -> list[int]:
+        """The repeat index of each entry of ``repeat_values`` (what pairs repeats across variants)."""
+        return [int(e.get("repeat", i)) for i, e in enumerate(self.points.get(point, []))]
+
+    def warnings(self, point: str) -> list[str]:
+        """The runs' warnings that concern ``point``; with several runs each names its run folder."""
+        out = []
+        for r in self.runs:
+            points = [p.get("label", "?") for p in r.summary.get("points", [])]
+            for text in r.summary.get("warnings") or []:
+                if warning_flags.concerns(text, point, points):
+                    out.append(f"{r.path.name}: {text}" if len(self.runs) > 1 else text)
+        return out
+
+    def flags(self, point: str) -> list[str]:
+        return warning_flags.flags(self.warnings(point))
 
     def requests(self) -> pd.DataFrame:
         """All runs' requests (loaded once)."""
@@ -83,8 +124,7 @@ class Group:
         return float(x.mean()) if x.size else math.nan
 
     def estimate(self, point: str, metric: str) -> dict[str, Any]:
-        loader = (lambda: self.request_samples(point, metric)) if metric in REQUEST_LEVEL else None
-        return interval(metric, self.repeat_values(point, metric), loader)
+        return interval(self.repeat_values(point, metric))
 
     def startup(self) -> dict[str, float]:
         """Mean one-off costs over the group's runs (seconds)."""
@@ -97,28 +137,47 @@ class Group:
 
 
 def load_groups(paths: list[Any]) -> tuple[list[Group], list[Problem]]:
-    """Complete runs grouped; incomplete ones become problems (reported, skipped)."""
+    """Runs grouped (incomplete ones in groups of their own, see the module docstring); folders that
+    cannot be read become problems."""
     runs, problems = find_runs(paths)
-    groups: dict[tuple[str, str, str], Group] = {}
+    groups: dict[tuple[str, str, str, bool], Group] = {}
     for run in runs:
-        if not run.complete:
-            why = run.meta.get("stop_reason") or run.meta.get("status")
-            problems.append(Problem(run.path, f"incomplete run ({why}): skipped"))
-            continue
         m = run.meta
-        key = (_comparable(m), m.get("session") or str(run.path), m["variant"])
-        g = groups.setdefault(key, Group(*key, runs=[]))
+        key = (_comparable(m), m.get("session") or str(run.path), m["variant"], run.complete)
+        g = groups.setdefault(key, Group(*key[:3], runs=[], complete=run.complete))
         g.runs.append(run)
         for p in run.summary["points"]:
             g.points.setdefault(p.get("label", "?"), []).extend(p.get("repeats", []))
     out = list(groups.values())
-    for g in out:
-        same = [h for h in out if h.scenario == g.scenario and h.variant == g.variant]
-        stamp = "-".join(g.runs[0].path.name.split("-")[:2])  # the folder's <date>-<time>
-        backend = g.meta.get("backend") or "engine"
-        label = g.variant if backend == "engine" or "backend=" in g.variant else f"{g.variant} ({backend})"
-        g.label = label if len(same) == 1 else f"{label} @ {stamp}"
+    _label(out)
     return out, problems
+
+
+def _label(groups: list[Group]) -> None:
+    """Unique labels within each scenario: the variant (and backend); a time stamp where the same
+    configuration was measured more than once; "(incomplete)" on incomplete runs; "#k" for what is left."""
+    names = {}
+    for g in groups:
+        backend = g.meta.get("backend") or "engine"
+        names[id(g)] = (
+            g.variant if backend == "engine" or "backend=" in g.variant else f"{g.variant} ({backend})"
+        )
+    for g in groups:
+        same = [h for h in groups if h.scenario == g.scenario and names[id(h)] == names[id(g)]]
+        stamped = len({h.session for h in same}) > 1
+        g.label = (
+            names[id(g)] + (f" @ {_stamp(g)}" if stamped else "") + ("" if g.complete else " (incomplete)")
+        )
+    for g in groups:
+        twins = [h for h in groups if h.scenario == g.scenario and h.label == g.label]
+        if len(twins) > 1:
+            for k, h in enumerate(twins[1:], start=2):
+                h.label = f"{h.label} #{k}"
+
+
+def _stamp(g: Group) -> str:
+    """An ablation's folder name (its session), or a standalone run folder's <date>-<time>."""
+    return g.recorded_session or "-".join(g.runs[0].path.name.split("-")[:2])
 
 
 def _comparable(meta: dict[str, Any]) -> str:
@@ -132,6 +191,7 @@ def tidy(groups: list[Group], metrics: list[str] | None = None) -> pd.DataFrame:
     rows = []
     for g in groups:
         for point in g.points:
+            flags = "; ".join(g.flags(point))
             for metric in metrics or list(METRICS):
                 est = g.estimate(point, metric)
                 info = METRICS[metric]
@@ -141,6 +201,7 @@ def tidy(groups: list[Group], metrics: list[str] | None = None) -> pd.DataFrame:
                         "session": g.session,
                         "variant": g.variant,
                         "label": g.label,
+                        "status": g.status,
                         "point": point,
                         "metric": metric,
                         "value": est["value"],
@@ -150,6 +211,7 @@ def tidy(groups: list[Group], metrics: list[str] | None = None) -> pd.DataFrame:
                         "n": est["n"],
                         "unit": info.unit,
                         "better": info.better,
+                        "warnings": flags,
                     }
                 )
     return pd.DataFrame(rows, columns=list(TIDY_COLUMNS))

@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 from llmbench.bench.report.frame import Group
+from llmbench.bench.report.profile_views import profile_bars
 from llmbench.bench.report.views import View
 
 _CSS = """
@@ -25,6 +26,7 @@ th { text-align: left; background: #f4f4f4; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 img { max-width: 100%; }
 .problems { color: #a40; }
+.notes { font-size: 0.85em; color: #555; }
 """
 
 
@@ -37,7 +39,9 @@ def view_html(view: View) -> str:
             for c, num in zip(row, view.numeric, strict=True)
         )
         body += f"<tr>{cells}</tr>\n"
-    return f"<h3>{html.escape(view.title)}</h3>\n<table><tr>{head}</tr>\n{body}</table>\n"
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in view.notes)
+    notes = f"<ul class='notes'>{notes}</ul>\n" if notes else ""
+    return f"<h3>{html.escape(view.title)}</h3>\n<table><tr>{head}</tr>\n{body}</table>\n{notes}"
 
 
 def _png(fig) -> str:
@@ -149,7 +153,12 @@ def render_html(sections: list[tuple[str, list[View], list[Group]]], problems: l
     for scenario, views, groups in sections:
         parts.append(f"<h2>{html.escape(scenario)}</h2>")
         parts += [view_html(v) for v in views]
-        for plot in (latency_cdfs(groups), throughput_bars(groups), telemetry_plot(groups)):
+        for plot in (
+            latency_cdfs(groups),
+            throughput_bars(groups),
+            telemetry_plot(groups),
+            profile_bars(groups),
+        ):
             if plot:
                 parts.append(f"<p>{plot}</p>")
     parts.append("</body></html>\n")

@@ -1,6 +1,7 @@
-"""Report tables as plain data (title, headers, rows of text, alignment), built from groups.
+"""Report tables as plain data (title, headers, rows of text, alignment, notes), built from groups.
 
-Renderers turn a :class:`View` into Rich (cli), Markdown, or HTML; numbers are right-aligned in all.
+Renderers turn a :class:`View` into Rich (cli), Markdown, or HTML; numbers are right-aligned in all, and
+the notes (how intervals were made, the runs' warnings in full) follow the table in every format.
 """
 
 from __future__ import annotations
@@ -8,9 +9,17 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from llmbench.bench.report.compare import DELTA_METRICS, change, outputs_identical, verdict
-from llmbench.bench.report.format import format_pct, format_value, is_unavailable, metric_label
+from llmbench.bench.report.compare import DEFAULT_MIN_EFFECT, DELTA_METRICS, change, judged, method_note
+from llmbench.bench.report.format import (
+    DASH,
+    format_pct,
+    format_pct_interval,
+    format_value,
+    is_unavailable,
+    metric_label,
+)
 from llmbench.bench.report.frame import Group
+from llmbench.bench.report.outputs import OutputComparison, compare_outputs, describe
 
 OVERVIEW_METRICS = (
     "ttft_p50", "ttft_p99", "tpot_p50", "e2e_p99", "output_throughput", "request_throughput", "peak_memory",
@@ -23,6 +32,7 @@ class View(NamedTuple):
     headers: list[str]
     rows: list[list[str]]
     numeric: list[bool]  # per column: right-align
+    notes: tuple[str, ...] = ()  # lines under the table
 
 
 def by_scenario(groups: list[Group]) -> dict[str, list[Group]]:
@@ -33,12 +43,20 @@ def by_scenario(groups: list[Group]) -> dict[str, list[Group]]:
     return out
 
 
-def overview(scenario: str, groups: list[Group], baseline: Group | None) -> View:
-    """Headline metrics down, one column per (configuration, point); changes against the baseline."""
+def overview(
+    scenario: str, groups: list[Group], baseline: Group | None, metrics: list[str] | None = None
+) -> View:
+    """Headline metrics down, one column per (configuration, point); changes against the baseline; the
+    flags of the runs' warnings on top of each column, the warnings in full under the table."""
     columns = [(g, point) for g in groups for point in g.points]
     headers = ["metric", *(f"{g.label} · {point}" for g, point in columns)]
     rows = [["repeats", *(str(len(g.points[point])) for g, point in columns)]]
-    for m in OVERVIEW_METRICS:
+    if any(not g.complete for g in groups):
+        rows.append(["status", *(g.status for g, _ in columns)])
+    flags = [", ".join(g.flags(point)) or DASH for g, point in columns]
+    if any(f != DASH for f in flags):
+        rows.append(["run warnings", *flags])
+    for m in metrics or OVERVIEW_METRICS:
         cells = []
         for g, point in columns:
             value = g.value(point, m)
@@ -49,35 +67,48 @@ def overview(scenario: str, groups: list[Group], baseline: Group | None) -> View
                 and point in baseline.points
                 and math.isfinite(value)
             ):
-                base = baseline.value(point, m)
-                text += f" ({format_pct((value - base) / base if base else math.nan)})"
+                text += f" ({format_pct(change(baseline, g, point, m).rel)})"
             cells.append(text)
-        if any(c not in ("–", "unavailable") for c in cells):
+        if any(c not in (DASH, "unavailable") for c in cells):
             rows.append([metric_label(m), *cells])
+    notes = tuple(f"{g.label} · {point}: {w}" for g, point in columns for w in g.warnings(point))
     title = scenario + (f" (changes against {baseline.label})" if baseline is not None else "")
-    return View(title, headers, rows, [False, *([True] * len(columns))])
+    return View(title, headers, rows, [False, *([True] * len(columns))], notes)
 
 
-def deltas(scenario: str, baseline: Group, others: list[Group], threshold: float = 0.0) -> list[View]:
-    """Per variant and point: baseline, variant, change with its 95% interval, verdict; outputs identical."""
+def deltas(
+    scenario: str,
+    baseline: Group,
+    others: list[Group],
+    threshold: float = DEFAULT_MIN_EFFECT,
+    metrics: list[str] | None = None,
+) -> list[View]:
+    """Per variant and point: baseline, variant, change with its 95% interval, verdict; outputs compared."""
     headers = ["metric", "baseline", "variant", "change", "95% CI", "verdict"]
     views = []
     for g in others:
         for point in baseline.points:
             if point not in g.points:
                 continue
-            rows = []
-            for m in DELTA_METRICS:
+            rows, changes = [], []
+            for m in metrics or DELTA_METRICS:
                 c = change(baseline, g, point, m)
+                changes.append(c)
                 una = is_unavailable(m, g.unavailable)
-                ci = f"{format_pct(c.rel_low)} … {format_pct(c.rel_high)}" if c.ci else "–"
+                ci = format_pct_interval(c.rel_low, c.rel_high) if c.method else DASH
                 rows.append([
                     metric_label(m), format_value(m, c.base, una), format_value(m, c.new, una), format_pct(c.rel), ci,
-                    verdict(c, threshold),
+                    judged(baseline, g, point, c, threshold),
                 ])  # fmt: skip
-            rows.append(["outputs identical (greedy)", "", outputs_identical(baseline, g, point), "", "", ""])
+            outputs = compare_outputs(baseline, g, point)
+            text = describe(outputs) if isinstance(outputs, OutputComparison) else outputs
+            rows.append(["outputs against the baseline (greedy)", "", text, "", "", ""])
+            notes = [method_note(changes, threshold)]
+            flagged = [f"{h.label}: {', '.join(h.flags(point))}" for h in (baseline, g) if h.flags(point)]
+            if flagged:
+                notes.append(f"run warnings ({'; '.join(flagged)}) are listed in full under the first table")
             title = f"{scenario} · {point}: {g.label} against {baseline.label}"
-            views.append(View(title, headers, rows, [False, True, True, True, True, False]))
+            views.append(View(title, headers, rows, [False, True, True, True, True, False], tuple(notes)))
     return views
 
 
@@ -105,4 +136,6 @@ def to_markdown(view: View) -> str:
     lines = [f"### {esc(view.title)}", "", "| " + " | ".join(esc(h) for h in view.headers) + " |"]
     lines.append("|" + "|".join("---:" if num else "---" for num in view.numeric) + "|")
     lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in view.rows]
+    if view.notes:
+        lines += ["", *("- " + " ".join(note.split()) for note in view.notes)]  # one line per note
     return "\n".join(lines) + "\n"

@@ -19,6 +19,7 @@ import yaml
 from pydantic import ValidationError
 
 from llmbench.bench.errors import ScenarioError
+from llmbench.bench.scenario.changes import profile_changes
 from llmbench.bench.scenario.errors import format_validation_error
 from llmbench.bench.scenario.schema import Scenario
 
@@ -30,6 +31,7 @@ SHIPPED_DIR = Path(__file__).resolve().parents[3] / "scenarios"  # the repositor
 class ProfileChoice(NamedTuple):
     name: str | None
     reason: str
+    changes: str = ""  # what the profile changed (changes.profile_changes), "" when none applies
 
 
 class ResolvedScenario(NamedTuple):
@@ -223,7 +225,13 @@ def load_scenario(
     if choice.name is not None:
         merged = deep_merge(data, profiles[choice.name].get("overrides") or {})
     origin = str(path) + (f" (with profile '{choice.name}')" if choice.name else "")
-    scenario = _validate(apply_overrides(merged, sets), origin + (" and --set overrides" if sets else ""))
+    after = apply_overrides(merged, sets)
+    scenario = _validate(after, origin + (" and --set overrides" if sets else ""))
+    if choice.name is not None:
+        overrides_of = profiles[choice.name].get("overrides") or {}
+        choice = choice._replace(
+            changes=profile_changes(apply_overrides(data, sets), after, overrides_of, scenario)
+        )
 
     # Every profile must be valid, not only the one this machine picks.
     for name, prof in profiles.items():

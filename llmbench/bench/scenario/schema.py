@@ -170,7 +170,8 @@ class Workload(StrictModel):
         return self
 
 
-ArrivalKind = Literal["offline", "poisson", "gamma", "concurrency", "trace"]
+ArrivalKind = Literal["offline", "poisson", "gamma", "concurrency", "trace", "sweep"]
+SWEEP_FRACTIONS = (0.25, 0.5, 0.75)  # a sweep's default: light, moderate and heavy load for the machine
 
 
 class Arrival(StrictModel):
@@ -180,14 +181,18 @@ class Arrival(StrictModel):
     at ``rate`` with coefficient of variation ``cv`` (cv=1 is Poisson, >1 burstier, <1 smoother).
     concurrency: keep ``concurrency`` requests in flight. trace: the workload trace's own times.
     A list of rates or concurrencies is a sweep: one run per point.
+    sweep: a load that fits the machine, found by measuring it: first ``sync`` (one request at a time),
+    then ``throughput`` (all at once: the requests/s it reaches is the machine's capacity), then Poisson
+    points at ``fractions`` of that capacity (default 0.25, 0.5, 0.75), labelled ``poisson@0.5x``.
     """
 
     kind: ArrivalKind = "offline"
     rate: list[float] | None = None
     cv: float | None = Field(default=None, gt=0)
     concurrency: list[int] | None = None
+    fractions: list[float] | None = None
 
-    @field_validator("rate", "concurrency", mode="before")
+    @field_validator("rate", "concurrency", "fractions", mode="before")
     @classmethod
     def _scalar_to_list(cls, value: Any) -> Any:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -216,26 +221,43 @@ class Arrival(StrictModel):
                 raise ValueError(f"concurrency is requests in flight and must be >= 1, got {bad[0]}")
         return value
 
+    @field_validator("fractions")
+    @classmethod
+    def _positive_fractions(cls, value: list[float] | None) -> list[float] | None:
+        if value is not None:
+            if not value:
+                raise ValueError("needs at least one fraction")
+            bad = [f for f in value if not f > 0]
+            if bad:
+                raise ValueError(f"fractions of the measured capacity must be > 0, got {bad[0]}")
+            twice = sorted({f for f in value if value.count(f) > 1})
+            if twice:
+                raise ValueError(f"each fraction names one point; {twice[0]:g} is given twice")
+        return value
+
     @model_validator(mode="after")
     def _fields_fit_kind(self) -> Arrival:
-        needs = {
-            "offline": set(),
-            "poisson": {"rate"},
-            "gamma": {"rate", "cv"},
-            "concurrency": {"concurrency"},
-            "trace": set(),
+        needs, optional = {
+            "offline": (set(), set()),
+            "poisson": ({"rate"}, set()),
+            "gamma": ({"rate", "cv"}, set()),
+            "concurrency": ({"concurrency"}, set()),
+            "trace": (set(), set()),
+            "sweep": (set(), {"fractions"}),
         }[self.kind]
-        given = {name for name in ("rate", "cv", "concurrency") if getattr(self, name) is not None}
-        takes = ", ".join(sorted(needs)) or "nothing else"
+        given = {
+            name for name in ("rate", "cv", "concurrency", "fractions") if getattr(self, name) is not None
+        }
+        takes = ", ".join(sorted(needs) + [f"{o} (optional)" for o in sorted(optional)]) or "nothing else"
         for name in sorted(needs - given):
             raise FieldIssue(name, f"required for kind '{self.kind}' (it takes: {takes})")
-        for name in sorted(given - needs):
+        for name in sorted(given - needs - optional):
             raise FieldIssue(name, f"does not apply to kind '{self.kind}' (it takes: {takes})")
         return self
 
     @property
     def points(self) -> list[dict[str, Any]]:
-        """The sweep: one arrival setting per run point."""
+        """The sweep: one arrival setting per run point (a sweep's fractions get their rate when run)."""
         if self.kind in ("poisson", "gamma"):
             return [
                 {"kind": self.kind, "rate": r, **({"cv": self.cv} if self.cv else {})}
@@ -243,7 +265,23 @@ class Arrival(StrictModel):
             ]
         if self.kind == "concurrency":
             return [{"kind": "concurrency", "concurrency": c} for c in self.concurrency or []]
+        if self.kind == "sweep":
+            return [
+                {"kind": "concurrency", "concurrency": 1, "sweep": "sync"},
+                {"kind": "offline", "sweep": "throughput"},
+                *(
+                    {"kind": "poisson", "sweep": "fraction", "fraction": f}
+                    for f in self.fractions or SWEEP_FRACTIONS
+                ),
+            ]
         return [{"kind": self.kind}]
+
+    @property
+    def warmup_point(self) -> dict[str, Any]:
+        """The arrivals warm-up runs under: the first point's, or a sweep's all-at-once point (every batch
+        shape the sweep will see)."""
+        points = self.points
+        return points[1] if self.kind == "sweep" else points[0]
 
 
 class Sampling(StrictModel):
@@ -294,7 +332,7 @@ class Scenario(StrictModel):
     workload: Workload
     arrival: Arrival = Field(default_factory=Arrival)
     sampling: Sampling = Field(default_factory=Sampling)
-    warmup: int = Field(default=0, ge=0)  # warm-up requests, run first (first point's arrivals), discarded
+    warmup: int = Field(default=0, ge=0)  # warm-up requests, run first (Arrival.warmup_point), discarded
     repeats: int = Field(default=1, ge=1)
     seed: int = 0
     slo: SLO = Field(default_factory=SLO)

@@ -12,7 +12,12 @@ from __future__ import annotations
 import numpy as np
 
 from llmbench.bench.scenario.schema import Workload
-from llmbench.bench.workload.files import prompt_file_requests, sharegpt_requests, trace_requests
+from llmbench.bench.workload.files import (
+    check_prompt_file,
+    prompt_file_requests,
+    sharegpt_requests,
+    trace_requests,
+)
 from llmbench.bench.workload.spec import Encoder, RequestSpec
 from llmbench.bench.workload.synthetic import shared_prefix_requests, synthetic_requests
 
@@ -27,10 +32,10 @@ def build_requests(
     if workload.source == "shared_prefix":
         return shared_prefix_requests(workload, vocab_size, rng, token_rng)
     if workload.source == "file":
-        return prompt_file_requests(workload, encoder, rng)
+        return prompt_file_requests(workload, encoder, vocab_size, rng)
     if workload.source == "sharegpt":
         return sharegpt_requests(workload, encoder, rng)
     return trace_requests(workload, vocab_size, token_rng)
 
 
-__all__ = ["Encoder", "RequestSpec", "build_requests"]
+__all__ = ["Encoder", "RequestSpec", "build_requests", "check_prompt_file"]

@@ -1,7 +1,8 @@
 """Workloads read from files: prompt lists (JSONL or text), ShareGPT conversations, arrival traces.
 
 Each reader returns :class:`RequestSpec`s in file order; a malformed file is a :class:`WorkloadError`
-naming the file, the line (or record) and what was expected.
+naming the file, the line (or record) and what was expected. Token ids given in a prompt file are checked
+against the model's vocabulary (``check_prompt_file`` does it before the backend starts).
 """
 
 from __future__ import annotations
@@ -25,9 +26,15 @@ def _positive_int(value: Any, where: str, what: str) -> int:
     return int(value)
 
 
-def _token_ids(value: Any, where: str) -> list[int]:
+def _token_ids(value: Any, where: str, vocab_size: int) -> list[int]:
     if not value or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value):
         raise WorkloadError(f"{where}: token ids must be a non-empty list of non-negative integers")
+    outside = next((t for t in value if t >= vocab_size), None)
+    if outside is not None:
+        raise WorkloadError(
+            f"{where}: token id {outside} is outside the model's vocabulary of {vocab_size} ids "
+            f"(0 to {vocab_size - 1})"
+        )
     return list(value)
 
 
@@ -44,31 +51,49 @@ def _read_jsonl(path: Path) -> list[tuple[int, Any]]:
     return records
 
 
-def prompt_file_requests(workload: Workload, encoder: Encoder, rng: np.random.Generator) -> list[RequestSpec]:
+def _prompt_records(
+    path: Path, encoder: Encoder | None, vocab_size: int
+) -> list[tuple[list[int], int | None]]:
+    """(prompt ids, output_len or None) per record; token ids are checked against the vocabulary. Without
+    an ``encoder`` text prompts are read but not encoded (their ids list is empty)."""
+    encode = encoder.encode if encoder is not None else (lambda text: [])
+    if path.suffix not in (".jsonl", ".json", ".ndjson"):
+        return [
+            (encode(line), None) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+        ]
+    prompts: list[tuple[list[int], int | None]] = []
+    for lineno, rec in _read_jsonl(path):
+        where = f"{path}:{lineno}"
+        if not isinstance(rec, dict):
+            raise WorkloadError(
+                f"{where}: each line must be a JSON object with 'prompt' or 'prompt_token_ids'"
+            )
+        if "prompt_token_ids" in rec:
+            ids = _token_ids(rec["prompt_token_ids"], where, vocab_size)
+        elif isinstance(rec.get("prompt"), list):
+            ids = _token_ids(rec["prompt"], where, vocab_size)
+        elif isinstance(rec.get("prompt"), str) and rec["prompt"]:
+            ids = encode(rec["prompt"])
+        else:
+            raise WorkloadError(f"{where}: needs 'prompt' (text or token ids) or 'prompt_token_ids'")
+        out = rec.get("output_len", rec.get("max_tokens"))
+        prompts.append((ids, None if out is None else _positive_int(out, where, "output_len")))
+    return prompts
+
+
+def check_prompt_file(workload: Workload, vocab_size: int) -> None:
+    """Read a ``file`` workload's records and check their token ids against the vocabulary, without a
+    tokenizer: the runner calls it before the backend starts, so a bad file is an error before any cost."""
+    if workload.source == "file":
+        _prompt_records(Path(workload.path), None, vocab_size)
+
+
+def prompt_file_requests(
+    workload: Workload, encoder: Encoder, vocab_size: int, rng: np.random.Generator
+) -> list[RequestSpec]:
     """JSONL records ``{"prompt": "text" | [ids], "prompt_token_ids": [ids], "output_len": N}``, or plain text."""
     path = Path(workload.path)
-    prompts: list[tuple[list[int], int | None]] = []
-    if path.suffix in (".jsonl", ".json", ".ndjson"):
-        for lineno, rec in _read_jsonl(path):
-            where = f"{path}:{lineno}"
-            if not isinstance(rec, dict):
-                raise WorkloadError(
-                    f"{where}: each line must be a JSON object with 'prompt' or 'prompt_token_ids'"
-                )
-            if "prompt_token_ids" in rec:
-                ids = _token_ids(rec["prompt_token_ids"], where)
-            elif isinstance(rec.get("prompt"), list):
-                ids = _token_ids(rec["prompt"], where)
-            elif isinstance(rec.get("prompt"), str) and rec["prompt"]:
-                ids = encoder.encode(rec["prompt"])
-            else:
-                raise WorkloadError(f"{where}: needs 'prompt' (text or token ids) or 'prompt_token_ids'")
-            out = rec.get("output_len", rec.get("max_tokens"))
-            prompts.append((ids, None if out is None else _positive_int(out, where, "output_len")))
-    else:
-        text = path.read_text(encoding="utf-8")
-        prompts = [(encoder.encode(line), None) for line in text.splitlines() if line.strip()]
-    prompts = [(ids, out) for ids, out in prompts if ids]
+    prompts = [(ids, out) for ids, out in _prompt_records(path, encoder, vocab_size) if ids]
     if not prompts:
         raise WorkloadError(f"{path}: holds no prompt")
     if any(out is None for _, out in prompts) and workload.output_len is None:

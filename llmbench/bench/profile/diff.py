@@ -1,0 +1,46 @@
+"""The comparison of two variants' profiles: per kind of step, each figure's mean per step side by side.
+
+Rows: the step's wall time, the device busy time and each category in it, the device idle time and the
+host phases the device waited for (on a CPU: time in ops, and outside them by phase), the launches per
+step. A figure one side lacks counts 0 there
+(a category with no kernel), except the step times, which both sides have.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmbench.engine.kernel_roles import CATEGORIES
+
+
+def _row(kind: str, figure: str, base: float | None, new: float | None, unit: str = "s") -> dict[str, Any]:
+    change = (new - base) / base if base and new is not None else None
+    return {"kind": kind, "figure": figure, "unit": unit, "baseline": base, "variant": new, "change": change}
+
+
+def diff_rows(base: dict[str, Any], other: dict[str, Any]) -> list[dict[str, Any]]:
+    gpu = base.get("mode") == "cuda"
+    busy, idle, waiting = (
+        ("GPU busy", "GPU idle", "waiting for ") if gpu else ("in ops (CPU)", "outside ops", "")
+    )
+    rows = []
+    for kind, b in base.get("kinds", {}).items():
+        o = other.get("kinds", {}).get(kind)
+        if o is None:
+            continue
+        rows.append(_row(kind, "step (wall)", b["wall"], o["wall"]))
+        rows.append(_row(kind, busy, b["busy"], o["busy"]))
+        for cat in CATEGORIES:
+            x, y = b["device"].get(cat, 0.0), o["device"].get(cat, 0.0)
+            if x or y:
+                rows.append(_row(kind, f"  {cat}", x, y))
+        rows.append(_row(kind, idle, b["idle"], o["idle"]))
+        waits = sorted(
+            set(b["waited_for"]) | set(o["waited_for"]), key=lambda k: -b["waited_for"].get(k, 0.0)
+        )
+        for name in waits:
+            x, y = b["waited_for"].get(name, 0.0), o["waited_for"].get(name, 0.0)
+            rows.append(_row(kind, f"  {waiting}{name}", x, y))
+        if b.get("launches") or o.get("launches"):
+            rows.append(_row(kind, "launches", b.get("launches"), o.get("launches"), unit="count"))
+    return rows

@@ -1,0 +1,198 @@
+"""A variant's ``profile.json``: its traces read (trace.py) and paired with the engine's step statistics.
+
+Per step (rank 0): the breakdown, with the step's kind, size and the engine's own step time. Per kind:
+the mean per step over the window's steps that were not slow. Per rank: the mean per step over all its
+window steps (ranks > 0 serve rank 0's steps one for one). The top kernels (or, on a CPU, ops) of rank 0's
+window with achieved FLOP/s and bytes/s against the device's peaks, where known. Slow steps recorded around
+(``--slow-steps``) are listed with their causes and breakdown.
+
+All times are seconds; a step's breakdown adds up to its wall time (trace.py).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from llmbench.bench.peaks import PeakUsed
+from llmbench.bench.profile.trace import KernelStat, StepBreakdown, TraceBreakdown, analyse
+
+TOP_KERNELS = 15
+KINDS = ("prefill", "decode", "mixed")
+
+
+def read_trace(path: Path) -> dict[str, Any]:
+    with gzip.open(path, "rt") as f:
+        return json.load(f)
+
+
+def rank_files(folder: Path, template: str) -> dict[int, Path]:
+    """The files of one chunk, by rank."""
+    pattern = re.compile(re.escape(template).replace(re.escape("{rank}"), r"(\d+)") + "$")
+    found = {}
+    for p in folder.iterdir():
+        m = pattern.match(p.name)
+        if m:
+            found[int(m.group(1))] = p
+    return dict(sorted(found.items()))
+
+
+def _step_row(call: dict[str, Any], b: StepBreakdown) -> dict[str, Any]:
+    return {
+        **call,
+        "wall": b.wall,
+        "device": b.device,
+        "idle": b.idle,
+        "waited_for": b.waited_for,
+        "phases": b.phases,
+        "overlap": b.overlap,
+        "launches": b.launches,
+    }
+
+
+def _mean_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean per step of every figure of a breakdown (a category missing from a step counts 0 there)."""
+    n = len(rows)
+    out: dict[str, Any] = {"steps": n}
+    for key in ("wall", "idle", "overlap", "launches", "engine_time", "call_time"):
+        values = [r[key] for r in rows if r.get(key) is not None]
+        out[key] = sum(values) / len(values) if values else None
+    for key in ("device", "waited_for", "phases"):
+        total: dict[str, float] = defaultdict(float)
+        for r in rows:
+            for name, v in r[key].items():
+                total[name] += v
+        out[key] = {name: v / n for name, v in sorted(total.items(), key=lambda kv: -kv[1])}
+    out["busy"] = sum(out["device"].values())
+    return out
+
+
+def _kernels(stats: list[KernelStat], peak: PeakUsed | None) -> list[dict[str, Any]]:
+    merged: dict[tuple[str, str], list[float]] = {}
+    for k in stats:
+        row = merged.setdefault((k.name, k.category), [0, 0.0, 0.0, 0.0])
+        row[0] += k.count
+        row[1] += k.total
+        row[2] += k.flops
+        row[3] += k.bytes
+    out = []
+    for (name, category), (count, total, flops, nbytes) in merged.items():
+        flop_rate = flops / total if flops and total > 0 else None
+        byte_rate = nbytes / total if nbytes and total > 0 else None
+        out.append(
+            {
+                "name": name,
+                "category": category,
+                "count": int(count),
+                "total": total,
+                "mean": total / count if count else None,
+                "flops_per_s": flop_rate,
+                "bytes_per_s": byte_rate,
+                "flops_peak_frac": flop_rate / peak.matmul_flops if flop_rate and peak else None,
+                "bandwidth_peak_frac": byte_rate / peak.mem_bandwidth if byte_rate and peak else None,
+            }
+        )
+    out.sort(key=lambda r: -r["total"])
+    return out[:TOP_KERNELS]
+
+
+def summarise(
+    folder: Path,
+    record: dict[str, Any],
+    variant: str,
+    device: str,
+    peak: PeakUsed | None,
+    peak_source: str | None,
+    status: str,
+) -> dict[str, Any]:
+    """Read every trace the window wrote into ``folder`` and build the variant's profile summary."""
+    calls = record["calls"]
+    rows: list[dict[str, Any]] = []
+    per_rank: dict[int, list[StepBreakdown]] = defaultdict(list)
+    kernels: list[KernelStat] = []
+    mode = "cuda" if device.startswith("cuda") else "cpu"
+    notes: list[str] = []
+    traces: list[str] = []
+    for chunk in record["chunks"]:
+        files = rank_files(folder, chunk["file"])
+        if 0 not in files:
+            notes.append(f"{chunk['file'].format(rank=0)} is missing: its steps are left out")
+            continue
+        members = [calls[i] for i in chunk["calls"]]
+        window = [c["window"] for c in members]
+        for rank, path in files.items():
+            traces.append(path.name)
+            breakdown: TraceBreakdown = analyse(read_trace(path))
+            if mode == "cuda" and breakdown.mode == "cpu" and breakdown.steps:
+                notes.append(
+                    f"{path.name} holds no GPU activity (CUPTI unavailable, or taken by another tool): "
+                    "its breakdown is over CPU ops"
+                )
+            mode = breakdown.mode
+            if len(breakdown.steps) < len(members):
+                notes.append(f"{path.name}: {len(breakdown.steps)} step ranges for {len(members)} steps")
+            pairs = list(zip(members, breakdown.steps, strict=False))
+            per_rank[rank] += [b for c, b in pairs if c["window"]]
+            if rank == 0:
+                rows += [_step_row(c, b) for c, b in pairs]
+                if any(window):
+                    kernels += breakdown.kernels
+    steady = [r for r in rows if r["window"] and not r["slow"]]
+    kinds = {}
+    for kind in KINDS:
+        members = [r for r in steady if r["kind"] == kind]
+        if members:
+            kinds[kind] = _mean_rows(members)
+    n = record["steps_per_kind"]
+    for kind, count in record.get("window_counts", {}).items():
+        if count < n:
+            notes.append(f"{kind}: {count} step(s) of the {n} asked for; the window held no more of them")
+    ranks = []
+    for rank, steps in sorted(per_rank.items()):
+        as_rows = [
+            {"wall": s.wall, "idle": s.idle, "overlap": s.overlap, "launches": s.launches, "device": s.device,
+             "waited_for": s.waited_for, "phases": s.phases}
+            for s in steps
+        ]  # fmt: skip
+        if as_rows:
+            ranks.append({"rank": rank, **_mean_rows(as_rows)})
+    return {
+        "variant": variant,
+        "status": status,
+        "device": device,
+        "mode": mode,
+        "steps_per_kind": n,
+        "slow_steps_recorded": record["slow_steps"],
+        "slow_factor": record["slow_factor"],
+        "peak": None if peak is None else {**peak._asdict(), "datasheet": None, "source": peak_source},
+        "traces": traces,
+        "kinds": kinds,
+        "ranks": ranks,
+        "kernels": _kernels(kernels, peak),
+        "slow_steps": [r for r in rows if r["slow"]],
+        "steps": rows,
+        "notes": notes,
+    }
+
+
+def device_peak(device: str) -> tuple[PeakUsed | None, str | None]:
+    """The peaks FLOP/s and bytes/s are compared with, and where they come from: this device's
+    calibration (``llmbench calibrate``) when there is one, else the datasheet (bench/peaks.py)."""
+    from llmbench.bench.peaks import choose_peak
+
+    peak = choose_peak(device).peak
+    return (peak, peak.source) if peak is not None else (None, None)
+
+
+def write_profile(folder: Path, record: dict[str, Any], variant: str, device: str, status: str) -> Path:
+    """``folder/profile.json`` for one variant (what ``llmbench profile``'s child process writes)."""
+    from llmbench.bench.store import write_json
+
+    peak, source = device_peak(device)
+    path = Path(folder) / "profile.json"
+    write_json(path, summarise(Path(folder), record, variant, device, peak, source, status))
+    return path

@@ -1,0 +1,139 @@
+"""Profile summaries as report views (plain data; the CLI renders them with Rich, the report as Markdown
+or HTML): the breakdown per kind of step, the top kernels, one row per rank, the slow steps, and the
+comparison of a variant with the baseline. Times are shown in ms per step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmbench.bench.report.views import View
+from llmbench.engine.kernel_roles import CATEGORIES
+
+
+def _ms(seconds: float | None) -> str:
+    return "–" if seconds is None else f"{seconds * 1e3:.3f}"
+
+
+def _words(profile: dict[str, Any]) -> tuple[str, str]:
+    """What busy and idle mean: GPU kernels, or on a CPU the framework's ops."""
+    return ("GPU busy", "GPU idle") if profile.get("mode") == "cuda" else ("in ops (CPU)", "outside ops")
+
+
+def breakdown_view(profile: dict[str, Any]) -> View:
+    kinds = profile.get("kinds", {})
+    busy, idle = _words(profile)
+    headers = ["ms per step", *(f"{k} ({v['steps']} steps)" for k, v in kinds.items())]
+    columns = list(kinds.values())
+
+    def row(label: str, pick) -> list[str]:
+        return [label, *(_ms(pick(c)) for c in columns)]
+
+    rows = [row("step (wall)", lambda c: c["wall"]), row("engine step time", lambda c: c.get("engine_time"))]
+    rows.append(row(busy, lambda c: c["busy"]))
+    for cat in CATEGORIES:
+        if any(c["device"].get(cat) for c in columns):
+            rows.append(row(f"  {cat}", lambda c, cat=cat: c["device"].get(cat, 0.0)))
+    rows.append(row(idle, lambda c: c["idle"]))
+    waits = sorted(
+        {w for c in columns for w in c["waited_for"]},
+        key=lambda w: -max(c["waited_for"].get(w, 0.0) for c in columns),
+    )
+    for w in waits:
+        rows.append(
+            row(
+                f"  waiting for {w}" if profile.get("mode") == "cuda" else f"  {w}",
+                lambda c, w=w: c["waited_for"].get(w, 0.0),
+            )
+        )
+    if any(c.get("overlap") for c in columns):
+        rows.append(row("kernels overlapping", lambda c: c["overlap"]))
+    if any(c.get("launches") for c in columns):
+        rows.append(["launches", *(f"{c['launches']:.1f}" for c in columns)])
+    title = f"{profile['variant']}: where a step's time goes (mean of the window's steady steps, {profile['device']})"
+    return View(title, headers, rows, [False, *([True] * len(columns))])
+
+
+def kernels_view(profile: dict[str, Any]) -> View:
+    peak = profile.get("peak")
+    what = "kernels" if profile.get("mode") == "cuda" else "ops (self time)"
+    headers = ["name", "category", "count", "total ms", "mean us", "TFLOP/s", "GB/s"]
+    if peak:
+        headers += [f"% peak FLOP/s ({peak['source']})", f"% peak bandwidth ({peak['source']})"]
+    rows = []
+    for k in profile.get("kernels", []):
+        name = k["name"] if len(k["name"]) <= 60 else k["name"][:57] + "..."
+        row = [
+            name, k["category"], str(k["count"]), f"{k['total'] * 1e3:.3f}",
+            f"{k['mean'] * 1e6:.1f}" if k["mean"] is not None else "–",
+            f"{k['flops_per_s'] / 1e12:.3f}" if k["flops_per_s"] else "–",
+            f"{k['bytes_per_s'] / 1e9:.1f}" if k["bytes_per_s"] else "–",
+        ]  # fmt: skip
+        if peak:
+            row += [
+                f"{100 * k['flops_peak_frac']:.1f}" if k["flops_peak_frac"] else "–",
+                f"{100 * k['bandwidth_peak_frac']:.1f}" if k["bandwidth_peak_frac"] else "–",
+            ]
+        rows.append(row)
+    return View(
+        f"{profile['variant']}: top {what} in the window",
+        headers,
+        rows,
+        [False, False, *([True] * (len(headers) - 2))],
+    )
+
+
+def ranks_view(profile: dict[str, Any]) -> View | None:
+    ranks = profile.get("ranks", [])
+    if len(ranks) < 2:
+        return None
+    busy, idle = _words(profile)
+    cats = [c for c in CATEGORIES if any(r["device"].get(c) for r in ranks)]
+    headers = ["rank", "steps", "step (wall)", busy, *cats, idle]
+    rows = [
+        [str(r["rank"]), str(r["steps"]), _ms(r["wall"]), _ms(r["busy"]), *(_ms(r["device"].get(c, 0.0)) for c in cats), _ms(r["idle"])]
+        for r in ranks
+    ]  # fmt: skip
+    return View(
+        f"{profile['variant']}: each rank, ms per step",
+        headers,
+        rows,
+        [False, *([True] * (len(headers) - 1))],
+    )
+
+
+def slow_view(profile: dict[str, Any]) -> View | None:
+    slow = profile.get("slow_steps", [])
+    if not slow:
+        return None
+    busy, idle = _words(profile)
+    headers = ["step", "kind", "tokens", "sequences", "ms", "x median", busy, idle, "causes"]
+    rows = [
+        [str(s["step"]), s["kind"], str(s["prefill_tokens"] + s["decode_tokens"]), str(s["num_seqs"]),
+         _ms(s["wall"]), f"{s.get('ratio', 0):.1f}", _ms(sum(s["device"].values())), _ms(s["idle"]),
+         ", ".join(s["causes"])]
+        for s in slow
+    ]  # fmt: skip
+    title = (
+        f"{profile['variant']}: slow steps recorded (>{profile['slow_factor']:g}x the median of their kind)"
+    )
+    return View(title, headers, rows, [True, False, True, True, True, True, True, True, False])
+
+
+def diff_view(baseline: str, variant: str, rows: list[dict[str, Any]]) -> View:
+    headers = ["kind", "ms per step", baseline, variant, "change"]
+    out = []
+    for r in rows:
+        fmt = (lambda v: "–" if v is None else f"{v:.1f}") if r["unit"] == "count" else _ms
+        change = "–" if r["change"] is None else f"{100 * r['change']:+.1f}%"
+        out.append([r["kind"], r["figure"], fmt(r["baseline"]), fmt(r["variant"]), change])
+    return View(
+        f"{variant} against {baseline}: mean per step", headers, out, [False, False, True, True, True]
+    )
+
+
+def profile_views(profile: dict[str, Any]) -> list[View]:
+    """Every view of one variant's profile, the breakdown first."""
+    views = [breakdown_view(profile), kernels_view(profile)]
+    views += [v for v in (ranks_view(profile), slow_view(profile)) if v is not None]
+    return views

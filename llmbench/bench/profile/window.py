@@ -1,0 +1,166 @@
+"""Which measured engine steps ``llmbench profile`` records, decided step by step while the run goes on.
+
+The window opens at the first measured step (after the warm-up requests, and after the engine's own
+start-up: compilation, kernel warm-up, CUDA Graph capture) of the first sweep point, and closes once it
+holds at least twice ``steps_per_kind`` steps and every kind of step seen so far (prefill, decode, mixed)
+has ``steps_per_kind`` of them, or after ``WINDOW_CAP`` times that many steps, or when the point's
+requests are all served. Kinds that show up only later are not in it; kinds with fewer steps than asked
+are named in the profile's notes.
+
+With ``slow_steps`` the profiler keeps recording until the run ends, in chunks of ``chunk`` steps; a chunk
+is written out when it holds steps of the window or a slow step (one over ``factor`` times the running
+median of its kind), and dropped otherwise.
+
+The window talks to the engine only through ``start_trace``/``stop_trace`` between steps; each recorded
+chunk is one trace file per rank, ``trace-steps<first>-<last>-rank<r>.json.gz``. ``record()`` is what the
+analysis needs to pair the trace's step ranges with the engine's step statistics.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from llmbench.bench.slow_steps import MIN_STEPS_OF_KIND, SLOW_FACTOR, causes_of
+
+WINDOW_CAP = 6  # at most this many times steps_per_kind steps in the window
+SLOW_CHUNK = 16  # steps per chunk when recording around slow steps
+
+
+class _Observed:
+    """The engine as the driver sees it, with every ``step()`` reported to the window."""
+
+    def __init__(self, engine: Any, window: ProfileWindow) -> None:
+        self._engine = engine
+        self._window = window
+
+    def step(self) -> Any:
+        self._window.before_step(self._engine)
+        start = time.perf_counter()
+        out = self._engine.step()
+        self._window.after_step(self._engine, out.stats, time.perf_counter() - start)
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+
+class ProfileWindow:
+    def __init__(
+        self,
+        folder: Path,
+        steps_per_kind: int,
+        slow_steps: bool = False,
+        factor: float = SLOW_FACTOR,
+        chunk: int = SLOW_CHUNK,
+    ) -> None:
+        if steps_per_kind < 1:
+            raise ValueError("steps_per_kind must be at least 1")
+        self.folder = Path(folder)
+        self.steps_per_kind = steps_per_kind
+        self.slow_steps = slow_steps
+        self.factor = factor
+        self.chunk_len = chunk
+        self.calls: list[dict[str, Any]] = []  # every step recorded, in order
+        self.chunks: list[dict[str, Any]] = []  # every chunk written: its file and its calls
+        self.counts: dict[str, int] = {}  # window steps per kind
+        self.window_done = False
+        self.closed = False
+        self._open: int | None = None  # index in ``calls`` where the open chunk starts
+        self._seen: dict[str, list[tuple[float, int]]] = {}  # (duration, tokens) of every step, by kind
+
+    def observe(self, engine: Any) -> _Observed:
+        return _Observed(engine, self)
+
+    def _wanted(self) -> bool:
+        return not self.closed and (self.slow_steps or not self.window_done)
+
+    def before_step(self, engine: Any) -> None:
+        if self._open is None and self._wanted():
+            engine.start_trace()
+            self._open = len(self.calls)
+
+    def after_step(self, engine: Any, stats: Any, call_time: float) -> None:
+        if stats.kind != "idle":
+            tokens = stats.num_prefill_tokens + stats.num_decode_tokens
+            self._seen.setdefault(stats.kind, []).append((stats.duration, tokens))
+        if self._open is None:
+            return
+        in_window = not self.window_done and stats.kind != "idle"
+        self.calls.append(
+            {
+                "call": len(self.calls),
+                "step": stats.step,
+                "kind": stats.kind,
+                "num_seqs": stats.num_seqs,
+                "prefill_tokens": stats.num_prefill_tokens,
+                "decode_tokens": stats.num_decode_tokens,
+                "graph_bucket": stats.graph_bucket,
+                "engine_time": stats.duration,  # the engine's step time: until its tokens reached the host
+                "call_time": call_time,  # the whole step() call, what the trace's step range covers
+                "window": in_window,
+                **self._slow(stats),
+            }
+        )
+        if in_window:
+            self.counts[stats.kind] = self.counts.get(stats.kind, 0) + 1
+            recorded = sum(self.counts.values())
+            # at least twice the steps asked, so that a second kind has had its chance to show up
+            enough = recorded >= 2 * self.steps_per_kind and all(
+                n >= self.steps_per_kind for n in self.counts.values()
+            )
+            self.window_done = enough or recorded >= WINDOW_CAP * self.steps_per_kind
+        if not self.slow_steps:
+            if self.window_done:
+                self._close(engine)
+        elif len(self.calls) - self._open >= self.chunk_len:
+            self._close(engine)
+
+    def _slow(self, stats: Any) -> dict[str, Any]:
+        """Whether a step is slow against the running median of its kind, and why."""
+        seen = self._seen.get(stats.kind, [])
+        if stats.kind == "idle" or len(seen) < MIN_STEPS_OF_KIND:
+            return {"slow": False, "causes": []}
+        median = statistics.median(d for d, _ in seen)
+        if median <= 0 or stats.duration <= self.factor * median:
+            return {"slow": False, "causes": []}
+        tokens = statistics.median(n for _, n in seen)
+        return {
+            "slow": True,
+            "ratio": stats.duration / median,
+            "causes": list(causes_of(stats, median, tokens)),
+        }
+
+    def _close(self, engine: Any) -> None:
+        """End the open chunk: write it if it holds window or slow steps, else drop it."""
+        start, self._open = self._open, None
+        if start is None:
+            return
+        members = self.calls[start:]
+        keep = any(c["window"] or c["slow"] for c in members)
+        if not keep or not members:
+            engine.stop_trace(None)
+            del self.calls[start:]
+            return
+        steps = [c["step"] for c in members]
+        name = f"trace-steps{min(steps)}-{max(steps)}-rank{{rank}}.json.gz"
+        engine.stop_trace(str(self.folder / name))
+        self.chunks.append({"file": name, "calls": [c["call"] for c in members]})
+
+    def end_of_run(self, engine: Any) -> None:
+        """The sweep point is over (or was interrupted): write what is open, record nothing more."""
+        self._close(engine)
+        self.window_done = True
+        self.closed = True
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "steps_per_kind": self.steps_per_kind,
+            "slow_steps": self.slow_steps,
+            "slow_factor": self.factor,
+            "window_counts": dict(self.counts),
+            "calls": self.calls,
+            "chunks": self.chunks,
+        }

@@ -1,0 +1,183 @@
+"""Measured figures in Markdown documents, regenerated from result folders kept in the repository.
+
+A document marks each generated table with the command that makes it, and the table follows:
+
+    <!-- llmbench: report results/h200/bench-throughput --view deltas -m output_throughput -->
+    ...generated Markdown...
+    <!-- /llmbench -->
+
+``report ARGS`` renders ``llmbench report ARGS --format markdown`` under a provenance line (the command,
+when the runs were measured, on which device, at which commit); ``stats-calibration`` renders the
+simulated A/A calibration of the ablation verdicts (bench/stats_calibration.py). ``render`` rewrites
+every block; ``stale`` lists the blocks whose text differs from what their command makes now, which is
+how a test keeps the documents honest. Nothing between the markers is ever typed by hand.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
+from llmbench.bench.errors import BenchError
+from llmbench.bench.store import find_runs
+
+BLOCK = re.compile(r"(<!-- llmbench: (?P<command>.+?) -->\n)(?P<body>.*?)(<!-- /llmbench -->)", re.S)
+
+
+class Block(NamedTuple):
+    command: str
+    body: str
+    start: int  # offsets of the body in the document
+    end: int
+
+
+def blocks(text: str) -> list[Block]:
+    """The generated blocks of a document, in order."""
+    return [Block(m["command"], m["body"], m.start("body"), m.end("body")) for m in BLOCK.finditer(text)]
+
+
+def _report(args: list[str], root: Path) -> str:
+    from llmbench.bench.report import build_report
+    from llmbench.bench.report.views import to_markdown
+
+    dirs, options = _parse_report_args(args)
+    paths = [root / d for d in dirs]
+    missing = [str(d) for d, p in zip(dirs, paths, strict=True) if not p.exists()]
+    if missing:
+        raise BenchError(f"report {' '.join(args)}: no such result folder: {', '.join(missing)}")
+    rep = build_report(
+        paths, options["baseline"], options["min_effect"], options["metrics"], options["views"]
+    )
+    tables = "\n".join(to_markdown(v) for s in rep.sections for v in s.views)
+    return f"{provenance('llmbench report ' + shlex.join(args), paths)}\n\n{tables}"
+
+
+def _parse_report_args(args: list[str]) -> tuple[list[str], dict]:
+    """The subset of ``llmbench report``'s options a document may use."""
+    dirs: list[str] = []
+    options: dict = {"baseline": None, "min_effect": 0.01, "metrics": [], "views": []}
+    it = iter(args)
+    for a in it:
+        if a in ("-m", "--metric"):
+            options["metrics"] += [m for m in next(it, "").split(",") if m]
+        elif a == "--view":
+            options["views"].append(next(it, ""))
+        elif a == "--baseline":
+            options["baseline"] = next(it, None)
+        elif a == "--min-effect":
+            options["min_effect"] = float(next(it, "1")) / 100
+        elif a.startswith("-"):
+            raise BenchError(
+                f"report option {a!r} is not supported in documents (use --metric, --view, "
+                "--baseline, --min-effect)"
+            )
+        else:
+            dirs.append(a)
+    if not dirs:
+        raise BenchError("report: name at least one result folder")
+    options["metrics"] = options["metrics"] or None
+    options["views"] = options["views"] or None
+    return dirs, options
+
+
+def _stats_calibration(args: list[str], root: Path) -> str:
+    from llmbench.bench import stats_calibration as sc
+
+    if args:
+        raise BenchError(f"stats-calibration takes no arguments, got {' '.join(args)}")
+    table = sc.format_table(sc.calibration_table(sc.TRIALS, sc.THRESHOLD), sc.TRIALS, sc.THRESHOLD)
+    return f"Computed by `python -m llmbench.bench.stats_calibration` (seeded: the same table on any machine).\n\n{table}"
+
+
+def _kernels(args: list[str], root: Path) -> str:
+    """A kernel benchmark's JSON (a list of rows: kernel, shape, time_us, gb_per_s, frac_peak, tflops,
+    max_rel_diff) as a table; rows whose check against the reference failed are marked."""
+    import json
+
+    if len(args) != 1:
+        raise BenchError("kernels takes one argument: the JSON file a kernel benchmark wrote")
+    path = root / args[0]
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise BenchError(f"kernels {args[0]}: cannot read it ({e})") from None
+    lines = [
+        f"From `{args[0]}`, written by the kernel benchmark (`python scripts/bench_kernels.py --json FILE`).",
+        "",
+        "| kernel | shape | µs | GB/s | of the copy ceiling | TFLOP/s | largest relative difference from the reference |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+
+        def num(key: str, fmt: str, r: dict = r) -> str:
+            v = r.get(key)
+            return format(v, fmt) if isinstance(v, (int, float)) else "–"
+
+        lines.append(
+            f"| {r.get('kernel', '?')} | {r.get('shape', '')} | {num('time_us', '.1f')} | {num('gb_per_s', ',.0f')} | "
+            f"{num('frac_peak', '.1%')} | {num('tflops', '.1f')} | {num('max_rel_diff', '.1e')} |"
+        )
+    return "\n".join(lines)
+
+
+KINDS: dict[str, Callable[[list[str], Path], str]] = {
+    "report": _report,
+    "stats-calibration": _stats_calibration,
+    "kernels": _kernels,
+}
+
+
+def make(command: str, root: Path) -> str:
+    """The Markdown one block's command makes (``root``: what the command's paths are relative to)."""
+    words = shlex.split(command)
+    if not words or words[0] not in KINDS:
+        raise BenchError(
+            f"Unsupported generated block: {command!r}. Supported: {', '.join(KINDS)} (followed by arguments)"
+        )
+    return KINDS[words[0]](words[1:], root).rstrip("\n") + "\n"
+
+
+def provenance(command: str, paths: list[Path]) -> str:
+    """One line: the command, the days the runs were measured, the devices, the commits."""
+    runs, _ = find_runs(paths)
+    days = sorted({str(r.meta.get("started_at", ""))[:10] for r in runs} - {""})
+    devices = sorted({_device(r.meta) for r in runs})
+    commits = sorted({_commit(r.meta) for r in runs})
+    when = days[0] if len(days) == 1 else f"{days[0]} to {days[-1]}" if days else "an unknown date"
+    return (
+        f"`{command}` · measured {when} on {', '.join(devices) or 'an unknown device'} · llmbench "
+        f"{', '.join(commits) or 'at an unknown commit'}"
+    )
+
+
+def _device(meta: dict) -> str:
+    gpus = (meta.get("machine") or {}).get("gpus") or []
+    names = sorted({g.get("name", "?") for g in gpus if isinstance(g, dict)})
+    if names:
+        return f"{len(gpus)}× {' + '.join(names)}" if len(gpus) > 1 else names[0]
+    return (meta.get("machine") or {}).get("cpu") or "a CPU"
+
+
+def _commit(meta: dict) -> str:
+    git = meta.get("git") or {}
+    commit = git.get("commit")
+    if not commit:
+        return "at an unknown commit"
+    return f"at {commit[:10]}" + (" with uncommitted changes" if git.get("dirty") else "")
+
+
+def render(text: str, root: Path) -> str:
+    """``text`` with every generated block made anew."""
+    out, last = [], 0
+    for b in blocks(text):
+        out += [text[last : b.start], make(b.command, root)]
+        last = b.end
+    return "".join(out) + text[last:]
+
+
+def stale(text: str, root: Path) -> list[str]:
+    """The commands of the blocks whose text is not what the command makes now."""
+    return [b.command for b in blocks(text) if b.body != make(b.command, root)]

@@ -1,0 +1,151 @@
+"""Generated tokens of a variant compared with the baseline's, request by request (greedy runs).
+
+Requests are matched by (repeat, request id): the same prompt in the same repeat. For each variant and
+sweep point: how many requests were compared, how many produced exactly the same token ids, and, over the
+requests that differ, the mean position of the first token that differs (1 = the first generated token),
+and the fraction of all generated tokens that agree up to each request's first divergence. In bf16 a
+variant that reorders a reduction diverges late and keeps most tokens; a wrong kernel diverges at once.
+
+An ablation writes these figures to ``comparison.json`` in its folder, so that a report still has them
+when the request tables are not kept (result folders kept for the docs hold summaries only).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from llmbench.bench.report.frame import Group
+
+COMPARISON_FILE = "comparison.json"
+
+
+class OutputComparison(NamedTuple):
+    compared: int  # requests present in both
+    identical: int  # exactly the same token ids
+    mean_first_divergence: float  # 1-based position of the first differing token, mean over those differing
+    agreement: float  # tokens equal before each request's first divergence / all tokens generated
+
+
+def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """0-based index of the first position where the two differ (a shorter one ends there), or None."""
+    x, y = np.asarray(a), np.asarray(b)
+    n = min(x.size, y.size)
+    differ = np.flatnonzero(x[:n] != y[:n])
+    if differ.size:
+        return int(differ[0])
+    return None if x.size == y.size else n
+
+
+def compare_tokens(base: list[Sequence[int]], new: list[Sequence[int]]) -> OutputComparison:
+    """Per-request token lists, ``base[i]`` against ``new[i]``."""
+    agree = total = 0
+    firsts = []
+    for a, b in zip(base, new, strict=True):
+        length = max(len(a), len(b))
+        first = first_divergence(a, b)
+        total += length
+        if first is None:
+            agree += length
+        else:
+            agree += first
+            firsts.append(first + 1)
+    return OutputComparison(
+        len(base),
+        len(base) - len(firsts),
+        float(np.mean(firsts)) if firsts else math.nan,
+        agree / total if total else math.nan,
+    )
+
+
+def describe(c: OutputComparison) -> str:
+    """``895/900 identical · first divergence at token 38 (mean of 5) · 99.2% of tokens agree before it``."""
+    text = f"{c.identical}/{c.compared} identical"
+    differ = c.compared - c.identical
+    if differ:
+        text += (
+            f" · first divergence at token {c.mean_first_divergence:.0f} (mean of {differ}) · "
+            f"{c.agreement * 100:.1f}% of tokens agree before it"
+        )
+    return text
+
+
+def _greedy(group: Group) -> bool:
+    return float(group.meta.get("scenario", {}).get("sampling", {}).get("temperature", 1.0)) == 0.0
+
+
+def compare_frames(a: pd.DataFrame, b: pd.DataFrame, point: str) -> OutputComparison | str:
+    """Two request tables at one point, or why they cannot be compared."""
+    if a.empty or b.empty or "token_ids" not in a or "token_ids" not in b:
+        return "n/a (requests.parquet not kept)"
+    for side in (a, b):  # a server that streams text only leaves the ids empty: nothing to compare
+        if "output_len" in side and any(
+            len(t) == 0 and n > 0 for t, n in zip(side["token_ids"], side["output_len"], strict=True)
+        ):
+            return "n/a (token ids not returned)"
+    keys = ["repeat", "request_id"]
+    ta = a[a["point"] == point].set_index(keys)["token_ids"]
+    tb = b[b["point"] == point].set_index(keys)["token_ids"]
+    common = ta.index.intersection(tb.index)
+    if len(common) == 0:
+        return "n/a (no common requests)"
+    return compare_tokens([list(ta[k]) for k in common], [list(tb[k]) for k in common])
+
+
+def compare_outputs(base: Group, new: Group, point: str) -> OutputComparison | str:
+    """The variant's outputs against the baseline's: measured from the request tables when they are kept,
+    else as its ablation recorded them; a reason when there is nothing to compare."""
+    if not (_greedy(base) and _greedy(new)):
+        return "n/a (sampling)"
+    measured = compare_frames(base.requests(), new.requests(), point)
+    if isinstance(measured, OutputComparison):
+        return measured
+    stored = stored_comparison(base, new, point)
+    return stored if stored is not None else measured
+
+
+def _folder(group: Group) -> Path | None:
+    parents = {r.path.parent for r in group.runs}
+    return parents.pop() if len(parents) == 1 else None
+
+
+def stored_comparison(base: Group, new: Group, point: str) -> OutputComparison | None:
+    """What the ablation holding both groups recorded for this pair, if it did."""
+    folder = _folder(base)
+    if folder is None or folder != _folder(new) or not base.paired_with(new):
+        return None
+    try:
+        record = json.loads((folder / COMPARISON_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if record.get("baseline") != base.variant:
+        return None
+    for row in record.get("comparisons") or []:
+        if row.get("variant") == new.variant and row.get("point") == point:
+            return OutputComparison(
+                int(row["compared"]),
+                int(row["identical"]),
+                math.nan if row.get("mean_first_divergence") is None else float(row["mean_first_divergence"]),
+                math.nan if row.get("agreement") is None else float(row["agreement"]),
+            )
+    return None
+
+
+def ablation_comparisons(baseline: Group, others: list[Group]) -> dict[str, Any]:
+    """What ``comparison.json`` holds: every variant's outputs against the baseline, per point."""
+    rows = []
+    for g in others:
+        for point in baseline.points:
+            if point not in g.points:
+                continue
+            c = compare_outputs(baseline, g, point)
+            row: dict[str, Any] = {"variant": g.variant, "point": point}
+            row.update(c._asdict() if isinstance(c, OutputComparison) else {"note": c})
+            rows.append(row)
+    return {"baseline": baseline.variant, "greedy": _greedy(baseline), "comparisons": rows}

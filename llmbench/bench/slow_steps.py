@@ -1,0 +1,104 @@
+"""Slow steps: engine steps far slower than the median of their kind, and what each one was.
+
+A step is slow when its duration exceeds ``factor`` (default 5) times the median duration of the steps of
+the same kind (prefill, decode, mixed) in the same repeat; kinds with fewer than ``MIN_STEPS_OF_KIND``
+steps have no median worth comparing against. Its causes are read from what the engine counted during
+the step (engine/step_counters.py) and from its size:
+
+- "Triton compile": a Triton kernel variant was compiled (or loaded from Triton's cache) in the step;
+- "CUDA Graph capture", "torch.compile recompile": likewise;
+- "allocator growth": device memory in use (CUDA) or the resident set (CPU) grew by at least
+  ``GROWTH_BYTES`` (new memory from the driver or the OS; smaller changes are the allocator's noise);
+- "garbage collection": Python's collector ran for at least half of the step's excess over the median;
+- "preemption": the scheduler preempted a sequence for KV blocks in the step;
+- "large step": it carried more than ``LARGE_FACTOR`` times the median number of tokens of its kind;
+- "unexplained" when none of these holds.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from typing import NamedTuple
+
+from llmbench.bench.records import StepRecord
+
+SLOW_FACTOR = 5.0
+MIN_STEPS_OF_KIND = 5
+GROWTH_BYTES = 8 * 2**20  # a caching-allocator segment is 2 MiB; host RSS moves by a few MiB on its own
+LARGE_FACTOR = 2.0
+CAUSES = (
+    "Triton compile",
+    "CUDA Graph capture",
+    "torch.compile recompile",
+    "allocator growth",
+    "garbage collection",
+    "preemption",
+    "large step",
+    "unexplained",
+)
+
+
+class SlowStep(NamedTuple):
+    index: int  # position in the list of steps given
+    ratio: float  # duration / median duration of its kind
+    causes: tuple[str, ...]
+
+
+def causes_of(step: StepRecord, median_duration: float, median_tokens: float) -> tuple[str, ...]:
+    causes = []
+    if step.triton_compiles:
+        causes.append("Triton compile")
+    if step.graph_captures:
+        causes.append("CUDA Graph capture")
+    if step.recompiles:
+        causes.append("torch.compile recompile")
+    if step.memory_growth >= GROWTH_BYTES:
+        causes.append("allocator growth")
+    if step.gc_time > 0 and step.gc_time >= 0.5 * (step.duration - median_duration):
+        causes.append("garbage collection")
+    if step.num_preemptions:
+        causes.append("preemption")
+    if step.num_prefill_tokens + step.num_decode_tokens > LARGE_FACTOR * median_tokens:
+        causes.append("large step")
+    return tuple(causes) or ("unexplained",)
+
+
+def find_slow_steps(steps: list[StepRecord], factor: float = SLOW_FACTOR) -> list[SlowStep]:
+    """The slow steps among ``steps`` (one repeat's), in order."""
+    by_kind: dict[str, list[StepRecord]] = {}
+    for s in steps:
+        by_kind.setdefault(s.kind, []).append(s)
+    medians = {
+        kind: (
+            statistics.median(s.duration for s in members),
+            statistics.median(s.num_prefill_tokens + s.num_decode_tokens for s in members),
+        )
+        for kind, members in by_kind.items()
+        if len(members) >= MIN_STEPS_OF_KIND
+    }
+    slow = []
+    for i, s in enumerate(steps):
+        if s.kind not in medians:
+            continue
+        duration, tokens = medians[s.kind]
+        if duration > 0 and s.duration > factor * duration:
+            slow.append(SlowStep(i, s.duration / duration, causes_of(s, duration, tokens)))
+    return slow
+
+
+def _plural(cause: str, n: int) -> str:
+    if n == 1 or cause in ("allocator growth", "garbage collection", "unexplained"):
+        return f"{n} {cause}"
+    return f"{n} {cause}s"
+
+
+def slow_step_warning(slow: list[SlowStep], factor: float = SLOW_FACTOR) -> str | None:
+    """One line naming how many steps were slow and why, e.g. "3 slow steps (>5x the median of their
+    kind): 2 Triton compiles, 1 allocator growth"; None when there were none."""
+    if not slow:
+        return None
+    counts = Counter(c for s in slow for c in s.causes)
+    listed = ", ".join(_plural(c, counts[c]) for c in CAUSES if counts[c])
+    noun = "step" if len(slow) == 1 else "steps"
+    return f"{len(slow)} slow {noun} (>{factor:g}x the median of their kind): {listed}"

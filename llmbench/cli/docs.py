@@ -1,0 +1,58 @@
+"""``llmbench docs``: regenerate the measured tables of the project's Markdown documents from the result
+folders kept in the repository (``bench/report/docs.py`` says how a table is marked), or check them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from llmbench.bench.errors import BenchError
+from llmbench.cli.console import error, note
+from llmbench.cli.errors import EXIT_FAILED, handle_errors
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DOCUMENTS = ("README.md", "BENCHMARKS.md")
+
+
+@handle_errors
+def docs(
+    files: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            help="Markdown files to regenerate (default: README.md and BENCHMARKS.md of the repository)."
+        ),
+    ] = None,
+    check: Annotated[
+        bool, typer.Option("--check", help="Change nothing; exit 1 when a generated table is out of date.")
+    ] = False,
+) -> None:
+    """Regenerate every table marked `<!-- llmbench: COMMAND -->` from the result folders it names."""
+    from llmbench.bench.report.docs import blocks, render, stale
+
+    paths = files or [REPO_ROOT / name for name in DOCUMENTS]
+    out_of_date = 0
+    for path in paths:
+        if not path.is_file():
+            raise BenchError(f"no such document: {path}")
+        text = path.read_text(encoding="utf-8")
+        root = path.resolve().parent  # the commands' result folders are relative to the document
+        if check:
+            for command in stale(text, root):
+                error(
+                    f"{path}: out of date: <!-- llmbench: {command} --> (run `llmbench docs` to regenerate)"
+                )
+                out_of_date += 1
+            continue
+        new = render(text, root)
+        if new != text:
+            path.write_text(new, encoding="utf-8")
+        note(
+            f"{path}: {len(blocks(text))} generated table(s)"
+            + (" rewritten" if new != text else ", unchanged")
+        )
+    if out_of_date:
+        raise typer.Exit(EXIT_FAILED)
+    if check:
+        note(f"{len(paths)} document(s): every generated table is up to date")

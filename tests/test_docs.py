@@ -1,0 +1,72 @@
+"""The measured tables of README.md and BENCHMARKS.md are generated from kept result folders, and stay so."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from llmbench.cli.app import app
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_repository_documents_match_what_their_commands_make_now():
+    res = CliRunner().invoke(app, ["docs", "--check"])
+    assert res.exit_code == 0, res.output
+
+
+def _ablation(tmp_path: Path) -> Path:
+    """A kept ablation folder: summaries and metadata only, no request-level tables."""
+    src = REPO / "tests" / "data" / "kept-ablation"
+    dst = tmp_path / "results" / "kept-ablation"
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_a_block_is_regenerated_and_then_checks_clean(tmp_path):
+    _ablation(tmp_path)
+    doc = tmp_path / "DOC.md"
+    command = "report results/kept-ablation --view deltas -m output_throughput"
+    doc.write_text(
+        f"intro\n<!-- llmbench: {command} -->\nstale text typed by hand\n<!-- /llmbench -->\nend\n"
+    )
+    runner = CliRunner()
+    res = runner.invoke(app, ["docs", "--check", str(doc)])
+    assert res.exit_code == 1 and "out of date" in res.output
+    res = runner.invoke(app, ["docs", str(doc)])
+    assert res.exit_code == 0, res.output
+    text = doc.read_text()
+    assert "stale text typed by hand" not in text and text.startswith("intro\n") and text.endswith("end\n")
+    assert f"`llmbench {command}` · measured" in text  # the provenance line names the command
+    assert "| output tok/s (tok/s) |" in text
+    assert runner.invoke(app, ["docs", "--check", str(doc)]).exit_code == 0
+
+
+def test_a_changed_result_makes_its_table_stale(tmp_path):
+    folder = _ablation(tmp_path)
+    doc = tmp_path / "DOC.md"
+    doc.write_text(
+        "<!-- llmbench: report results/kept-ablation --view overview -m output_throughput -->\n<!-- /llmbench -->\n"
+    )
+    runner = CliRunner()
+    assert runner.invoke(app, ["docs", str(doc)]).exit_code == 0
+    summary_path = next(folder.rglob("summary.json"))
+    summary = json.loads(summary_path.read_text())
+    for point in summary["points"]:
+        for rep in point["repeats"]:
+            rep["metrics"]["output_throughput"] *= 2
+    summary_path.write_text(json.dumps(summary))
+    assert runner.invoke(app, ["docs", "--check", str(doc)]).exit_code == 1
+
+
+def test_unknown_block_kinds_and_missing_folders_are_clear_errors(tmp_path):
+    doc = tmp_path / "DOC.md"
+    doc.write_text("<!-- llmbench: plot results/x -->\n<!-- /llmbench -->\n")
+    res = CliRunner().invoke(app, ["docs", str(doc)])
+    assert res.exit_code == 2 and "Unsupported generated block: 'plot results/x'" in res.output
+    doc.write_text("<!-- llmbench: report results/nowhere -->\n<!-- /llmbench -->\n")
+    res = CliRunner().invoke(app, ["docs", str(doc)])
+    assert res.exit_code == 2 and "no such result folder: results/nowhere" in res.output

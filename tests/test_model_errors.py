@@ -1,0 +1,281 @@
+"""A model folder that cannot be used is a user's error: one line naming the file (and the tensor) and
+what is wrong, the same ``ModelError`` from the Python API and exit 2 from the CLI, never "unexpected"."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file, save_file
+from typer.testing import CliRunner
+
+from llmbench import LLM
+from llmbench.cli.app import app
+from llmbench.models.errors import ModelError
+
+from tiny_models import make_tiny
+
+SUPPORTED = "['LlamaForCausalLM', 'Qwen2ForCausalLM', 'Qwen3ForCausalLM']"
+LAYOUT = "a model folder holds config.json and *.safetensors, Hugging Face layout"
+
+
+@pytest.fixture(scope="module")
+def qwen3(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("q3")
+    make_tiny("qwen3", folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("llama-sharded")
+    make_tiny("llama", folder, shard=True)
+    return folder
+
+
+def edit_config(folder: Path, edit: Callable[[dict], object]) -> None:
+    path = folder / "config.json"
+    cfg = json.loads(path.read_text())
+    edit(cfg)
+    path.write_text(json.dumps(cfg))
+
+
+def edit_weights(file: Path, edit: Callable[[dict], object]) -> None:
+    tensors = load_file(str(file))
+    edit(tensors)
+    save_file(tensors, str(file), metadata={"format": "pt"})
+
+
+def truncate(file: Path) -> None:
+    data = file.read_bytes()
+    file.write_bytes(data[: len(data) // 2])
+
+
+def overwrite_header(file: Path) -> None:
+    data = bytearray(file.read_bytes())
+    data[:8] = b"\xff" * 8  # the header's length: now far past the end of the file
+    file.write_bytes(bytes(data))
+
+
+def shard_holding(folder: Path, tensor: str) -> Path:
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    return folder / index["weight_map"][tensor]
+
+
+# (case, how the copied folder is broken, the message with {m} standing for the folder)
+CASES: list[tuple[str, str, Callable[[Path], object], str]] = [
+    (
+        "empty folder",
+        "qwen3",
+        lambda m: [p.unlink() for p in m.iterdir()],
+        f"{{m}}: no config.json ({LAYOUT})",
+    ),
+    (
+        "config.json not JSON",
+        "qwen3",
+        lambda m: (m / "config.json").write_text("{not json"),
+        "{m}/config.json: not valid JSON (Expecting property name enclosed in double quotes at line 1, column 2)",
+    ),
+    (
+        "config.json not an object",
+        "qwen3",
+        lambda m: (m / "config.json").write_text("[1, 2]"),
+        "{m}/config.json: expected a JSON object of model settings, got a list",
+    ),
+    (
+        "config.json not text",
+        "qwen3",
+        lambda m: (m / "config.json").write_bytes(b'{"vocab_size": "\xff"}'),
+        "{m}/config.json: not valid JSON (not UTF-8 text)",
+    ),
+    (
+        "config lacks a field",
+        "qwen3",
+        lambda m: edit_config(m, lambda c: c.pop("hidden_size")),
+        "{m}/config.json: lacks the field 'hidden_size', which Qwen3ForCausalLM needs",
+    ),
+    (
+        "config field of the wrong type",
+        "qwen3",
+        lambda m: edit_config(m, lambda c: c.update(num_hidden_layers="two")),
+        "{m}/config.json: field 'num_hidden_layers' must be a positive integer, got 'two'",
+    ),
+    (
+        "config field out of range",
+        "qwen3",
+        lambda m: edit_config(m, lambda c: c.update(vocab_size=0)),
+        "{m}/config.json: field 'vocab_size' must be a positive integer, got 0",
+    ),
+    (
+        "heads not a multiple of KV heads",
+        "qwen3",
+        lambda m: edit_config(m, lambda c: c.update(num_key_value_heads=3)),
+        "{m}/config.json: num_attention_heads (4) must be a multiple of num_key_value_heads (3)",
+    ),
+    (
+        "unsupported architecture",
+        "qwen3",
+        lambda m: edit_config(m, lambda c: c.update(architectures=["MistralForCausalLM"])),
+        f"{{m}}/config.json: Unsupported architecture: 'MistralForCausalLM'. Supported: {SUPPORTED}",
+    ),
+    (
+        "no architecture named",
+        "qwen3",
+        lambda m: edit_config(m, lambda c: c.pop("architectures")),
+        "{m}/config.json: Unsupported architecture: none named (no 'architectures' field; model_type "
+        f"'qwen3'). Supported: {SUPPORTED}",
+    ),
+    (
+        "unsupported rope type",
+        "qwen3",
+        lambda m: edit_config(m, lambda c: c.update(rope_parameters={"rope_type": "yarn", "factor": 4.0})),
+        "{m}/config.json: Unsupported rope type: 'yarn'. Supported: ['default', 'llama3']",
+    ),
+    (
+        "no safetensors",
+        "qwen3",
+        lambda m: (m / "model.safetensors").unlink(),
+        f"{{m}}: no *.safetensors files ({LAYOUT})",
+    ),
+    (
+        "truncated safetensors",
+        "qwen3",
+        lambda m: truncate(m / "model.safetensors"),
+        "{m}/model.safetensors: not a readable safetensors file (error while deserializing header: "
+        "incomplete metadata, file not fully covered); is it truncated or corrupt?",
+    ),
+    (
+        "corrupt safetensors header",
+        "qwen3",
+        lambda m: overwrite_header(m / "model.safetensors"),
+        "{m}/model.safetensors: not a readable safetensors file (error while deserializing header: "
+        "header too large); is it truncated or corrupt?",
+    ),
+    (
+        "missing tensor of a fused parameter",
+        "qwen3",
+        lambda m: edit_weights(m / "model.safetensors", lambda t: t.pop("model.layers.1.mlp.up_proj.weight")),
+        "{m}/model.safetensors: the checkpoint lacks tensor(s) model.layers.1.mlp.up_proj.weight, which "
+        "Qwen3ForCausalLM needs",
+    ),
+    (
+        "missing tensor",
+        "qwen3",
+        lambda m: edit_weights(m / "model.safetensors", lambda t: t.pop("model.norm.weight")),
+        "{m}/model.safetensors: the checkpoint lacks tensor(s) model.norm.weight, which Qwen3ForCausalLM needs",
+    ),
+    (
+        "wrong shape",
+        "qwen3",
+        lambda m: edit_weights(
+            m / "model.safetensors", lambda t: t.update({"model.norm.weight": torch.ones(3)})
+        ),
+        "{m}/model.safetensors: tensor 'model.norm.weight': shape (3,) does not fit the parameter's (64,)",
+    ),
+    (
+        "wrong shape of a fused shard",
+        "qwen3",
+        lambda m: edit_weights(
+            m / "model.safetensors",
+            lambda t: t.update({"model.layers.0.self_attn.k_proj.weight": torch.zeros(3, 64)}),
+        ),
+        "{m}/model.safetensors: tensor 'model.layers.0.self_attn.k_proj.weight': shape (3, 64) does not fit "
+        "the parameter's (64, 64)",
+    ),
+    (
+        "unexpected tensor",
+        "qwen3",
+        lambda m: edit_weights(
+            m / "model.safetensors", lambda t: t.update({"model.layers.0.extra.weight": torch.zeros(2)})
+        ),
+        "{m}/model.safetensors: unexpected tensor 'model.layers.0.extra.weight': Qwen3ForCausalLM has no "
+        "such parameter",
+    ),
+    (
+        "index names a missing shard",
+        "sharded",
+        lambda m: shard_holding(m, "model.norm.weight").unlink(),
+        "{m}/model.safetensors.index.json: names shard(s) that are not in the folder: {shard}",
+    ),
+    (
+        "index not JSON",
+        "sharded",
+        lambda m: (m / "model.safetensors.index.json").write_text("weight_map:"),
+        "{m}/model.safetensors.index.json: not valid JSON (Expecting value at line 1, column 1)",
+    ),
+    (
+        "index without a weight map",
+        "sharded",
+        lambda m: (m / "model.safetensors.index.json").write_text('{"metadata": {}}'),
+        "{m}/model.safetensors.index.json: no 'weight_map' of tensor names to shard files",
+    ),
+    (
+        "sharded checkpoint missing a tensor",
+        "sharded",
+        lambda m: edit_weights(shard_holding(m, "model.norm.weight"), lambda t: t.pop("model.norm.weight")),
+        "{m}: the checkpoint lacks tensor(s) model.norm.weight, which LlamaForCausalLM needs",
+    ),
+    (
+        "truncated shard",
+        "sharded",
+        lambda m: truncate(shard_holding(m, "model.norm.weight")),
+        "{shard_path}: not a readable safetensors file (error while deserializing header: incomplete "
+        "metadata, file not fully covered); is it truncated or corrupt?",
+    ),
+]
+
+
+@pytest.fixture(params=CASES, ids=[c[0] for c in CASES])
+def broken(request, tmp_path) -> tuple[Path, str]:
+    """A copy of a tiny model folder, broken as the case says, and the exact message expected."""
+    _, source, breaks, message = request.param
+    folder = tmp_path / "model"
+    shutil.copytree(request.getfixturevalue(source), folder)
+    shard = shard_holding(folder, "model.norm.weight") if source == "sharded" else folder
+    breaks(folder)
+    return folder, message.format(m=folder, shard=shard.name, shard_path=shard)
+
+
+def test_the_api_raises_a_model_error_naming_the_file(broken):
+    folder, message = broken
+    with pytest.raises(ModelError) as info:
+        LLM(str(folder), device="cpu", num_kv_blocks=16)
+    assert str(info.value) == message
+
+
+def test_the_cli_prints_one_line_and_exits_2(broken, tmp_path):
+    folder, message = broken
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        yaml.safe_dump(
+            {
+                "name": "s",
+                "model": str(folder),
+                "engine": {"device": "cpu", "num_kv_blocks": 16},
+                "workload": {"num_requests": 1, "input_len": 4, "output_len": 2},
+                "telemetry": {"enabled": False},
+            }
+        )
+    )
+    res = CliRunner().invoke(app, ["run", str(scenario), "--out", str(tmp_path / "r"), "-q"])
+    assert res.exit_code == 2, res.output
+    assert res.stderr == f"error: {message}\n"
+    assert not list((tmp_path / "r").rglob("summary.json"))
+
+
+@pytest.mark.slow
+def test_a_tensor_parallel_engine_raises_the_same_error(qwen3, tmp_path):
+    """With tp=2 the ranks are stopped and the checkpoint's error comes through unchanged."""
+    folder = tmp_path / "model"
+    shutil.copytree(qwen3, folder)
+    edit_weights(folder / "model.safetensors", lambda t: t.update({"model.norm.weight": torch.ones(3)}))
+    with pytest.raises(ModelError) as info:
+        LLM(str(folder), device="cpu", tp=2, num_kv_blocks=16)
+    assert str(info.value) == (
+        f"{folder}/model.safetensors: tensor 'model.norm.weight': shape (3,) does not fit the parameter's (64,)"
+    )

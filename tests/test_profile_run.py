@@ -1,0 +1,153 @@
+"""A run profiled in-process on the CPU (qwen3-tiny): the window, the breakdown of every recorded step
+against the engine's own step time, and slow steps flagged, explained and recorded around."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+
+import pytest
+import yaml
+
+from llmbench.bench.profile.summary import write_profile
+from llmbench.bench.profile.window import ProfileWindow
+from llmbench.bench.records import StepRecord
+from llmbench.bench.runner import RunRequest, execute_run
+from llmbench.bench.scenario.loader import load_scenario
+from llmbench.bench.slow_steps import find_slow_steps, slow_step_warning
+from llmbench.bench.store import load_run
+from llmbench.engine import step_counters
+from llmbench.engine.sampler import Sampler
+
+TINY = {
+    "name": "prof",
+    "model": "qwen3-tiny",
+    "engine": {"device": "cpu", "max_model_len": 512},
+    "workload": {"num_requests": 4, "input_len": {"dist": "uniform", "min": 8, "max": 24}, "output_len": 16},
+    "arrival": {"kind": "offline"},
+    "warmup": 1,
+    "repeats": 1,
+    "cpu_threads": 1,
+    "telemetry": {"enabled": False},
+}
+
+
+def profiled_run(tmp_path, window: ProfileWindow, **workload):
+    path = tmp_path / "prof.yaml"
+    path.write_text(yaml.safe_dump({**TINY, "workload": {**TINY["workload"], **workload}}))
+    resolved = load_scenario(path, [], "none")
+    outcome = execute_run(RunRequest(resolved, tmp_path / "r", "v", step_observer=window))
+    profile_path = write_profile(window.folder, window.record(), "v", "cpu", outcome.status)
+    return outcome, json.loads(profile_path.read_text())
+
+
+@pytest.mark.slow
+def test_every_recorded_step_adds_up_to_the_engine_step_time(tmp_path):
+    window = ProfileWindow(tmp_path / "p", steps_per_kind=4)
+    outcome, profile = profiled_run(tmp_path, window)
+    assert outcome.status == "complete" and profile["status"] == "complete" and profile["mode"] == "cpu"
+    steps = [s for s in profile["steps"] if s["kind"] != "idle"]
+    assert steps and len(steps) == len(window.record()["calls"])
+    for s in steps:
+        busy, outside = sum(s["device"].values()), sum(s["waited_for"].values())
+        assert busy + outside == pytest.approx(s["wall"], rel=1e-6)
+        # the breakdown covers the step as timed around the engine's step() to within 10%
+        assert abs(s["wall"] - s["call_time"]) <= 0.1 * s["call_time"], s
+        assert s["engine_time"] <= s["wall"]  # the engine's own step time ends with its tokens
+    decode = profile["kinds"]["decode"]
+    assert decode["steps"] >= 4
+    for category in ("GEMM", "attention", "norm", "sampling"):
+        assert decode["device"][category] > 0, category
+    assert {"schedule", "forward", "sample", "bookkeeping"} <= set(decode["phases"])
+    assert profile["kernels"][0]["total"] >= profile["kernels"][-1]["total"]
+    (trace,) = [tmp_path / "p" / name for name in profile["traces"]]
+    with gzip.open(trace, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    ranges = [e for e in events if e.get("name") == "llmbench.step"]
+    assert len(ranges) == len(window.record()["calls"])
+    # the 4 prompts are prefilled together: one prefill step, fewer than asked, and the profile says so
+    assert any(n.startswith("prefill: 1 step(s) of the 4") for n in profile["notes"])
+
+
+def test_the_window_stops_recording_once_each_kind_has_its_steps(tmp_path):
+    window = ProfileWindow(tmp_path / "p", steps_per_kind=1)
+    outcome, profile = profiled_run(tmp_path, window)
+    run_steps = load_run(outcome.run_dir).table("steps")
+    assert [c["kind"] for c in window.record()["calls"]] == ["prefill", "decode"]
+    assert len(run_steps) > 2  # the run went on unrecorded
+    assert set(profile["kinds"]) == {"prefill", "decode"} and profile["notes"] == []
+
+
+@pytest.fixture
+def one_slow_step(monkeypatch):
+    """The 8th sampling call of the measured run takes 1.5 s and compiles a Triton kernel meanwhile (both
+    faked: the interpreter compiles nothing)."""
+    real = Sampler.sample
+    calls = {"n": 0}
+
+    def sample(self, logits, ids, params):
+        calls["n"] += ids[0].startswith("p0r0-")  # a measured request (the warm-up's are "w-...")
+        if calls["n"] == 8 and not calls.get("done"):
+            calls["done"] = True
+            step_counters.note_triton_compile()
+            time.sleep(1.5)
+        return real(self, logits, ids, params)
+
+    monkeypatch.setattr(Sampler, "sample", sample)
+
+
+@pytest.mark.slow
+def test_a_slow_step_is_flagged_with_its_cause_and_recorded_around(tmp_path, one_slow_step):
+    window = ProfileWindow(tmp_path / "p", steps_per_kind=1, slow_steps=True, chunk=3)
+    outcome, profile = profiled_run(tmp_path, window, output_len=24)
+    steps = load_run(outcome.run_dir).table("steps")
+    flagged = steps[steps["slow"]]
+    compiled = flagged[flagged["triton_compiles"] > 0]
+    assert len(compiled) == 1 and "Triton compile" in compiled["slow_causes"].iloc[0]
+    assert (steps.loc[~steps["slow"], "slow_causes"] == "").all()
+    (line,) = [w for w in outcome.summary["warnings"] if "slow step" in w]
+    assert "(>5x the median of their kind)" in line and "1 Triton compile" in line
+    # recorded around: the chunk holding it was written, chunks with neither window nor slow steps dropped
+    (slow,) = [s for s in profile["slow_steps"] if "Triton compile" in s["causes"]]
+    assert slow["step"] == compiled["step"].iloc[0] and slow["wall"] >= 1.5
+    chunks = window.record()["chunks"]
+    calls = window.record()["calls"]
+    assert any(slow["call"] in c["calls"] for c in chunks)
+    assert all(any(calls[i]["window"] or calls[i]["slow"] for i in c["calls"]) for c in chunks)
+    assert sum(len(c["calls"]) for c in chunks) < len(steps)  # some chunks were dropped
+    assert len(profile["traces"]) == len(chunks)
+
+
+def _step(kind: str, duration: float, tokens: int = 4, **counts) -> StepRecord:
+    return StepRecord(1, kind, tokens, 0, tokens, None, 0, 1, 1, 0, counts.pop("num_preemptions", 0), 0.0,
+                      duration, 0, **counts)  # fmt: skip
+
+
+def test_slow_steps_are_judged_against_the_median_of_their_kind():
+    steps = [_step("decode", 0.01) for _ in range(9)] + [_step("prefill", 0.2) for _ in range(5)]
+    steps += [
+        _step("decode", 0.2, triton_compiles=1),
+        _step("decode", 0.3, memory_growth=64 * 2**20),
+        _step("decode", 0.3, gc_time=0.25),
+        _step("decode", 0.06, tokens=40),  # 6x the median, and ten times the median batch
+        _step("decode", 0.2, memory_growth=2**20),  # too little growth to explain it
+        _step("prefill", 0.5),  # 2.5x its own kind's median: not slow
+    ]
+    slow = find_slow_steps(steps)
+    assert [s.index for s in slow] == [14, 15, 16, 17, 18]
+    assert [s.causes for s in slow] == [
+        ("Triton compile",), ("allocator growth",), ("garbage collection",), ("large step",), ("unexplained",),
+    ]  # fmt: skip
+    assert slow[0].ratio == pytest.approx(20.0)
+    assert slow_step_warning(slow) == (
+        "5 slow steps (>5x the median of their kind): 1 Triton compile, 1 allocator growth, "
+        "1 garbage collection, 1 large step, 1 unexplained"
+    )
+    assert find_slow_steps(steps, factor=25.0) == [slow[1], slow[2]]
+    assert slow_step_warning([]) is None
+
+
+def test_kinds_with_too_few_steps_have_no_slow_steps():
+    steps = [_step("mixed", 0.01) for _ in range(3)] + [_step("mixed", 1.0)]
+    assert find_slow_steps(steps) == []
