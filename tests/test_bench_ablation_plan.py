@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from llmbench.bench.ablation import BASELINE, parse_toggle, parse_toggles, plan
+from llmbench.bench.ablation import BASELINE, Variant, parse_toggle, parse_toggles, plan
+from llmbench.bench.ablation.execute import child_command, config_problem
 from llmbench.bench.errors import BenchError
+from llmbench.bench.scenario import load_scenario
+from llmbench.bench.scenario.schema import Sampling
 from llmbench.engine.config import EngineConfig
 from llmbench.engine.option_checks import ATTENTION_BACKENDS
 from llmbench.engine.resolve import resolve_here
@@ -115,3 +118,46 @@ def test_toggle_values_are_checked_as_the_engine_checks_them_all_at_once():
         BenchError, match=r"^--toggle block_size=2.5: engine.block_size: expected an integer >= 1"
     ):
         parse_toggle("block_size=2.5")
+
+
+def test_sampling_settings_are_toggles_against_the_scenario_value(cpu_config):
+    sampling = Sampling(temperature=0.6)
+    vs = plan("flip", [parse_toggle("sampling.temperature=0,0.6")], cpu_config, sampling)
+    assert [(v.name, v.options) for v in vs] == [
+        (BASELINE, {}),
+        ("sampling.temperature=0", {"sampling.temperature": 0}),
+    ]
+    vs = plan(
+        "one-at-a-time",
+        [parse_toggle("sampling.top_k=0,50"), parse_toggle("sampling.top_p=1,0.9")],
+        cpu_config,
+        sampling,
+    )
+    assert [v.options for v in vs] == [{}, {"sampling.top_k": 50}, {"sampling.top_p": 0.9}]
+    vs = plan(
+        "factorial", [parse_toggle("sampling.min_p=0.1,0"), parse_toggle("cuda_graph")], cpu_config, sampling
+    )
+    assert vs[0] == (BASELINE, {"sampling.min_p": 0, "cuda_graph": False})  # the scenario's own values
+    with pytest.raises(BenchError, match="--toggle sampling.seed needs the values to compare"):
+        parse_toggle("sampling.seed")
+    with pytest.raises(
+        BenchError, match="Unknown sampling toggle: 'sampling.topk'. Supported: sampling.temperature"
+    ):
+        parse_toggle("sampling.topk=1,2")
+
+
+def test_a_sampling_variant_sets_the_scenario_and_is_checked_before_it_runs(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "model: qwen3-tiny\nengine: {device: cpu}\nworkload: {num_requests: 2, input_len: 4, output_len: 2}\n"
+    )
+    resolved = load_scenario(path)
+    ok = Variant("sampling.top_p=0.9", {"sampling.top_p": 0.9, "chunked_prefill": False})
+    cmd = child_command(resolved, [], ok, tmp_path / "run", "s", 0)
+    assert ["--set", "sampling.top_p=0.9"] == cmd[
+        cmd.index("sampling.top_p=0.9") - 1 : cmd.index("sampling.top_p=0.9") + 1
+    ]
+    assert "engine.chunked_prefill=false" in cmd
+    assert config_problem(resolved, ok) is None
+    bad = Variant("sampling.top_p=1.5", {"sampling.top_p": 1.5})
+    assert config_problem(resolved, bad) == "sampling.top_p: Input should be less than or equal to 1"

@@ -58,6 +58,29 @@ def test_error_names_the_full_field_path_and_what_is_allowed(tmp_path):
     assert "workload.input_len.max: must be >= min (100), got 50" in msg
 
 
+@pytest.mark.parametrize(
+    "setting, expected",
+    [
+        ("temperature=-0.5", "sampling.temperature: Input should be greater than or equal to 0"),
+        ("top_k=-2", "sampling.top_k: Input should be greater than or equal to -1"),
+        ("top_p=0", "sampling.top_p: Input should be greater than 0"),
+        ("top_p=1.5", "sampling.top_p: Input should be less than or equal to 1"),
+        ("min_p=-0.1", "sampling.min_p: Input should be greater than or equal to 0"),
+        ("min_p=2", "sampling.min_p: Input should be less than or equal to 1"),
+        ("seed=sometimes", "sampling.seed"),
+    ],
+)
+def test_bad_sampling_settings_name_the_field_and_the_bound(tmp_path, setting, expected):
+    assert expected in error_of(write(tmp_path, MINIMAL), [f"sampling.{setting}"])
+
+
+def test_sampling_takes_min_p_and_a_seed_setting(tmp_path):
+    path = write(tmp_path, MINIMAL)
+    sc = load_scenario(path, ["sampling.min_p=0.05", "sampling.seed=7", "sampling.top_k=-1"]).scenario
+    assert (sc.sampling.min_p, sc.sampling.seed, sc.sampling.top_k) == (0.05, 7, -1)
+    assert load_scenario(path, ["sampling.seed=engine"]).scenario.sampling.seed == "engine"
+
+
 def test_unknown_key_is_an_error_that_lists_the_allowed_keys(tmp_path):
     data = {**MINIMAL, "workload": {**MINIMAL["workload"], "num_reqs": 3}}
     msg = error_of(write(tmp_path, data))

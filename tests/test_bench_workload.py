@@ -97,6 +97,33 @@ def test_shared_prefix_groups_share_exactly_their_prefix():
     assert len({tuple(r.prompt[40:]) for r in reqs}) == 12  # suffixes are unique
 
 
+@pytest.mark.parametrize("source", ["synthetic", "shared_prefix"])
+def test_token_ids_range_bounds_every_prompt_id(source):
+    extra = {"num_prefixes": 2, "prefix_len": 30} if source == "shared_prefix" else {}
+    w = wl(
+        source=source,
+        num_requests=40,
+        input_len=50,
+        output_len=2,
+        token_ids={"min": 100, "max": 110},
+        **extra,
+    )
+    ids = {t for r in build_requests(w, TOK, VOCAB, seed=0) for t in r.prompt}
+    assert ids == set(range(100, 110))  # every id of [min, max), nothing else
+
+
+def test_token_ids_past_the_vocabulary_are_an_error_and_empty_ranges_invalid():
+    w = wl(num_requests=2, input_len=5, output_len=2, token_ids={"max": VOCAB + 1})
+    with pytest.raises(
+        WorkloadError, match=rf"workload.token_ids.max: {VOCAB + 1} is past the model's vocabulary"
+    ):
+        build_requests(w, TOK, VOCAB, seed=0)
+    with pytest.raises(ValueError, match=r"must be > min \(5\)"):
+        wl(num_requests=2, input_len=5, output_len=2, token_ids={"min": 5, "max": 5})
+    with pytest.raises(ValueError, match="token_ids"):  # not for sources that read their prompts
+        wl(source="file", path=__file__, token_ids={"max": 10})
+
+
 def test_jsonl_prompts_text_ids_and_output_lengths(tmp_path):
     path = tmp_path / "p.jsonl"
     lines = [

@@ -282,3 +282,17 @@ def test_until_ci_adds_repeats_until_the_intervals_are_narrow(tmp_path, monkeypa
     _, record = fake_ablation(tmp_path / "b", monkeypatch, noisy, repeats=1, until_ci=2.0, max_repeats=4)
     assert record["repeats_run"] == 4 and len(noisy.calls) == 8
     assert record["until_ci"] == {"percent": 2.0, "max_repeats": 4}
+
+
+@pytest.mark.slow
+def test_sampling_settings_are_compared_with_their_cost_per_decode_step(tmp_path):
+    path = tmp_path / "abl.yaml"
+    path.write_text(yaml.safe_dump(TINY))
+    res = invoke("ablate", path, "--toggle", "sampling.temperature=0.6", "--out", tmp_path / "r")
+    assert res.exit_code == 0, res.output
+    assert "sampling.temperature=0.6 against baseline" in res.stdout
+    table = res.stdout[res.stdout.index("sampling.temperature=0.6 against baseline") :]
+    assert "decode step mean" in table  # the cost of the setting, per step
+    assert "n/a (sampling)" in table  # outputs differ by design
+    variant = load_run(ablation_folder(tmp_path / "r") / "sampling.temperature-0.6-r0")
+    assert variant.meta["scenario"]["sampling"]["temperature"] == 0.6

@@ -220,6 +220,26 @@ def test_greedy_tokens_at_tp2_with_triton_kernels_and_the_fused_skinny_matmul(mo
     assert got == expected
 
 
+@pytest.mark.slow
+def test_seeded_sampling_draws_the_same_tokens_at_tp2_as_on_one_device(model):
+    # rank 0 alone samples, with uniforms keyed by (seed, position, token): the split model changes nothing
+    if DEVICE == "cuda" and torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    folder, _ = model
+    params = [
+        SamplingParams(temperature=0.9, top_p=0.95, seed=11 + i, max_tokens=8, ignore_eos=True)
+        for i in range(3)
+    ]
+    options = dict(dtype="float32", num_kv_blocks=64, block_size=8, device=DEVICE)
+    want = [o.token_ids for o in LLM(str(folder), **options).generate(PROMPTS, params)]
+    llm = LLM(str(folder), tp=2, async_scheduling=True, **options)
+    try:
+        got = [o.token_ids for o in llm.generate(PROMPTS, params)]
+    finally:
+        llm.engine.shutdown()
+    assert got == want and len({t for ids in want for t in ids}) > 8
+
+
 def test_tp_that_does_not_divide_the_heads_is_a_clear_error(model):
     folder, _ = model
     with pytest.raises(ConfigError, match="tp=3 does not divide the 4 attention heads"):

@@ -33,7 +33,8 @@ def ablate(
             "--toggle",
             "-t",
             help="Engine toggle to vary (repeatable): cuda_graph, paged_kv, ..., tuning.tp_fuse_norm; or NAME=A,B "
-            "to pick the values compared, for any option (max_num_seqs=128,256, tuning.skinny_matmul_rows=0,1).",
+            "to pick the values compared, for any option (max_num_seqs=128,256, tuning.skinny_matmul_rows=0,1); "
+            "sampling.temperature=0,0.6 (and sampling.top_k, top_p, min_p, seed) compares sampling settings.",
         ),
     ] = None,
     backend: Annotated[
@@ -142,7 +143,7 @@ def ablate(
             )
         toggles = parse_toggles(toggle)  # every bad value at once, before anything starts
         config = engine_config(sc)  # the scenario itself must be runnable
-        variants = plan(design.value, toggles, config)
+        variants = plan(design.value, toggles, config, sc.sampling)
         design_name = design.value
     elif backend or len(sc.backends) > 1:
         if quality:

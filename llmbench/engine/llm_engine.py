@@ -12,7 +12,6 @@ import time
 import weakref
 from dataclasses import dataclass
 
-import torch
 import torch.distributed as dist
 
 from llmbench.engine import step_counters
@@ -20,7 +19,7 @@ from llmbench.engine.async_scheduling import InFlight, mark_pending, sampling_ro
 from llmbench.engine.block_manager import BlockManager, SlabAllocator
 from llmbench.engine.config import ConfigError, EngineConfig
 from llmbench.engine.facts import ModelFacts, read_facts
-from llmbench.engine.model_runner import ModelRunner
+from llmbench.engine.model_runner import Executed, ModelRunner
 from llmbench.engine.outputs import RequestOutput, StepOutput, StepStats, TokenEvent
 from llmbench.engine.ranges import phase, step_range
 from llmbench.engine.resolve import find_model, resolve
@@ -141,7 +140,8 @@ class LLMEngine:
             chunked_prefill=config.chunked_prefill,
             continuous_batching=config.continuous_batching,
         )
-        self.sampler = Sampler(self.runner.device)
+        self.sampler = Sampler(self.runner.device, config.triton_kernels, config.seed)
+        self.sampler.warm_up(model_config.vocab_size, config.torch_dtype)  # not inside a measured step
         eos = set(model_config.eos_token_ids)
         if self.tokenizer.eos_token_id is not None:
             eos.add(self.tokenizer.eos_token_id)
@@ -209,6 +209,7 @@ class LLMEngine:
             )
         seq = Sequence(request_id, ids, params, time.perf_counter() if arrival_time is None else arrival_time)
         self._seqs[request_id] = seq
+        self.sampler.add(request_id, params)
         self.scheduler.add(seq)
 
     def abort(self, request_id: str) -> RequestOutput | None:
@@ -249,11 +250,12 @@ class LLMEngine:
         stats = self._begin(batch, start)
         with phase("build_inputs"):
             arrays = build_step(batch.seqs, batch.num_new_tokens, self.config.block_size, self.tables)
-        logits, stats.graph_bucket, stats.graph_padding = self._execute(arrays)
+            self.sampler.attach(arrays, batch)
+        logits, stats.graph_bucket, stats.graph_padding, rows = self._execute(arrays)
         with phase("bookkeeping"):
             sampling = self.scheduler.advance(batch)
         with phase("sample"):
-            ids = self.sampler.sample(logits, [s.request_id for s in sampling], [s.params for s in sampling])
+            ids = self.sampler.sample(logits, rows)
         with phase("copy_to_host"):
             tokens = ids.tolist()
         now = time.perf_counter()  # tokens are on the host now
@@ -265,7 +267,7 @@ class LLMEngine:
                 self._deliver(seq, tok, now, out)
             return self._end(out)
 
-    def _execute(self, arrays: StepArrays) -> tuple[torch.Tensor, int | None, int]:
+    def _execute(self, arrays: StepArrays) -> Executed:
         """The step on every rank (rank 0 sends it to the others first)."""
         if self.workers is None:
             return self.runner.execute(arrays)
@@ -335,12 +337,11 @@ class LLMEngine:
             with phase("build_inputs"):
                 arrays = build_step(batch.seqs, batch.num_new_tokens, self.config.block_size, self.tables)
                 set_token_fill(batch, arrays)
-            logits, stats.graph_bucket, stats.graph_padding = self._execute(arrays)
-            sampling = sampling_rows(batch)
+                sampling = sampling_rows(batch)
+                self.sampler.attach(arrays, batch, sampling)
+            logits, stats.graph_bucket, stats.graph_padding, rows = self._execute(arrays)
             with phase("sample"):
-                ids = self.sampler.sample(
-                    logits, [s.request_id for s in sampling], [s.params for s in sampling]
-                )
+                ids = self.sampler.sample(logits, rows)
                 try:
                     self.runner.share_sampled(ids, len(sampling))  # the other ranks receive them likewise
                 except BaseException as e:
@@ -383,7 +384,7 @@ class LLMEngine:
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
         seq.finish_time = now
-        self.sampler.forget(seq.request_id)
+        self.sampler.forget(seq.request_id, seq.params)
         del self._seqs[seq.request_id]
         return seq.to_output()
 

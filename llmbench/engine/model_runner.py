@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -41,10 +42,18 @@ class StepInputs:
     positions: torch.Tensor  # (T,) int64
     meta: AttentionMetadata
     logits_indices: torch.Tensor  # (N,) rows of the flat batch whose logits are sampled
+    sample_rows: tuple[torch.Tensor, torch.Tensor] | None = None  # StepArrays.sample_params, sample_keys
 
     @property
     def decode_only(self) -> bool:
         return self.meta.is_decode_only
+
+
+class Executed(NamedTuple):
+    logits: torch.Tensor  # (N, V) of the sampling rows, model dtype
+    graph_bucket: int | None
+    graph_padding: int
+    sample_rows: tuple[torch.Tensor, torch.Tensor] | None  # for Sampler.sample
 
 
 class ModelRunner:
@@ -334,10 +343,13 @@ class ModelRunner:
         if step.fill_rows is not None:
             assert step.fill_src is not None and self.last_ids is not None, "a fill needs the last samples"
             arrays += [step.fill_rows, step.fill_src]
+        if step.sample_params is not None and step.sample_keys is not None:
+            arrays += [step.sample_params, step.sample_keys]
         return arrays
 
     def _upload(self, step: StepArrays, arrays: list[np.ndarray]) -> StepInputs:
         fill = step.fill_rows is not None
+        sampled = step.sample_params is not None and step.sample_keys is not None
         if self.device.type == "cuda":
             tensors = self._staging.upload(arrays)  # one host-to-device copy for all of them
         else:
@@ -347,6 +359,7 @@ class ModelRunner:
         input_ids, positions, slots, query_start, seq_lens, tables, logits_indices = tensors[:7]
         if fill:
             input_ids[tensors[7]] = self.last_ids[tensors[8]]
+        sample_rows = (tensors[-2], tensors[-1]) if sampled else None
         meta = AttentionMetadata(
             slot_mapping=slots,
             query_start_loc=query_start,
@@ -357,12 +370,12 @@ class ModelRunner:
             query_lens_cpu=step.query_lens,
             seq_lens_cpu=step.seq_lens.tolist(),
         )
-        return StepInputs(input_ids, positions, meta, logits_indices)
+        return StepInputs(input_ids, positions, meta, logits_indices, sample_rows)
 
     @torch.inference_mode()
-    def execute(self, step: StepArrays) -> tuple[torch.Tensor, int | None, int]:
-        """Run a step; return (logits of the sampling rows (N, V) in the model dtype, graph bucket or None,
-        padding).
+    def execute(self, step: StepArrays) -> Executed:
+        """Run a step; return the logits of the sampling rows (N, V) in the model dtype, the graph bucket
+        (or None) and its padding, and the device copies of the step's sampling rows.
 
         Rows named by ``step.fill_rows`` (asynchronous scheduling) take their token from the previous
         step's samples (``share_sampled``), still on the device: no wait for the host.
@@ -390,12 +403,13 @@ class ModelRunner:
                     inputs.meta.seq_lens,
                     inputs.meta.block_tables,
                 )
-                if len(step.logits_indices) == n:  # every row samples (the usual decode step): no gather
-                    return logits, bucket, bucket - n
-                return logits[inputs.logits_indices], bucket, bucket - n
+                if len(step.logits_indices) != n:  # not every row samples (the usual decode step does)
+                    logits = logits[inputs.logits_indices]
+                return Executed(logits, bucket, bucket - n, inputs.sample_rows)
         with phase("forward"):
             hidden = self._forward(inputs.input_ids, inputs.positions, inputs.meta, self.kv_caches)
-            return self.model.compute_logits(hidden[inputs.logits_indices]), None, 0
+            logits = self.model.compute_logits(hidden[inputs.logits_indices])
+            return Executed(logits, None, 0, inputs.sample_rows)
 
 
 def _dynamo_graph_count() -> int:

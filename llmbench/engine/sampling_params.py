@@ -1,39 +1,64 @@
-"""Per-request sampling settings."""
+"""Per-request sampling settings, checked where they are made.
+
+- temperature: >= 0; 0 (and anything below ``GREEDY_BELOW``, which float32 logits cannot tell from 0)
+  is greedy: the argmax of the raw logits, every cut below ignored.
+- top_k: keep the k most likely tokens (every token tied with the k-th too); -1 or 0: no cut.
+- top_p: in (0, 1]; keep the smallest set of most likely tokens whose probability reaches top_p (after
+  top-k), ties with its least likely token included; 1: no cut.
+- min_p: in [0, 1]; keep tokens with probability >= min_p x the most likely one's; 0: no cut.
+- seed: the request's own random stream (any int). Draws depend only on (seed, position of the token in
+  the request): a seeded request gives the same tokens alone or batched with others. None: the engine
+  derives one from its own seed and the request's order of arrival, so whole runs still repeat.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+GREEDY_BELOW = 1e-5
 
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How one request is sampled and when it stops.
+    """How one request is sampled and when it stops (the module docstring says what each cut does).
 
     temperature: 0 is greedy (the most likely token); above 0, softmax(logits / temperature) is sampled.
-    top_k: sample among the k most likely tokens only; 0 (or negative): no cut.
+    top_k: sample among the k most likely tokens only; -1 or 0: no cut.
     top_p: sample among the most likely tokens whose probabilities add up to p (0 < p <= 1; 1: no cut).
     max_tokens: new tokens to generate at most (>= 1); prompt plus max_tokens must fit max_model_len.
     ignore_eos: keep generating past an end-of-sequence token, up to max_tokens (benchmarks use it so
         that lengths follow the workload exactly).
-    seed: a seed for this request's own generator, so that its tokens repeat from run to run; None: the
-        engine's shared generator (seeded once at start).
+    seed: this request's own random stream: its tokens depend only on (seed, position), alone or batched;
+        None: one derived from the engine's seed and the request's order of arrival.
+    min_p: keep tokens with probability >= min_p x the most likely one's (0 <= min_p <= 1; 0: no cut).
     """
 
-    temperature: float = 1.0  # 0 means greedy
-    top_k: int = 0  # 0 or negative: no top-k cut
+    temperature: float = 1.0
+    top_k: int = 0
     top_p: float = 1.0
     max_tokens: int = 64
     ignore_eos: bool = False
     seed: int | None = None
+    min_p: float = 0.0  # last: the fields before it keep their positions
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (0 is greedy), got {self.temperature}")
+        # Written so that NaN fails every check.
+        if not (self.temperature >= 0 and math.isfinite(self.temperature)):
+            raise ValueError(
+                f"temperature must be a finite number >= 0 (0 is greedy), got {self.temperature}"
+            )
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < -1:
+            raise ValueError(f"top_k must be an integer >= 1, or -1 or 0 for no cut, got {self.top_k!r}")
         if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+            raise ValueError(f"top_p must be in (0, 1] (1 is no cut), got {self.top_p}")
+        if not 0.0 <= self.min_p <= 1.0:
+            raise ValueError(f"min_p must be in [0, 1] (0 is no cut), got {self.min_p}")
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise ValueError(f"seed must be an integer or None, got {self.seed!r}")
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        return self.temperature < GREEDY_BELOW

@@ -72,7 +72,7 @@ def score(
         if batch is None:
             raise RuntimeError("score: the scheduler could not schedule the requests left")
         arrays = build_step(batch.seqs, batch.num_new_tokens, engine.config.block_size, engine.tables)
-        logits, _, _ = engine._execute(arrays)
+        logits = engine._execute(arrays).logits
         sampling = scheduler.advance(batch)
         if not sampling:  # a step of prompt chunks only: nothing predicted yet
             continue

@@ -27,6 +27,10 @@ class StepArrays:
     # (``fill_src``: its row among those sampled ids).
     fill_rows: np.ndarray | None = None  # (K,) int64
     fill_src: np.ndarray | None = None  # (K,) int64
+    # Sampling (engine/sampler.py ``Sampler.rows``), only while some request samples: per sampling row,
+    # its settings and its seed key and token position. Rank 0 alone reads them.
+    sample_params: np.ndarray | None = None  # (4, N) float32
+    sample_keys: np.ndarray | None = None  # (2, N) int64
 
 
 class BlockTables:

@@ -31,10 +31,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from llmbench.bench.ablation.plan import BackendVariant, Toggle, Variant
+from pydantic import ValidationError
+
+from llmbench.bench.ablation.plan import SAMPLING, BackendVariant, Toggle, Variant
 from llmbench.bench.errors import BenchError, StoreError
 from llmbench.bench.hardware import command_line
 from llmbench.bench.scenario.loader import ResolvedScenario
+from llmbench.bench.scenario.schema import Sampling
 from llmbench.bench.store import slug, write_json
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[3]  # so children import this same llmbench
@@ -67,11 +70,17 @@ def config_problem(resolved: ResolvedScenario, variant: Variant | BackendVariant
         return backend_problem(sc.model_copy(update={"backend": variant.backend}))
     options = dict(sc.engine)
     for name, value in variant.options.items():
-        options = with_option(options, name, value)
+        if not name.startswith(SAMPLING):
+            options = with_option(options, name, value)
+    sampling = {k.removeprefix(SAMPLING): v for k, v in variant.options.items() if k.startswith(SAMPLING)}
     try:
         resolve_here(EngineConfig.from_options(sc.model, **options))
+        Sampling.model_validate({**sc.sampling.model_dump(), **sampling})
     except ConfigError as exc:
         return str(exc)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        return f"sampling.{'.'.join(map(str, first['loc']))}: {first['msg']}"
     return None
 
 
@@ -91,9 +100,10 @@ def child_command(
     if isinstance(variant, BackendVariant):
         cmd += ["--set", f"backend={variant.backend}"]
     for key, value in variant.options.items():
+        path = key if key.startswith(SAMPLING) else f"engine.{key}"  # sampling.*: a scenario setting
         cmd += [
             "--set",
-            f"engine.{key}={yaml.safe_dump(value, default_flow_style=True).strip().removesuffix('...').strip()}",
+            f"{path}={yaml.safe_dump(value, default_flow_style=True).strip().removesuffix('...').strip()}",
         ]
     cmd += [
         "--profile",

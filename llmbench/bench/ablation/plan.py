@@ -16,8 +16,13 @@ Designs:
 - leave-one-out: baseline = every toggle on; each variant turns one toggle off.
 - factorial: every on/off combination; the one equal to the scenario's configuration is the baseline.
 
-A variant is engine options on top of the scenario's, or (``backends``) another backend serving the same
-scenario: ``backend=engine``, ``backend=transformers``, ... with the first one named as the baseline.
+A toggle may also be a sampling setting of the scenario, with the values to compare
+(``sampling.temperature=0,0.6``, ``sampling.top_k=0,50``, ``sampling.top_p=1,0.9``, ``sampling.min_p=...``,
+``sampling.seed=...``); its baseline is the scenario's own value.
+
+A variant is engine options (and ``sampling.*`` settings) on top of the scenario's, or (``backends``)
+another backend serving the same scenario: ``backend=engine``, ``backend=transformers``, ... with the
+first one named as the baseline.
 Whether a variant can run is checked separately (``resolve`` raises ConfigError, e.g. CUDA Graphs on a
 CPU; a peer backend says what it lacks).
 """
@@ -30,6 +35,8 @@ from typing import Any, NamedTuple
 from llmbench.bench.errors import BenchError
 
 DESIGNS = ("flip", "one-at-a-time", "leave-one-out", "factorial")
+SAMPLING = "sampling."
+SAMPLING_TOGGLES = tuple(SAMPLING + f for f in ("temperature", "top_k", "top_p", "min_p", "seed"))
 BACKENDS_DESIGN = "backends"
 BASELINE = "baseline"
 
@@ -64,14 +71,18 @@ def parse_toggle(text: str) -> Toggle:
     name = name.strip()
     switches = (*toggle_names(), *flippable_knobs())
     knobs = [k for k in knob_names() if k not in switches]
-    if name not in switches and not (sep and name in knobs):
+    if name.startswith(SAMPLING) and name not in SAMPLING_TOGGLES:
+        raise BenchError(f"Unknown sampling toggle: {name!r}. Supported: {', '.join(SAMPLING_TOGGLES)}")
+    if name in SAMPLING_TOGGLES and not sep:
+        raise BenchError(f"--toggle {name} needs the values to compare, e.g. {name}=A,B")
+    if name not in switches and name not in SAMPLING_TOGGLES and not (sep and name in knobs):
         if name in knobs:
             raise BenchError(
                 f"--toggle {name} is a knob, not an on/off toggle: give its values, e.g. {name}=A,B"
             )
         raise BenchError(
             f"Unknown toggle: {name!r}. Toggles: {', '.join(switches)}; "
-            f"knobs, with values (NAME=A,B): {', '.join(knobs)}"
+            f"knobs, with values (NAME=A,B): {', '.join(knobs)}, {', '.join(SAMPLING_TOGGLES)}"
         )
     if not sep:
         return Toggle(name, None)
@@ -84,7 +95,10 @@ def parse_toggle(text: str) -> Toggle:
             value = yaml.safe_load(piece)
         except yaml.YAMLError:
             value = piece  # not YAML: the string the user typed
-        checked, found = check_option(name, value, prefix="engine.")
+        if name in SAMPLING_TOGGLES:  # checked with the scenario's sampling (ablation/execute.py)
+            checked, found = value, []
+        else:
+            checked, found = check_option(name, value, prefix="engine.")
         values.append(checked)
         problems += [f"--toggle {text}: {p}" for p in found]
     if problems:
@@ -118,11 +132,18 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def levels(toggle: Toggle, resolved: Any) -> tuple[Any, list[Any]]:
+def current(name: str, resolved: Any, sampling: Any = None) -> Any:
+    """The scenario's value of a toggle: the resolved engine option, or the scenario's sampling setting."""
+    if name.startswith(SAMPLING):
+        return getattr(sampling, name.removeprefix(SAMPLING)) if sampling is not None else None
+    return option_value(resolved, name)
+
+
+def levels(toggle: Toggle, resolved: Any, sampling: Any = None) -> tuple[Any, list[Any]]:
     """(baseline value, alternatives) for one toggle against the resolved engine config."""
     from llmbench.engine.option_checks import ATTENTION_BACKENDS
 
-    base = option_value(resolved, toggle.name)
+    base = current(toggle.name, resolved, sampling)
     if toggle.values is not None:
         return base, [v for v in toggle.values if _canonical(toggle.name, v, resolved) != base]
     if isinstance(base, bool):
@@ -164,8 +185,8 @@ def _name(options: dict[str, Any]) -> str:
     return "+".join(f"{k}={_text(v)}" for k, v in options.items())
 
 
-def plan(design: str, toggles: list[Toggle], resolved: Any) -> list[Variant]:
-    """The variants to run, the baseline first."""
+def plan(design: str, toggles: list[Toggle], resolved: Any, sampling: Any = None) -> list[Variant]:
+    """The variants to run, the baseline first (``sampling``: the scenario's, for ``sampling.*`` toggles)."""
     if design not in DESIGNS:
         raise BenchError(f"Unsupported design: {design!r}. Supported: {', '.join(DESIGNS)}")
     if not toggles:
@@ -175,13 +196,13 @@ def plan(design: str, toggles: list[Toggle], resolved: Any) -> list[Variant]:
         raise BenchError(f"a toggle is named twice: {', '.join(names)}")
     variants = [Variant(BASELINE, {})]
     if design == "flip":
-        alts = [levels(t, resolved)[1] for t in toggles]
+        alts = [levels(t, resolved, sampling)[1] for t in toggles]
         for combo in itertools.product(*alts):
             options = dict(zip(names, combo, strict=True))
             variants.append(Variant(_name(options), options))
     elif design == "one-at-a-time":
         for t in toggles:
-            for alt in levels(t, resolved)[1]:
+            for alt in levels(t, resolved, sampling)[1]:
                 variants.append(Variant(_name({t.name: alt}), {t.name: alt}))
     elif design == "leave-one-out":
         all_on = {t.name: on_off(t, resolved)[0] for t in toggles}
@@ -191,11 +212,11 @@ def plan(design: str, toggles: list[Toggle], resolved: Any) -> list[Variant]:
             variants.append(Variant(f"{t.name}={_text(options[t.name])}", options))
     else:  # factorial
         grid = [on_off(t, resolved) for t in toggles]
-        current = {t.name: option_value(resolved, t.name) for t in toggles}
+        now = {t.name: current(t.name, resolved, sampling) for t in toggles}
         variants = []
         for combo in itertools.product(*grid):
             options = dict(zip(names, combo, strict=True))
-            name = BASELINE if options == current else _name(options)
+            name = BASELINE if options == now else _name(options)
             variants.append(Variant(name, options))
         variants.sort(key=lambda v: v.name != BASELINE)
         if variants[0].name != BASELINE:  # the scenario's own configuration is not in the grid

@@ -29,10 +29,14 @@ def engine_config(scenario: Scenario) -> Any:
 
 
 def request_seed(scenario: Scenario, spec: RequestSpec) -> int | None:
-    """Per-request sampling seed (None when greedy), the same in every backend that takes one."""
-    if scenario.sampling.temperature == 0:
+    """Per-request sampling seed, the same in every backend that takes one: from ``sampling.seed`` (or
+    the scenario's seed) and the request id. None when greedy, or when ``sampling.seed`` is ``engine``
+    (the backend's own)."""
+    s = scenario.sampling
+    if s.temperature == 0 or s.seed == "engine":
         return None
-    return (scenario.seed * 1_000_003 + zlib.crc32(spec.request_id.encode())) % 2**31
+    base = scenario.seed if s.seed is None else s.seed
+    return (base * 1_000_003 + zlib.crc32(spec.request_id.encode())) % 2**31
 
 
 def sampling_params(scenario: Scenario, spec: RequestSpec) -> Any:
@@ -43,6 +47,7 @@ def sampling_params(scenario: Scenario, spec: RequestSpec) -> Any:
         temperature=s.temperature,
         top_k=s.top_k,
         top_p=s.top_p,
+        min_p=s.min_p,
         max_tokens=spec.max_tokens,
         ignore_eos=s.ignore_eos,
         seed=request_seed(scenario, spec),

@@ -151,6 +151,8 @@ class OpenAIBackend:
             body["top_p"] = s.top_p
         if s.top_k > 0:
             body["top_k"] = s.top_k
+        if s.min_p > 0:
+            body["min_p"] = s.min_p
         seed = request_seed(self.scenario, spec)
         if seed is not None:
             body["seed"] = seed

@@ -268,7 +268,10 @@ class TransformersBackend:
         s = self.scenario.sampling
         kwargs: dict[str, Any] = {"do_sample": s.temperature > 0, "pad_token_id": 0}
         if s.temperature > 0:
-            kwargs.update(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k)  # 0: off, as in the engine
+            # top_k 0 (and the engine's -1) and min_p 0: off, as in the engine
+            kwargs.update(temperature=s.temperature, top_p=s.top_p, top_k=max(s.top_k, 0))
+            if s.min_p > 0:
+                kwargs["min_p"] = s.min_p
         if self.mode == "generate":
             kwargs["cache_implementation"] = self.options.cache_implementation
             if self.options.torch_compile:

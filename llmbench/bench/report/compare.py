@@ -31,6 +31,7 @@ DELTA_METRICS = (
     "itl_p50",
     "e2e_p50",
     "output_throughput",
+    "decode_step_mean",  # the per-step cost of what a variant changes (a sampling setting, a kernel)
     "peak_memory",
     "energy_per_token",
 )

@@ -98,10 +98,28 @@ def _takes(dist: str) -> str:
     return ", ".join(sorted(required) + [f"{o} (optional)" for o in sorted(optional)])
 
 
+class TokenRange(StrictModel):
+    """Where random prompt token ids are drawn from: uniformly in [min, max) (max excluded)."""
+
+    min: int = Field(default=0, ge=0)
+    max: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> TokenRange:
+        if self.max <= self.min:
+            raise FieldIssue(
+                "max", f"must be > min ({self.min}): ids are drawn from [min, max), got {self.max}"
+            )
+        return self
+
+
 Source = Literal["synthetic", "shared_prefix", "file", "sharegpt", "trace"]
 _SOURCE_FIELDS: dict[str, tuple[set[str], set[str]]] = {  # source -> (required, optional)
-    "synthetic": ({"num_requests", "input_len", "output_len"}, set()),
-    "shared_prefix": ({"num_requests", "input_len", "output_len", "prefix_len", "num_prefixes"}, set()),
+    "synthetic": ({"num_requests", "input_len", "output_len"}, {"token_ids"}),
+    "shared_prefix": (
+        {"num_requests", "input_len", "output_len", "prefix_len", "num_prefixes"},
+        {"token_ids"},
+    ),
     "file": ({"path"}, {"num_requests", "output_len"}),
     "sharegpt": ({"path"}, {"num_requests", "output_len"}),
     "trace": ({"path"}, {"num_requests", "time_scale"}),
@@ -123,6 +141,8 @@ class Workload(StrictModel):
     - trace: CSV or JSONL with ``timestamp`` (seconds), ``input_len``, ``output_len``; replayed with
       its own arrival times (``arrival.kind: trace``), stretched by ``time_scale``.
     ``num_requests`` on a file-based source samples that many records (cycling when it asks for more).
+    ``token_ids`` (synthetic, shared_prefix): the range random prompt ids come from; default: the whole
+    vocabulary.
     """
 
     source: Source = "synthetic"
@@ -133,6 +153,7 @@ class Workload(StrictModel):
     num_prefixes: int | None = Field(default=None, ge=1)
     path: str | None = None
     time_scale: float | None = Field(default=None, gt=0)
+    token_ids: TokenRange | None = None
 
     @model_validator(mode="after")
     def _fields_fit_source(self) -> Workload:
@@ -145,6 +166,7 @@ class Workload(StrictModel):
             "num_prefixes",
             "path",
             "time_scale",
+            "token_ids",
         )
         given = {name for name in names if getattr(self, name) is not None}
         takes = ", ".join(sorted(required) + [f"{o} (optional)" for o in sorted(optional)])
@@ -272,9 +294,15 @@ class Arrival(StrictModel):
 
 
 class Sampling(StrictModel):
+    """How requests sample (SamplingParams says what each setting means). ``seed``: each sampled request's
+    seed comes from the request id and this base (default: the scenario's ``seed``, which also draws the
+    workload); ``engine``: requests carry none and the engine derives them from its own seed."""
+
     temperature: float = Field(default=0.0, ge=0)  # 0 = greedy, so variants' outputs can be compared
-    top_k: int = 0
+    top_k: int = Field(default=0, ge=-1)  # -1 and 0: no cut
     top_p: float = Field(default=1.0, gt=0, le=1)
+    min_p: float = Field(default=0.0, ge=0, le=1)
+    seed: int | Literal["engine"] | None = None
     ignore_eos: bool = True  # lengths follow output_len exactly (random weights would stop anywhere)
 
 

@@ -2,19 +2,33 @@
 
 Random ids keep the prompt length exact (512 means 512 tokens) and defeat any accidental prefix
 sharing; ``shared_prefix`` adds sharing back on purpose, with a known number of distinct prefixes.
+Ids are uniform over the vocabulary, or over ``workload.token_ids`` ([min, max)) when it is given.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from llmbench.bench.errors import WorkloadError
 from llmbench.bench.scenario.schema import Workload
 from llmbench.bench.workload.lengths import sample_lengths
 from llmbench.bench.workload.spec import RequestSpec
 
 
-def _tokens(rng: np.random.Generator, n: int, vocab_size: int) -> list[int]:
-    return rng.integers(0, vocab_size, size=int(n)).tolist()
+def _tokens(rng: np.random.Generator, n: int, ids: tuple[int, int]) -> list[int]:
+    return rng.integers(ids[0], ids[1], size=int(n)).tolist()
+
+
+def token_range(workload: Workload, vocab_size: int) -> tuple[int, int]:
+    """[low, high) of the prompt ids: ``workload.token_ids``, or the whole vocabulary."""
+    r = workload.token_ids
+    if r is None:
+        return 0, vocab_size
+    if r.max > vocab_size:
+        raise WorkloadError(
+            f"workload.token_ids.max: {r.max} is past the model's vocabulary ({vocab_size} ids: max <= {vocab_size})"
+        )
+    return r.min, r.max
 
 
 def synthetic_requests(
@@ -22,9 +36,10 @@ def synthetic_requests(
 ) -> list[RequestSpec]:
     """Lengths come from ``rng``, token ids from ``token_rng`` (so repeats can share lengths, not prompts)."""
     n = workload.num_requests
+    ids = token_range(workload, vocab_size)
     inputs = sample_lengths(workload.input_len, n, rng)
     outputs = sample_lengths(workload.output_len, n, rng)
-    return [RequestSpec(str(i), _tokens(token_rng, inputs[i], vocab_size), int(outputs[i])) for i in range(n)]
+    return [RequestSpec(str(i), _tokens(token_rng, inputs[i], ids), int(outputs[i])) for i in range(n)]
 
 
 def shared_prefix_requests(
@@ -32,13 +47,14 @@ def shared_prefix_requests(
 ) -> list[RequestSpec]:
     """Request i = prefix[i % num_prefixes] + its own random suffix of ``input_len`` tokens."""
     n = workload.num_requests
+    ids = token_range(workload, vocab_size)
     prefix_lens = sample_lengths(workload.prefix_len, workload.num_prefixes, rng)
     suffixes = sample_lengths(workload.input_len, n, rng)
     outputs = sample_lengths(workload.output_len, n, rng)
-    prefixes = [_tokens(token_rng, length, vocab_size) for length in prefix_lens]
+    prefixes = [_tokens(token_rng, length, ids) for length in prefix_lens]
     return [
         RequestSpec(
-            str(i), prefixes[i % len(prefixes)] + _tokens(token_rng, suffixes[i], vocab_size), int(outputs[i])
+            str(i), prefixes[i % len(prefixes)] + _tokens(token_rng, suffixes[i], ids), int(outputs[i])
         )
         for i in range(n)
     ]
