@@ -39,6 +39,9 @@ OWN_KERNELS = {
     "_prefill_kernel": ATTENTION,
     "_skinny_matmul_kernel": GEMM,  # with the all-reduce fused in at tp > 1: still read-bound products
     "_allreduce_norm_kernel": COMMUNICATION,
+    "_sample_kernel": SAMPLING,  # the Gumbel-max draw (and greedy rows' argmax)
+    "_pick_kernel": SAMPLING,  # each row's winner among its split programs
+    "_cut_kernel": SAMPLING,  # the top-p / min-p threshold search
 }
 
 LAYER_TAGS = {  # engine/ranges.py's layer ranges
