@@ -51,7 +51,7 @@ def fake_run(folder: Path, variant: str, tokens: list[list[int]], temperature: f
         "status": "complete",
         "scenario_name": "toy",
         "variant": variant,
-        "session": folder.parent.name,
+        "ablation": folder.parent.name,
         "backend": "engine",
         "scenario": {"sampling": {"temperature": temperature}},
     }

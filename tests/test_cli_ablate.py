@@ -71,7 +71,7 @@ def test_variants_run_in_their_own_processes_with_interleaved_repeats(tmp_path):
     started = [r.meta["started_at"] for r in runs]
     assert started == sorted(started)  # A B, B A
     assert [r.meta["repeat_index"] for r in runs] == [0, 0, 1, 1]
-    assert {r.meta["session"] for r in runs} == {folder.name}
+    assert {r.meta["ablation"] for r in runs} == {folder.name}
     assert runs[1].meta["engine_config"]["attention_backend"] == "torch"
     assert runs[0].meta["engine_config"]["attention_backend"] == "sdpa"
 
@@ -241,7 +241,12 @@ class FakeChild:
         self.calls.append((variant, repeat))
         run_dir = Path(arg["--run-dir"])
         run_dir.mkdir()
-        meta = {"status": "complete", "scenario_name": "abl", "variant": variant, "session": arg["--session"]}
+        meta = {
+            "status": "complete",
+            "scenario_name": "abl",
+            "variant": variant,
+            "ablation": arg["--ablation"],
+        }
         metrics = {"output_throughput": self.value(variant, repeat)}
         point = {"label": "offline", "repeats": [{"repeat": repeat, "metrics": metrics}], "metrics": {}}
         (run_dir / "meta.json").write_text(json.dumps(meta))

@@ -33,14 +33,14 @@ SCENARIO = {
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
-    """A baseline and a variant (torch attention) in one session, like an ablation writes them."""
+    """A baseline and a variant (torch attention) in one ablation, like an ablation writes them."""
     root = tmp_path_factory.mktemp("results")
     path = root / "rep.yaml"
     path.write_text(yaml.safe_dump(SCENARIO))
     out = {}
     for variant, sets in (("baseline", []), ("attention_backend=torch", ["engine.attention_backend=torch"])):
         resolved = load_scenario(path, sets)
-        outcome = execute_run(RunRequest(resolved, root / "runs", variant, session="s1"))
+        outcome = execute_run(RunRequest(resolved, root / "runs", variant, ablation="s1"))
         out[variant] = outcome.run_dir
     return out
 
@@ -59,7 +59,7 @@ def test_table_report_groups_by_scenario_and_compares_to_the_baseline(runs):
     assert "attention_backend=torch against baseline" in out
     # sdpa and torch agree on greedy tokens here: 5 requests in each of 2 repeats
     assert "outputs against the baseline (greedy)" in out and "10/10 identical" in out
-    assert "repeats paired by index (n=2)" in out  # one session: paired by repeat
+    assert "repeats paired by index (n=2)" in out  # one ablation: paired by repeat
     assert "startup seconds" in out
 
 
@@ -182,17 +182,17 @@ def test_labels_are_unique_across_ablations_and_identical_run_folders(runs, tmp_
     comparison has a label of its own."""
     from llmbench.bench.report import build_report
 
-    for session in ("20250101-100000-ablate", "20250102-100000-ablate"):
+    for ablation in ("20250101-100000-ablate", "20250102-100000-ablate"):
         for run in runs.values():
-            dst = tmp_path / session / run.name
+            dst = tmp_path / ablation / run.name
             shutil.copytree(run, dst)
             meta = json.loads((dst / "meta.json").read_text())
-            (dst / "meta.json").write_text(json.dumps({**meta, "session": session}))
-    for copy in ("a", "b"):  # the same folder name (time stamp) twice, no session
+            (dst / "meta.json").write_text(json.dumps({**meta, "ablation": ablation}))
+    for copy in ("a", "b"):  # the same folder name (time stamp) twice, no ablation
         dst = tmp_path / "standalone" / copy / runs["baseline"].name
         shutil.copytree(runs["baseline"], dst)
         meta = json.loads((dst / "meta.json").read_text())
-        (dst / "meta.json").write_text(json.dumps({**meta, "session": None, "variant": "default"}))
+        (dst / "meta.json").write_text(json.dumps({**meta, "ablation": None, "variant": "default"}))
     rep = build_report([tmp_path])
     labels = [g.label for s in rep.sections for g in s.groups]
     assert len(set(labels)) == len(labels) == 6, labels
@@ -332,18 +332,21 @@ def test_runs_resized_by_a_profile_are_not_compared_with_full_size_runs(tmp_path
 
     from llmbench.bench.report.frame import load_groups
 
-    src = next((Path(__file__).parent.parent / "results/h200/chat").glob("*-default"))
-    full = tmp_path / "chat" / src.name
+    src = Path(__file__).parent / "data" / "kept-ablation" / "baseline-r0"  # a run of the cpu profile
+    full = tmp_path / "throughput" / src.name
     shutil.copytree(src, full)
-    small = tmp_path / "chat" / (src.name + "-cpu")
+    meta = json.loads((full / "meta.json").read_text())
+    meta["profile"] = {"name": None, "reason": "torch sees a CUDA device"}
+    (full / "meta.json").write_text(json.dumps(meta))
+    small = tmp_path / "throughput" / (src.name + "-cpu")
     shutil.copytree(src, small)
     meta = json.loads((small / "meta.json").read_text())
     meta["profile"] = {"name": "cpu", "reason": "torch sees no CUDA device"}
-    meta["session"] = "another-session"
+    meta["ablation"] = "another-ablation"
     (small / "meta.json").write_text(json.dumps(meta))
     groups, problems = load_groups([tmp_path])
     assert not problems
-    assert sorted(g.scenario for g in groups) == ["chat", "chat (cpu profile)"]
+    assert sorted(g.scenario for g in groups) == ["throughput", "throughput (cpu profile)"]
 
 
 def test_each_ablation_is_compared_with_its_own_baseline(tmp_path):
@@ -358,7 +361,7 @@ def test_each_ablation_is_compared_with_its_own_baseline(tmp_path):
         shutil.copytree(src, dst)
         for meta_path in dst.rglob("meta.json"):
             meta = json.loads(meta_path.read_text())
-            meta["session"] = name
+            meta["ablation"] = name
             meta_path.write_text(json.dumps(meta))
     res = invoke("report", tmp_path, "--view", "changes", "-m", "output_throughput", "--format", "markdown")
     assert res.exit_code == 0, res.output

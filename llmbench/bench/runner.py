@@ -86,7 +86,7 @@ class RunRequest(NamedTuple):
     run_dir: Path | None = (
         None  # exact destination (ablation children); default: <out_root>/<scenario>/<ts>-<variant>
     )
-    session: str | None = None  # groups runs that belong together (an ablation)
+    ablation: str | None = None  # groups runs that belong together (an ablation)
     repeat_index: int | None = None  # run only this repeat (ablation children interleave repeats)
     slow_factor: float = SLOW_FACTOR  # a step this many times the median of its kind is slow
     step_observer: Any = None  # sees every measured engine step (``llmbench profile``'s window)
@@ -392,7 +392,7 @@ def _meta(req: RunRequest, backend: Backend, state: _Measuring, status: str) -> 
         "profile": req.resolved.profile._asdict(),
         "points": list({m.point_label: m.point for m in state.measured}.values()),  # with sweep rates
         "variant": req.variant,
-        "session": req.session,
+        "ablation": req.ablation,
         "repeat_index": req.repeat_index,
         "seed": scenario.seed,
         "backend": backend.name,

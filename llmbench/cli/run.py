@@ -107,7 +107,7 @@ def run(
         ),
     ] = SLOW_FACTOR,
     run_dir: Annotated[Path | None, typer.Option(hidden=True)] = None,
-    session: Annotated[str | None, typer.Option(hidden=True)] = None,
+    ablation: Annotated[str | None, typer.Option(hidden=True)] = None,
     repeat_index: Annotated[int | None, typer.Option(hidden=True)] = None,
     trace_dir: Annotated[Path | None, typer.Option(hidden=True)] = None,  # llmbench profile's children
     trace_steps: Annotated[int, typer.Option(hidden=True, min=1)] = 20,
@@ -132,7 +132,7 @@ def run(
         from llmbench.bench.profile.window import ProfileWindow
 
         window = ProfileWindow(trace_dir, trace_steps, trace_slow_steps, slow_step_factor)
-    request = RunRequest(resolved, out, variant, run_dir, session, repeat_index, slow_step_factor, window)
+    request = RunRequest(resolved, out, variant, run_dir, ablation, repeat_index, slow_step_factor, window)
     outcome = None
     try:
         with RichRunEvents(quiet) as events:

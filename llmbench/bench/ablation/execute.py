@@ -8,7 +8,7 @@ With ``until_ci`` the ablation keeps adding repeats after ``repeats`` until ever
 metrics are known to within +-``until_ci`` percent (95% interval), or ``max_repeats`` is reached.
 
 Each child is ``python -m llmbench run SCENARIO --set engine.X=Y ... --variant NAME --run-dir DIR
---session ID --repeat-index K`` (``--set backend=NAME`` when backends are compared) and writes one run folder under the ablation's folder
+--ablation ID --repeat-index K`` (``--set backend=NAME`` when backends are compared) and writes one run folder under the ablation's folder
 ``<out>/<scenario>/<time>-ablate/``. Every variant is checked first: one whose options the engine (or
 its peer backend) rejects, e.g. CUDA Graphs on a CPU, is a BenchError naming it and why, before anything
 runs or any folder is made. A variant whose process fails is recorded as failed with the end of its
@@ -89,7 +89,7 @@ def child_command(
     sets: list[str],
     variant: Variant | BackendVariant,
     run_dir: Path,
-    session: str,
+    ablation: str,
     repeat: int,
 ) -> list[str]:
     import yaml
@@ -113,7 +113,7 @@ def child_command(
         "--run-dir",
         str(run_dir),
     ]
-    cmd += ["--session", session, "--repeat-index", str(repeat)]
+    cmd += ["--ablation", ablation, "--repeat-index", str(repeat)]
     return cmd
 
 
@@ -228,7 +228,7 @@ def run_ablation(
         folder = folder.with_name(f"{folder.name.split('-ablate')[0]}-ablate-{k}")
         k += 1
     folder.mkdir(parents=True)
-    session = folder.name
+    ablation = folder.name
     states = {v.name: VariantState(v, "pending", None, []) for v in variants}
 
     env = {
@@ -295,7 +295,9 @@ def run_ablation(
                 total = str(limit) if until_ci is None else f"{limit} at most"
                 on_event("phase", f"repeat {r + 1}/{total} · {v.name}")
                 try:
-                    result = _run_child(child_command(resolved, sets, v, run_dir, session, r), env, timeout_s)
+                    result = _run_child(
+                        child_command(resolved, sets, v, run_dir, ablation, r), env, timeout_s
+                    )
                     if not isinstance(result, ChildTimeout) and result[0] == 130:
                         raise KeyboardInterrupt
                 except KeyboardInterrupt:  # the child kept what it measured: list it with the variant

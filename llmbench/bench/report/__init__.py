@@ -85,24 +85,24 @@ def _by_ablation(scenario: str, members: list[Group], baseline: str | None) -> l
     ablations without a baseline) share one. With a ``baseline`` named by the user, one part."""
     if baseline:
         return [(scenario, members)]
-    sessions: dict[str, list[Group]] = {}
+    ablations: dict[str, list[Group]] = {}
     rest: list[Group] = []
     for g in members:
-        if g.recorded_session is not None:
-            sessions.setdefault(g.recorded_session, []).append(g)
+        if g.recorded_ablation is not None:
+            ablations.setdefault(g.recorded_ablation, []).append(g)
         else:
             rest.append(g)
     parts = []
-    for session, groups in sessions.items():
+    for ablation, groups in ablations.items():
         if pick_baseline(groups, None) is not None:
-            parts.append((session, groups))
+            parts.append((ablation, groups))
         else:
             rest += groups
     if rest or not parts:
         parts.append(("", rest))
     if len(parts) == 1:
         return [(scenario, parts[0][1])]
-    return [(f"{scenario} · {session}" if session else scenario, groups) for session, groups in parts]
+    return [(f"{scenario} · {ablation}" if ablation else scenario, groups) for ablation, groups in parts]
 
 
 def build_report(

@@ -1,6 +1,6 @@
 """A variant against its baseline: the relative change of each metric, its 95% interval, and a verdict.
 
-``change`` takes the per-repeat values of both groups. Variants of one ablation (same session) are paired
+``change`` takes the per-repeat values of both groups. Variants of one ablation are paired
 by repeat index (same prompts and arrival times, run back to back): t-interval on the per-repeat log
 ratios. Other pairs of groups (separate runs, different ablations) are compared unpaired: Welch t-interval
 on the logs. See ``stats.relative_change``.

@@ -1,14 +1,14 @@
 """Runs on disk -> groups of comparable measurements -> one tidy DataFrame.
 
 A *group* is one engine configuration of one scenario measured together: the runs sharing
-(scenario, session, variant). An ablation's variant is one group whose repeats live in several folders
+(scenario, ablation, variant). An ablation's variant is one group whose repeats live in several folders
 (one process per repeat); a standalone run is a group of its own. Runs that were interrupted or failed
 (marked incomplete) form groups of their own, labelled "(incomplete)": they are shown, never judged. Per
 sweep point a group pools the repeats of all its runs; estimates and 95% intervals come from
 ``summary.interval``. Labels are unique within a scenario: configurations measured more than once are told
 apart by their ablation or run folder time stamp.
 
-The tidy frame has one row per (group, point, metric): scenario, session, variant, label, status, point,
+The tidy frame has one row per (group, point, metric): scenario, ablation, variant, label, status, point,
 metric, value, ci_low, ci_high, ci, n, unit, better, warnings (the flags of the run warnings that concern
 that point). Tables, CSV, Markdown and HTML are all views of it.
 """
@@ -28,7 +28,7 @@ from llmbench.bench.store import Problem, Run, find_runs
 from llmbench.bench.summary import interval
 
 TIDY_COLUMNS = (
-    "scenario", "session", "variant", "label", "status", "point", "metric", "value", "ci_low", "ci_high",
+    "scenario", "ablation", "variant", "label", "status", "point", "metric", "value", "ci_low", "ci_high",
     "ci", "n", "unit", "better", "warnings",
 )  # fmt: skip
 _REQUEST_COLUMN = {
@@ -39,7 +39,7 @@ _REQUEST_COLUMN = {
 @dataclass
 class Group:
     scenario: str
-    session: str
+    ablation: str
     variant: str
     runs: list[Run]
     complete: bool = True
@@ -56,14 +56,14 @@ class Group:
         return self.runs[0].summary.get("unavailable") or {}
 
     @property
-    def recorded_session(self) -> str | None:
-        """The session the runs recorded (an ablation's folder name); None for standalone runs."""
-        return self.meta.get("session")
+    def recorded_ablation(self) -> str | None:
+        """The ablation the runs belong to (its folder name); None for standalone runs."""
+        return self.meta.get("ablation")
 
     def paired_with(self, other: Group) -> bool:
         """Whether this group's repeats pair with ``other``'s by repeat index: variants of one ablation,
         run back to back on the same prompts and arrival times."""
-        return self.recorded_session is not None and self.recorded_session == other.recorded_session
+        return self.recorded_ablation is not None and self.recorded_ablation == other.recorded_ablation
 
     @property
     def status(self) -> str:
@@ -143,7 +143,7 @@ def load_groups(paths: list[Any]) -> tuple[list[Group], list[Problem]]:
     groups: dict[tuple[str, str, str, bool], Group] = {}
     for run in runs:
         m = run.meta
-        key = (_comparable(m), m.get("session") or str(run.path), m["variant"], run.complete)
+        key = (_comparable(m), m.get("ablation") or str(run.path), m["variant"], run.complete)
         g = groups.setdefault(key, Group(*key[:3], runs=[], complete=run.complete))
         g.runs.append(run)
         for p in run.summary["points"]:
@@ -164,7 +164,7 @@ def _label(groups: list[Group]) -> None:
         )
     for g in groups:
         same = [h for h in groups if h.scenario == g.scenario and names[id(h)] == names[id(g)]]
-        stamped = len({h.session for h in same}) > 1
+        stamped = len({h.ablation for h in same}) > 1
         g.label = (
             names[id(g)] + (f" @ {_stamp(g)}" if stamped else "") + ("" if g.complete else " (incomplete)")
         )
@@ -176,8 +176,8 @@ def _label(groups: list[Group]) -> None:
 
 
 def _stamp(g: Group) -> str:
-    """An ablation's folder name (its session), or a standalone run folder's <date>-<time>."""
-    return g.recorded_session or "-".join(g.runs[0].path.name.split("-")[:2])
+    """An ablation's folder name, or a standalone run folder's <date>-<time>."""
+    return g.recorded_ablation or "-".join(g.runs[0].path.name.split("-")[:2])
 
 
 def _comparable(meta: dict[str, Any]) -> str:
@@ -198,7 +198,7 @@ def tidy(groups: list[Group], metrics: list[str] | None = None) -> pd.DataFrame:
                 rows.append(
                     {
                         "scenario": g.scenario,
-                        "session": g.session,
+                        "ablation": g.ablation,
                         "variant": g.variant,
                         "label": g.label,
                         "status": g.status,
