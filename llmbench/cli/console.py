@@ -5,10 +5,20 @@ Both resolve ``sys.stdout``/``sys.stderr`` when they write, so tests that captur
 
 from __future__ import annotations
 
+import os
+import sys
+
 from rich.console import Console
 from rich.markup import escape
 
-console = Console()
+
+def _width() -> int | None:
+    """Rich's own choice on a terminal; piped into a file or a log it would assume 80 columns and cut
+    numbers short ("11,8…"), so tables get room there instead (COLUMNS still decides when set)."""
+    return None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200
+
+
+console = Console(width=_width())
 err_console = Console(stderr=True)
 
 
