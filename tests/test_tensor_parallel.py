@@ -6,9 +6,11 @@ import gc
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -561,18 +563,18 @@ def test_each_rank_is_placed_on_its_own_gpu():
     assert rank_config(cpu, 1) == cpu
 
 
+def _nodelay(conn) -> int:
+    """TCP_NODELAY of a connection's socket, read through a second handle on it."""
+    with socket.socket(fileno=os.dup(conn.fileno())) as sock:
+        return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+
+
 def test_step_messages_are_sent_without_nagles_delay(monkeypatch):
     """rank 0's step messages leave at once (TCP_NODELAY): with Nagle a small message written before the
     previous one's acknowledgement waited up to 40 ms (delayed ACK) when rank 0 ran ahead."""
-    import socket
-    import threading
     from multiprocessing.connection import Client, Listener
 
     from llmbench.engine.tp import no_delay
-
-    def nodelay(conn) -> int:
-        with socket.socket(fileno=os.dup(conn.fileno())) as sock:
-            return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
 
     for env, expected in (("1", 1), ("0", 0)):  # LLMBENCH_TP_NODELAY=0 keeps Nagle (for the trace)
         monkeypatch.setenv("LLMBENCH_TP_NODELAY", env)
@@ -584,11 +586,49 @@ def test_step_messages_are_sent_without_nagles_delay(monkeypatch):
             thread.join()
             no_delay(server)
             no_delay(client[0])
-            assert nodelay(server) == nodelay(client[0]) == expected
+            assert _nodelay(server) == _nodelay(client[0]) == expected
             server.send("step")
             assert client[0].recv() == "step"  # the connection still works through its own handle
             server.close()
             client[0].close()
+
+
+def test_a_worker_is_accepted_with_its_key_without_nagles_delay_and_waited_for_a_bounded_time():
+    """Rank 0's side of a worker's connection (``TPWorkers``): authenticated both ways with the engine's key,
+    messages sent at once, and a worker that never connects (it failed to start) an error, not a hang."""
+    from multiprocessing import AuthenticationError
+    from multiprocessing.connection import Client
+
+    from llmbench.engine.tp import accept_worker
+
+    key = b"k" * 16
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        address = server.getsockname()[:2]
+        clients: list = []
+        thread = threading.Thread(target=lambda: clients.append(Client(address, authkey=key)))
+        thread.start()
+        conn = accept_worker(server, key, timeout_s=60)
+        thread.join()
+        conn.send(("step", 1))
+        assert clients[0].recv() == ("step", 1)
+        clients[0].send("ready")
+        assert conn.recv() == "ready" and _nodelay(conn) == 1
+        conn.close()
+        clients[0].close()
+
+        def wrong_key() -> None:
+            try:
+                Client(address, authkey=b"x" * 16)
+            except AuthenticationError:
+                pass
+
+        thread = threading.Thread(target=wrong_key)
+        thread.start()
+        with pytest.raises(AuthenticationError):
+            accept_worker(server, key, timeout_s=60)
+        thread.join()
+        with pytest.raises(TPError, match="a tensor-parallel worker did not connect within 0 s"):
+            accept_worker(server, key, timeout_s=0.2)
 
 
 def test_all_reduce_takes_the_fast_path_only_for_what_fits(monkeypatch):

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from multiprocessing.connection import Listener
+from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 from pathlib import Path
 
 import torch
@@ -62,6 +62,27 @@ def no_delay(conn) -> None:
         return
     with socket.socket(fileno=os.dup(conn.fileno())) as sock:  # a second handle on the same socket
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def accept_worker(server: socket.socket, authkey: bytes, timeout_s: float) -> Connection:
+    """The next worker's connection to ``server`` (a listening socket), authenticated with ``authkey`` both
+    ways as ``multiprocessing.connection.Listener`` does, and sending without Nagle's delay (``no_delay``).
+    A worker that has not connected within ``timeout_s`` (it failed to start) is a ``TPError``."""
+    server.settimeout(timeout_s)
+    try:
+        sock, _ = server.accept()
+    except TimeoutError:
+        raise TPError(f"a tensor-parallel worker did not connect within {timeout_s:.0f} s") from None
+    sock.setblocking(True)
+    conn = Connection(sock.detach())
+    try:
+        deliver_challenge(conn, authkey)
+        answer_challenge(conn, authkey)
+    except BaseException:
+        conn.close()
+        raise
+    no_delay(conn)
+    return conn
 
 
 def first_gpu(config: ResolvedConfig) -> int:
@@ -238,19 +259,17 @@ class TPWorkers:
         self.config = config
         self.port = free_port()
         authkey = secrets.token_bytes(16)
-        listener = Listener(("127.0.0.1", 0), authkey=authkey)
-        host, port = listener.address
+        server = socket.create_server(("127.0.0.1", 0))
+        host, port = server.getsockname()[:2]
         env = {**os.environ, "LLMBENCH_TP_ADDR": f"{host}:{port}", "LLMBENCH_TP_AUTH": authkey.hex()}
         self.procs: list[subprocess.Popen] = []
-        self.conns = []
+        self.conns: list[Connection] = []
         try:
             for rank in range(1, config.tp):
                 self.procs.append(
                     subprocess.Popen([sys.executable, "-m", "llmbench.engine.tp_worker"], env=env)
                 )
-                listener._listener._socket.settimeout(_INIT_TIMEOUT.total_seconds())
-                conn = listener.accept()
-                no_delay(conn)
+                conn = accept_worker(server, authkey, _INIT_TIMEOUT.total_seconds())
                 conn.send((rank, config, model_config, folder, max_model_len, self.port))
                 self.conns.append(conn)
         except BaseException:
@@ -258,7 +277,7 @@ class TPWorkers:
                 proc.kill()
             raise
         finally:
-            listener.close()
+            server.close()
         self.error: str | None = None
         self._closed = False
         self._watchdog = threading.Thread(target=self._watch, daemon=True, name="llmbench-tp-watchdog")
