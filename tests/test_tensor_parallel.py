@@ -17,8 +17,6 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from llmbench import LLM, SamplingParams
 from llmbench.engine import tp as tp_mod
@@ -215,7 +213,7 @@ def test_greedy_tokens_at_tp2_with_triton_kernels_and_the_fused_skinny_matmul(mo
     options = _skinny_tp2(attention_backend="triton", skinny_fusion="all", tp_all_reduce="nccl")
     llm = LLM(str(folder), **options)
     try:
-        assert llm.engine.runner.model.model.layers[0].norm_rows == 8  # rank 0's model: fused path on
+        assert llm.engine.runner.decode_plan.norm_rows == 8  # rank 0's model: norms on the matmuls' loads
         got = [o.token_ids for o in llm.generate(PROMPTS, GREEDY)]
     finally:
         llm.engine.shutdown()
@@ -629,97 +627,3 @@ def test_a_worker_is_accepted_with_its_key_without_nagles_delay_and_waited_for_a
         thread.join()
         with pytest.raises(TPError, match="a tensor-parallel worker did not connect within 0 s"):
             accept_worker(server, key, timeout_s=0.2)
-
-
-def test_all_reduce_takes_the_fast_path_only_for_what_fits(monkeypatch):
-    from llmbench.layers import parallel
-
-    class Fast:  # stands in for OneShotAllReduce: takes tensors of up to 8 elements
-        def fits(self, x):
-            return x.numel() <= 8
-
-        def __call__(self, x):
-            return x * 2  # the sum over two ranks holding the same x
-
-    through_dist = []
-    monkeypatch.setattr(parallel.dist, "all_reduce", lambda x, group: through_dist.append(x.numel()))
-    group = parallel.TPGroup(rank=0, size=2, group=object(), fast=Fast())
-    small, large = torch.ones(2, 4), torch.ones(3, 4)
-    assert torch.equal(group.all_reduce(small), torch.full((2, 4), 2.0)) and through_dist == []
-    assert group.all_reduce(large) is large and through_dist == [12]
-    assert parallel.TPGroup().all_reduce(small) is small  # a single rank reduces nothing
-
-
-@settings(max_examples=50, deadline=None)
-@given(st.lists(st.integers(min_value=1, max_value=6), min_size=1, max_size=8))
-def test_a_slot_is_written_again_only_after_every_peer_has_read_it(layers_per_forward):
-    """The fused all-reduce's slots (engine/symm_all_reduce.py): writes of the same slot are at least two
-    partial sums apart, across forwards of any depth, so a barrier sits between a peer's read and the
-    next write. (Each partial sum is reduced, through a barrier, before the next is written.)"""
-    from llmbench.engine.symm_all_reduce import SLOTS, SlotRotation
-
-    rotation = SlotRotation()
-    last_write: dict[int, int] = {}
-    k = 0
-    for layers in layers_per_forward:
-        for i in range(1 + 2 * layers):  # the embedding's partial sums, then o_proj's and down_proj's
-            slot = rotation.take(first=i == 0)
-            assert 0 <= slot < SLOTS
-            assert k - last_write.get(slot, -2) >= 2, f"slot {slot} written at {last_write[slot]} and {k}"
-            last_write[slot] = k
-            k += 1
-
-
-@pytest.mark.skipif(not triton_usable(DEVICE), reason="the skinny kernels need Triton")
-@pytest.mark.parametrize("gated", [False, True])
-def test_a_row_parallel_product_summed_in_its_kernel_feeds_the_next_layer(gated):
-    """tp_fuse_matmul's path through the layers, in one process: a row-parallel layer hands back its
-    product unlaunched, the group's all-reduce computes and sums it in the product's kernel (here over one
-    rank's receive buffer: the other ranks' writes are the kernel tests'), and the next column-parallel
-    layer norms its input on its loads. Against the same layers without the fast path; one-row inputs only,
-    the two receive buffers taken in turn and left empty."""
-    from llmbench.engine.symm_all_reduce import OneShotAllReduce
-    from llmbench.kernels.allreduce_norm import mark_empty
-    from llmbench.layers.linear import ColumnParallelLinear, RowParallelLinear
-    from llmbench.layers.norm import RMSNorm
-    from llmbench.layers.parallel import NormedInput, PendingProduct, TPGroup
-
-    hidden, inner = 64, 96
-    buffers = [mark_empty(torch.empty(1, hidden, device=DEVICE)) for _ in range(2)]
-    fast = object.__new__(OneShotAllReduce)  # the receive buffers of a one-rank group, no rendezvous
-    fast.fuse_matmul, fast.world, fast.rank, fast.capacity, fast._receive_next = True, 1, 0, hidden, 0
-    fast.fuse_norm = False  # no slots: larger inputs get plain partial sums
-    fast.buffer = buffers[0]
-    fast.receive_addrs = [torch.tensor([b.data_ptr()], device=DEVICE) for b in buffers]
-    fused, plain = TPGroup(rank=0, size=2, fast=fast), TPGroup(rank=0, size=2)
-    torch.manual_seed(0)
-    layers = {}
-    for name, group in (("fused", fused), ("plain", plain)):
-        row = RowParallelLinear(2 * inner, hidden, bias=True, tp=group, skinny_rows=1).to(DEVICE)
-        col = ColumnParallelLinear(hidden, 2 * 40, bias=True, tp=group, skinny_rows=1).to(DEVICE)
-        norm = RMSNorm(hidden, 1e-6, use_triton=True).to(DEVICE)
-        layers[name] = (row, col, norm)
-    for a, b in zip(layers["fused"], layers["plain"], strict=True):  # the same weights
-        for p, q in zip(a.parameters(), b.parameters(), strict=True):
-            p.data.copy_(torch.randn_like(p) if p.dim() == 2 else torch.rand_like(p) + 0.5)
-            q.data.copy_(p.data)
-    residual = torch.randn(1, hidden, device=DEVICE)
-    for _ in range(3):
-        x = torch.randn(1, 2 * inner if gated else inner, device=DEVICE)
-        row, col, norm = layers["fused"]
-        pending = row(x, gated=gated)
-        assert isinstance(pending, PendingProduct) and pending.shape == (1, hidden)
-        before = fast._receive_next
-        normed, h = fused.all_reduce_norm(pending, residual, norm, lazy=True)
-        assert isinstance(normed, NormedInput) and fast._receive_next == 1 - before  # the other buffer next
-        got = col(normed)
-        row, col, norm = layers["plain"]
-        part = row(x, gated=gated)
-        want_normed, want_h = norm(part, residual)
-        assert torch.equal(h, want_h)  # one rank: the sum is the partial sum, plus the residual
-        torch.testing.assert_close(got, col(want_normed), rtol=1e-4, atol=1e-4)
-        final, _ = fused.all_reduce_norm(layers["fused"][0](x, gated=gated), residual, norm)  # not lazy
-        torch.testing.assert_close(final, want_normed, rtol=1e-5, atol=1e-5)
-        assert all(((b == 0) & b.signbit()).all() for b in buffers), "a receive buffer was left written"
-    two_rows = torch.randn(2, 2 * inner if gated else inner, device=DEVICE)
-    assert isinstance(layers["fused"][0](two_rows, gated=gated), torch.Tensor)  # one-row steps only

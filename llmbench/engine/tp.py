@@ -33,8 +33,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from llmbench.distributed import Communicator, make_communicator
 from llmbench.engine.resolve import ResolvedConfig
-from llmbench.layers.parallel import TPGroup
 from llmbench.models.config import ModelConfig
 
 _INIT_TIMEOUT = datetime.timedelta(seconds=60)
@@ -122,8 +122,9 @@ def launched_config(config: ResolvedConfig, launched: LaunchedRank) -> ResolvedC
     return config
 
 
-def init_launched_group(config: ResolvedConfig, launched: LaunchedRank) -> tuple[TPGroup, object]:
-    """The tensor-parallel group from torchrun's rendezvous, and a gloo group for rank 0's messages."""
+def init_launched_group(config: ResolvedConfig, launched: LaunchedRank) -> tuple[Communicator, object]:
+    """The tensor-parallel group's communicator from torchrun's rendezvous, and a gloo group for rank 0's
+    messages."""
     if config.is_cuda:
         torch.cuda.set_device(torch.device(config.device))
     dist.init_process_group(
@@ -134,9 +135,7 @@ def init_launched_group(config: ResolvedConfig, launched: LaunchedRank) -> tuple
         timeout=_INIT_TIMEOUT,
     )
     control = dist.new_group(backend="gloo") if config.is_cuda else dist.group.WORLD
-    return with_fast_all_reduce(
-        config, TPGroup(launched.rank, launched.world_size, dist.group.WORLD)
-    ), control
+    return communicator(config), control
 
 
 class LaunchedRanks:
@@ -185,30 +184,28 @@ def receive_broadcast(control) -> tuple[str, object]:
     return box[0]  # type: ignore[return-value]
 
 
-def init_group(config: ResolvedConfig, rank: int, port: int) -> TPGroup:
+def init_group(config: ResolvedConfig, rank: int, port: int) -> Communicator:
+    """Join the tensor-parallel group of a spawned engine (rank 0 and its workers call this together)."""
     backend = "nccl" if config.is_cuda else "gloo"
     if config.is_cuda:
         torch.cuda.set_device(torch.device(config.device))
     dist.init_process_group(
         backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=config.tp, timeout=_INIT_TIMEOUT
     )
-    return with_fast_all_reduce(config, TPGroup(rank, config.tp, dist.group.WORLD))
+    return communicator(config)
 
 
-def with_fast_all_reduce(config: ResolvedConfig, group: TPGroup) -> TPGroup:
-    """``group`` with the all-reduce ``config.tuning.tp_all_reduce`` names (every rank calls this together)."""
-    if config.tuning.tp_all_reduce != "symm_mem":
-        return group
-    from llmbench.engine.symm_all_reduce import OneShotAllReduce
-
-    fast = OneShotAllReduce(
-        group.group,
+def communicator(config: ResolvedConfig) -> Communicator:
+    """The default group's communicator, as ``config.tuning`` resolved it (every rank calls this together)."""
+    t = config.tuning
+    return make_communicator(
+        t.tp_all_reduce,
+        dist.group.WORLD,
         config.torch_dtype,
         torch.device(config.device),
-        fuse_norm=config.tuning.tp_fuse_norm,
-        fuse_matmul=config.tuning.tp_fuse_matmul,
+        fuse_norm=t.tp_fuse_norm,
+        fuse_matmul=t.tp_fuse_matmul,
     )
-    return dataclasses.replace(group, fast=fast)
 
 
 @contextlib.contextmanager
