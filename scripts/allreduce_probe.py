@@ -34,7 +34,7 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from llmbench.engine.symm_all_reduce import OneShotAllReduce  # noqa: E402
+from llmbench.distributed.fused import FusedOneShot  # noqa: E402
 from llmbench.engine.tp import free_port  # noqa: E402
 from llmbench.kernels.allreduce_norm import allreduce_norm_ref  # noqa: E402
 from llmbench.kernels.rmsnorm import rms_norm, rms_norm_ref  # noqa: E402
@@ -77,10 +77,9 @@ def join(rank: int, world: int, port: int, rows: list[int], fuse_matmul: bool = 
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda", rank))
     group = dist.group.WORLD
-    fast = OneShotAllReduce(
-        group, torch.bfloat16, torch.device("cuda", rank), fuse_norm=True, fused_max_rows=max(rows),
-        fuse_matmul=fuse_matmul,
-    )  # fmt: skip
+    fast = FusedOneShot.over(
+        group, torch.bfloat16, torch.device("cuda", rank), fuse_matmul=fuse_matmul, fused_max_rows=max(rows)
+    )
     return group, fast
 
 
@@ -92,7 +91,7 @@ def rank_main(rank: int, world: int, port: int, hidden: int, rows: list[int]) ->
         x = torch.randn(n, hidden, device="cuda", dtype=torch.bfloat16, generator=gen)
         want = x.clone()
         dist.all_reduce(want, group=group)
-        got = fast(x)
+        got = fast.all_reduce(x)
         diff = (got.float() - want.float()).abs().max().item()
         if diff > 1e-2 * want.float().abs().max().item():  # the order of a sum may differ, not its value
             raise SystemExit(f"rank {rank}: one-shot sum differs from NCCL's for {n} rows (max diff {diff})")
@@ -106,14 +105,14 @@ def rank_main(rank: int, world: int, port: int, hidden: int, rows: list[int]) ->
 
         def one_shot(x: torch.Tensor = x) -> None:
             for _ in range(CALLS):
-                fast(x)
+                fast.all_reduce(x)
 
         # with the norm: residual add + RMSNorm after the sum, unfused and fused
         residual = torch.randn(n, hidden, device="cuda", dtype=torch.bfloat16, generator=gen)
         weight = torch.rand(hidden, device="cuda", dtype=torch.bfloat16, generator=gen) + 0.5
         want_out, want_h = rms_norm_ref(want, weight, 1e-6, residual)
-        slot = fast.slot(n, hidden, torch.bfloat16, first=True)
-        slot.copy_(x)
+        slot = fast.partial_buffer(2, n, hidden, torch.bfloat16)  # 2: the loop below takes 1, 0, 1, ... 0
+        slot.tensor.copy_(x)
         got_out, got_h = fast.all_reduce_norm(slot, residual, weight, 1e-6)
         parts = [torch.empty_like(x) for _ in range(world)]
         dist.all_gather(parts, x, group=group)
@@ -136,12 +135,12 @@ def rank_main(rank: int, world: int, port: int, hidden: int, rows: list[int]) ->
             x: torch.Tensor = x, weight: torch.Tensor = weight, residual: torch.Tensor = residual
         ) -> None:
             for _ in range(CALLS):
-                rms_norm(fast(x), weight, 1e-6, residual)
+                rms_norm(fast.all_reduce(x), weight, 1e-6, residual)
 
         def fused(n: int = n, weight: torch.Tensor = weight, residual: torch.Tensor = residual) -> None:
-            for i in range(CALLS):
+            for i in range(CALLS):  # slots 1, 0, 1, ...: never one slot twice in a row (distributed/fused.py)
                 fast.all_reduce_norm(
-                    fast.slot(n, hidden, torch.bfloat16, first=i == 0), residual, weight, 1e-6
+                    fast.partial_buffer((i + 1) % 2, n, hidden, torch.bfloat16), residual, weight, 1e-6
                 )
 
         row = [n, n * hidden * 2 / 1024]
@@ -210,8 +209,8 @@ def matmul_main(rank: int, world: int, port: int, hidden: int, rows: list[int]) 
                 x=x, product=product, n=n, residual=residual, nw=nw, weights=weights, nexts=nexts
             ) -> None:
                 for i, (w, w2) in enumerate(zip(weights, nexts, strict=True)):
-                    slot = fast.slot(n, hidden, torch.bfloat16, first=i == 0)
-                    product(x, w, out=slot)
+                    slot = fast.partial_buffer(i % 2, n, hidden, torch.bfloat16)
+                    product(x, w, out=slot.tensor)
                     skinny_matmul(fast.all_reduce_norm(slot, residual, nw, 1e-6)[0], w2)
 
             def together(

@@ -433,16 +433,16 @@ def test_resolve_is_a_function_of_its_inputs_alone():
 
 
 def test_the_facts_say_how_ranks_start_and_whether_they_can_share_memory(monkeypatch):
-    from llmbench.engine import symm_all_reduce
+    from llmbench.distributed import symmetric
     from llmbench.engine.facts import read_facts
 
     model = model_facts("qwen3-tiny")
     for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE"):
         monkeypatch.delenv(var, raising=False)
-    monkeypatch.setattr(symm_all_reduce, "rendezvous_count", 0)
+    monkeypatch.setattr(symmetric, "rendezvous_count", 0)
     facts = read_facts(model)
     assert facts.model == model and facts.launcher == "spawn" and facts.ranks_share_memory
-    monkeypatch.setattr(symm_all_reduce, "rendezvous_count", 1)  # set up once in this process already
+    monkeypatch.setattr(symmetric, "rendezvous_count", 1)  # set up once in this process already
     assert read_facts(model).symm_mem_used and not read_facts(model).ranks_share_memory
     torchrun = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "1"}
     for var, value in {**torchrun, "LOCAL_WORLD_SIZE": "1"}.items():

@@ -1,4 +1,4 @@
-"""Imports point down the layers (cli -> bench -> engine -> layers -> kernels), models build from layers,
+"""Imports point down the layers (cli -> bench -> engine -> models -> distributed -> layers -> kernels),
 the engine and below import no presentation or schema library, and the peer backends load no engine."""
 
 from __future__ import annotations
@@ -14,8 +14,11 @@ PACKAGE = Path(__file__).resolve().parents[1] / "llmbench"
 PRESENTATION = ("typer", "rich", "pandas", "yaml", "pydantic", "matplotlib")
 # package -> the llmbench packages it may not import
 FORBIDDEN = {
-    "kernels": ("layers", "models", "engine", "bench", "cli"),
-    "layers": ("models", "engine", "bench", "cli"),
+    "kernels": ("layers", "distributed", "models", "engine", "bench", "cli"),
+    "layers": ("distributed", "models", "engine", "bench", "cli"),
+    # communicators sit below the engine (which launches the ranks) and the models (whose fused decode
+    # calls them), above the layers (which see them as Collectives) and the kernels
+    "distributed": ("models", "engine", "bench", "cli"),
     "models": ("engine", "bench", "cli"),
     "engine": ("bench", "cli"),
     "bench": ("cli",),
@@ -48,7 +51,7 @@ def test_imports_point_down_the_layers(package):
     assert not wrong, wrong
 
 
-@pytest.mark.parametrize("package", ["engine", "layers", "kernels", "models"])
+@pytest.mark.parametrize("package", ["engine", "distributed", "layers", "kernels", "models"])
 def test_the_engine_and_below_import_no_presentation_or_schema_library(package):
     wrong = [
         f"{path.relative_to(PACKAGE.parent)} imports {name}"

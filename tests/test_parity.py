@@ -10,6 +10,7 @@ import torch
 
 from llmbench import LLM, SamplingParams
 from llmbench.engine.facts import triton_usable
+from llmbench.models.fused_decode import DecodePlan, FusedDecode
 
 from tiny_models import hf_greedy, make_tiny
 
@@ -86,8 +87,11 @@ def test_greedy_matches_transformers_per_attention_backend(arch_model, backend):
         max_num_batched_tokens=24,
     )
     assert got == expected
-    layer = llm.engine.runner.model.model.layers[0]
-    assert layer.mlp.down_proj.skinny_rows == layer.mlp.fused_rows == skinny  # norms, SiLU fused in
+    runner = llm.engine.runner
+    # every linear layer up to `skinny` rows through the skinny kernel; the norms and the SiLU fused in
+    assert runner.model.model.layers[0].mlp.down_proj.skinny_rows == skinny
+    assert runner.decode_plan == DecodePlan(skinny, skinny, skinny)
+    assert isinstance(runner.runnable, FusedDecode) == fused
     # Backends that read K/V from the cache run the fused attention prologue (q/k norm, RoPE, KV store in
     # one kernel); the others do not.
     attn = llm.engine.runner.model.model.layers[0].self_attn
@@ -107,8 +111,9 @@ def test_greedy_matches_transformers_with_each_skinny_fusion(arch_model, fusion)
         tuning={"skinny_matmul_rows": 8, "skinny_fusion": fusion},
     )
     assert got == expected
-    layer = llm.engine.runner.model.model.layers[0]
-    assert (layer.norm_rows, layer.mlp.fused_rows) == {"all": (8, 8), "silu": (0, 8), "none": (0, 0)}[fusion]
+    plan = llm.engine.runner.decode_plan
+    assert (plan.norm_rows, plan.silu_rows) == {"all": (8, 8), "silu": (0, 8), "none": (0, 0)}[fusion]
+    assert isinstance(llm.engine.runner.runnable, FusedDecode) == (fusion != "none")
 
 
 def test_decode_in_fixed_length_slices_keeps_tokens(arch_model):

@@ -6,17 +6,17 @@ import gc
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from llmbench import LLM, SamplingParams
 from llmbench.engine import tp as tp_mod
@@ -213,7 +213,7 @@ def test_greedy_tokens_at_tp2_with_triton_kernels_and_the_fused_skinny_matmul(mo
     options = _skinny_tp2(attention_backend="triton", skinny_fusion="all", tp_all_reduce="nccl")
     llm = LLM(str(folder), **options)
     try:
-        assert llm.engine.runner.model.model.layers[0].norm_rows == 8  # rank 0's model: fused path on
+        assert llm.engine.runner.decode_plan.norm_rows == 8  # rank 0's model: norms on the matmuls' loads
         got = [o.token_ids for o in llm.generate(PROMPTS, GREEDY)]
     finally:
         llm.engine.shutdown()
@@ -561,18 +561,18 @@ def test_each_rank_is_placed_on_its_own_gpu():
     assert rank_config(cpu, 1) == cpu
 
 
+def _nodelay(conn) -> int:
+    """TCP_NODELAY of a connection's socket, read through a second handle on it."""
+    with socket.socket(fileno=os.dup(conn.fileno())) as sock:
+        return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+
+
 def test_step_messages_are_sent_without_nagles_delay(monkeypatch):
     """rank 0's step messages leave at once (TCP_NODELAY): with Nagle a small message written before the
     previous one's acknowledgement waited up to 40 ms (delayed ACK) when rank 0 ran ahead."""
-    import socket
-    import threading
     from multiprocessing.connection import Client, Listener
 
     from llmbench.engine.tp import no_delay
-
-    def nodelay(conn) -> int:
-        with socket.socket(fileno=os.dup(conn.fileno())) as sock:
-            return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
 
     for env, expected in (("1", 1), ("0", 0)):  # LLMBENCH_TP_NODELAY=0 keeps Nagle (for the trace)
         monkeypatch.setenv("LLMBENCH_TP_NODELAY", env)
@@ -584,102 +584,46 @@ def test_step_messages_are_sent_without_nagles_delay(monkeypatch):
             thread.join()
             no_delay(server)
             no_delay(client[0])
-            assert nodelay(server) == nodelay(client[0]) == expected
+            assert _nodelay(server) == _nodelay(client[0]) == expected
             server.send("step")
             assert client[0].recv() == "step"  # the connection still works through its own handle
             server.close()
             client[0].close()
 
 
-def test_all_reduce_takes_the_fast_path_only_for_what_fits(monkeypatch):
-    from llmbench.layers import parallel
+def test_a_worker_is_accepted_with_its_key_without_nagles_delay_and_waited_for_a_bounded_time():
+    """Rank 0's side of a worker's connection (``TPWorkers``): authenticated both ways with the engine's key,
+    messages sent at once, and a worker that never connects (it failed to start) an error, not a hang."""
+    from multiprocessing import AuthenticationError
+    from multiprocessing.connection import Client
 
-    class Fast:  # stands in for OneShotAllReduce: takes tensors of up to 8 elements
-        def fits(self, x):
-            return x.numel() <= 8
+    from llmbench.engine.tp import accept_worker
 
-        def __call__(self, x):
-            return x * 2  # the sum over two ranks holding the same x
+    key = b"k" * 16
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        address = server.getsockname()[:2]
+        clients: list = []
+        thread = threading.Thread(target=lambda: clients.append(Client(address, authkey=key)))
+        thread.start()
+        conn = accept_worker(server, key, timeout_s=60)
+        thread.join()
+        conn.send(("step", 1))
+        assert clients[0].recv() == ("step", 1)
+        clients[0].send("ready")
+        assert conn.recv() == "ready" and _nodelay(conn) == 1
+        conn.close()
+        clients[0].close()
 
-    through_dist = []
-    monkeypatch.setattr(parallel.dist, "all_reduce", lambda x, group: through_dist.append(x.numel()))
-    group = parallel.TPGroup(rank=0, size=2, group=object(), fast=Fast())
-    small, large = torch.ones(2, 4), torch.ones(3, 4)
-    assert torch.equal(group.all_reduce(small), torch.full((2, 4), 2.0)) and through_dist == []
-    assert group.all_reduce(large) is large and through_dist == [12]
-    assert parallel.TPGroup().all_reduce(small) is small  # a single rank reduces nothing
+        def wrong_key() -> None:
+            try:
+                Client(address, authkey=b"x" * 16)
+            except AuthenticationError:
+                pass
 
-
-@settings(max_examples=50, deadline=None)
-@given(st.lists(st.integers(min_value=1, max_value=6), min_size=1, max_size=8))
-def test_a_slot_is_written_again_only_after_every_peer_has_read_it(layers_per_forward):
-    """The fused all-reduce's slots (engine/symm_all_reduce.py): writes of the same slot are at least two
-    partial sums apart, across forwards of any depth, so a barrier sits between a peer's read and the
-    next write. (Each partial sum is reduced, through a barrier, before the next is written.)"""
-    from llmbench.engine.symm_all_reduce import SLOTS, SlotRotation
-
-    rotation = SlotRotation()
-    last_write: dict[int, int] = {}
-    k = 0
-    for layers in layers_per_forward:
-        for i in range(1 + 2 * layers):  # the embedding's partial sums, then o_proj's and down_proj's
-            slot = rotation.take(first=i == 0)
-            assert 0 <= slot < SLOTS
-            assert k - last_write.get(slot, -2) >= 2, f"slot {slot} written at {last_write[slot]} and {k}"
-            last_write[slot] = k
-            k += 1
-
-
-@pytest.mark.skipif(not triton_usable(DEVICE), reason="the skinny kernels need Triton")
-@pytest.mark.parametrize("gated", [False, True])
-def test_a_row_parallel_product_summed_in_its_kernel_feeds_the_next_layer(gated):
-    """tp_fuse_matmul's path through the layers, in one process: a row-parallel layer hands back its
-    product unlaunched, the group's all-reduce computes and sums it in the product's kernel (here over one
-    rank's receive buffer: the other ranks' writes are the kernel tests'), and the next column-parallel
-    layer norms its input on its loads. Against the same layers without the fast path; one-row inputs only,
-    the two receive buffers taken in turn and left empty."""
-    from llmbench.engine.symm_all_reduce import OneShotAllReduce
-    from llmbench.kernels.allreduce_norm import mark_empty
-    from llmbench.layers.linear import ColumnParallelLinear, RowParallelLinear
-    from llmbench.layers.norm import RMSNorm
-    from llmbench.layers.parallel import NormedInput, PendingProduct, TPGroup
-
-    hidden, inner = 64, 96
-    buffers = [mark_empty(torch.empty(1, hidden, device=DEVICE)) for _ in range(2)]
-    fast = object.__new__(OneShotAllReduce)  # the receive buffers of a one-rank group, no rendezvous
-    fast.fuse_matmul, fast.world, fast.rank, fast.capacity, fast._receive_next = True, 1, 0, hidden, 0
-    fast.fuse_norm = False  # no slots: larger inputs get plain partial sums
-    fast.buffer = buffers[0]
-    fast.receive_addrs = [torch.tensor([b.data_ptr()], device=DEVICE) for b in buffers]
-    fused, plain = TPGroup(rank=0, size=2, fast=fast), TPGroup(rank=0, size=2)
-    torch.manual_seed(0)
-    layers = {}
-    for name, group in (("fused", fused), ("plain", plain)):
-        row = RowParallelLinear(2 * inner, hidden, bias=True, tp=group, skinny_rows=1).to(DEVICE)
-        col = ColumnParallelLinear(hidden, 2 * 40, bias=True, tp=group, skinny_rows=1).to(DEVICE)
-        norm = RMSNorm(hidden, 1e-6, use_triton=True).to(DEVICE)
-        layers[name] = (row, col, norm)
-    for a, b in zip(layers["fused"], layers["plain"], strict=True):  # the same weights
-        for p, q in zip(a.parameters(), b.parameters(), strict=True):
-            p.data.copy_(torch.randn_like(p) if p.dim() == 2 else torch.rand_like(p) + 0.5)
-            q.data.copy_(p.data)
-    residual = torch.randn(1, hidden, device=DEVICE)
-    for _ in range(3):
-        x = torch.randn(1, 2 * inner if gated else inner, device=DEVICE)
-        row, col, norm = layers["fused"]
-        pending = row(x, gated=gated)
-        assert isinstance(pending, PendingProduct) and pending.shape == (1, hidden)
-        before = fast._receive_next
-        normed, h = fused.all_reduce_norm(pending, residual, norm, lazy=True)
-        assert isinstance(normed, NormedInput) and fast._receive_next == 1 - before  # the other buffer next
-        got = col(normed)
-        row, col, norm = layers["plain"]
-        part = row(x, gated=gated)
-        want_normed, want_h = norm(part, residual)
-        assert torch.equal(h, want_h)  # one rank: the sum is the partial sum, plus the residual
-        torch.testing.assert_close(got, col(want_normed), rtol=1e-4, atol=1e-4)
-        final, _ = fused.all_reduce_norm(layers["fused"][0](x, gated=gated), residual, norm)  # not lazy
-        torch.testing.assert_close(final, want_normed, rtol=1e-5, atol=1e-5)
-        assert all(((b == 0) & b.signbit()).all() for b in buffers), "a receive buffer was left written"
-    two_rows = torch.randn(2, 2 * inner if gated else inner, device=DEVICE)
-    assert isinstance(layers["fused"][0](two_rows, gated=gated), torch.Tensor)  # one-row steps only
+        thread = threading.Thread(target=wrong_key)
+        thread.start()
+        with pytest.raises(AuthenticationError):
+            accept_worker(server, key, timeout_s=60)
+        thread.join()
+        with pytest.raises(TPError, match="a tensor-parallel worker did not connect within 0 s"):
+            accept_worker(server, key, timeout_s=0.2)

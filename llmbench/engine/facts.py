@@ -70,7 +70,7 @@ def read_facts(model: ModelFacts) -> Facts:
     """What this machine and process offer now (the only place that looks)."""
     import torch
 
-    from llmbench.engine import symm_all_reduce
+    from llmbench.distributed import symmetric
     from llmbench.engine.tp import launched_rank
 
     cuda_devices = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -87,7 +87,7 @@ def read_facts(model: ModelFacts) -> Facts:
         launcher="torchrun" if launched else "spawn",
         world_size=launched.world_size if launched else 1,
         local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", launched.world_size)) if launched else 1,
-        symm_mem_used=symm_all_reduce.rendezvous_count > 0,
+        symm_mem_used=symmetric.rendezvous_count > 0,
     )
 
 

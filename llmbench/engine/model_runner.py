@@ -14,6 +14,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from llmbench.distributed import Communicator, single_rank
 from llmbench.engine import kv_cache
 from llmbench.engine.cuda_graph import CUDAGraphRunner
 from llmbench.engine.outputs import StartupStats
@@ -28,8 +29,9 @@ from llmbench.engine.work import RankWeights, rank_weights
 from llmbench.kernels.kv_quant import is_fp8, kv_dtype
 from llmbench.layers.attention.backends import make_backend
 from llmbench.layers.attention.metadata import AttentionMetadata
-from llmbench.layers.parallel import SINGLE, TPGroup
+from llmbench.layers.parallel import TPGroup
 from llmbench.models.config import ModelConfig
+from llmbench.models.fused_decode import DecodePlan, fuse_decode
 from llmbench.models.llama import BuildOptions
 from llmbench.models.loader import iter_checkpoint, load_weights
 from llmbench.models.random_weights import random_checkpoint
@@ -63,7 +65,7 @@ class ModelRunner:
         model_config: ModelConfig,
         folder: Path | None,
         max_model_len: int,
-        tp: TPGroup = SINGLE,
+        comm: Communicator | None = None,
     ) -> None:
         self.config = config
         self.model_config = model_config
@@ -75,13 +77,13 @@ class ModelRunner:
                 self.device = torch.device("cuda", torch.cuda.current_device())
             torch.cuda.set_device(self.device)
         self.startup = StartupStats()
-        self.tp = tp
+        # the tensor-parallel group's communicator (engine/tp.py builds it), a single rank's by default
+        self.comm = comm = comm if comm is not None else single_rank()
+        self.tp = tp = TPGroup(comm.rank, comm.size, comm)
         if tp.size > 1:  # what the group was built with, not what was asked for
-            self.startup.all_reduce = (
-                "symm_mem" if tp.fast is not None else ("nccl" if config.is_cuda else "gloo")
-            )
-            self.startup.all_reduce_norm = bool(getattr(tp.fast, "fuse_norm", False))
-            self.startup.all_reduce_matmul = bool(getattr(tp.fast, "fuse_matmul", False))
+            self.startup.all_reduce = comm.name
+            self.startup.all_reduce_norm = comm.fuses_norm
+            self.startup.all_reduce_matmul = comm.fuses_product
         self.last_ids: torch.Tensor | None = None  # the last step's samples (asynchronous scheduling)
         self._staging = Staging(self.device, separate=config.torch_compile)
         dtype = config.torch_dtype
@@ -94,14 +96,7 @@ class ModelRunner:
             backend.forward = torch._dynamo.disable(backend.forward)  # type: ignore[method-assign]
             if backend.attends_from_cache:
                 backend.forward_qkv = torch._dynamo.disable(backend.forward_qkv)  # type: ignore[attr-defined]
-        opts = BuildOptions(
-            backend,
-            max_positions=max_model_len,
-            tp=tp,
-            use_triton=config.triton_kernels,
-            skinny_rows=config.tuning.skinny_matmul_rows,
-            skinny_fusion=config.tuning.skinny_fusion,
-        )
+        opts = BuildOptions(backend, max_positions=max_model_len, tp=tp, use_triton=config.triton_kernels)
         previous = torch.get_default_dtype()
         torch.set_default_dtype(dtype)
         try:
@@ -118,6 +113,9 @@ class ModelRunner:
         else:
             load_weights(self.model, iter_checkpoint(folder), str(folder))
         self.model.eval()
+        # decode steps' kernels and fusions as resolved: the model, or it with fused seams (models/fused_decode.py)
+        self.decode_plan = DecodePlan.of(config.tuning.skinny_matmul_rows, config.tuning.skinny_fusion)
+        self.runnable = fuse_decode(self.model, self.decode_plan, comm)
         self.startup.weights_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -140,15 +138,17 @@ class ModelRunner:
 
         if config.torch_compile:
             start = time.perf_counter()
-            self._forward = torch.compile(self.model.forward, dynamic=True, mode=config.tuning.compile_mode)
+            self._forward = torch.compile(
+                self.runnable.forward, dynamic=True, mode=config.tuning.compile_mode
+            )
         else:
-            self._forward = self.model.forward
+            self._forward = self.runnable.forward
 
         peak = self._profile_peak_memory() if self.device.type == "cuda" else 0
         num_blocks = kv_cache.num_blocks_for(config, max_model_len, self.block_bytes, peak)
         if tp.size > 1:  # every rank must hold the same blocks: agree on the smallest pool
             agreed = torch.tensor([num_blocks], device=self.device if self.device.type == "cuda" else "cpu")
-            torch.distributed.all_reduce(agreed, op=torch.distributed.ReduceOp.MIN, group=tp.group)
+            torch.distributed.all_reduce(agreed, op=torch.distributed.ReduceOp.MIN, group=comm.group)
             num_blocks = int(agreed.item())
         self.kv_pool, self.kv_caches = kv_cache.allocate(
             self.num_layers, num_blocks, self.block_size, self.kv_heads, self.head_dim, self.kv_dtype,
@@ -304,13 +304,13 @@ class ModelRunner:
             self.last_ids = ids
             return
         buf = ids if self.tp.rank == 0 else torch.empty(n, dtype=torch.int64, device=self.device)
-        torch.distributed.broadcast(buf, src=0, group=self.tp.group)
+        torch.distributed.broadcast(buf, src=0, group=self.comm.group)
         self.last_ids = buf
 
     def barrier(self) -> None:
         """Wait until every tensor-parallel rank gets here (after each wrote its trace)."""
         if self.tp.size > 1:
-            torch.distributed.barrier(group=self.tp.group)
+            torch.distributed.barrier(group=self.comm.group)
 
     def release_graphs(self) -> None:
         """Drop the CUDA Graphs (before a tensor-parallel group is torn down; see CUDAGraphRunner)."""

@@ -27,14 +27,14 @@ import subprocess
 import sys
 import threading
 import time
-from multiprocessing.connection import Listener
+from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
+from llmbench.distributed import Communicator, make_communicator
 from llmbench.engine.resolve import ResolvedConfig
-from llmbench.layers.parallel import TPGroup
 from llmbench.models.config import ModelConfig
 
 _INIT_TIMEOUT = datetime.timedelta(seconds=60)
@@ -62,6 +62,27 @@ def no_delay(conn) -> None:
         return
     with socket.socket(fileno=os.dup(conn.fileno())) as sock:  # a second handle on the same socket
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def accept_worker(server: socket.socket, authkey: bytes, timeout_s: float) -> Connection:
+    """The next worker's connection to ``server`` (a listening socket), authenticated with ``authkey`` both
+    ways as ``multiprocessing.connection.Listener`` does, and sending without Nagle's delay (``no_delay``).
+    A worker that has not connected within ``timeout_s`` (it failed to start) is a ``TPError``."""
+    server.settimeout(timeout_s)
+    try:
+        sock, _ = server.accept()
+    except TimeoutError:
+        raise TPError(f"a tensor-parallel worker did not connect within {timeout_s:.0f} s") from None
+    sock.setblocking(True)
+    conn = Connection(sock.detach())
+    try:
+        deliver_challenge(conn, authkey)
+        answer_challenge(conn, authkey)
+    except BaseException:
+        conn.close()
+        raise
+    no_delay(conn)
+    return conn
 
 
 def first_gpu(config: ResolvedConfig) -> int:
@@ -101,8 +122,9 @@ def launched_config(config: ResolvedConfig, launched: LaunchedRank) -> ResolvedC
     return config
 
 
-def init_launched_group(config: ResolvedConfig, launched: LaunchedRank) -> tuple[TPGroup, object]:
-    """The tensor-parallel group from torchrun's rendezvous, and a gloo group for rank 0's messages."""
+def init_launched_group(config: ResolvedConfig, launched: LaunchedRank) -> tuple[Communicator, object]:
+    """The tensor-parallel group's communicator from torchrun's rendezvous, and a gloo group for rank 0's
+    messages."""
     if config.is_cuda:
         torch.cuda.set_device(torch.device(config.device))
     dist.init_process_group(
@@ -113,9 +135,7 @@ def init_launched_group(config: ResolvedConfig, launched: LaunchedRank) -> tuple
         timeout=_INIT_TIMEOUT,
     )
     control = dist.new_group(backend="gloo") if config.is_cuda else dist.group.WORLD
-    return with_fast_all_reduce(
-        config, TPGroup(launched.rank, launched.world_size, dist.group.WORLD)
-    ), control
+    return communicator(config), control
 
 
 class LaunchedRanks:
@@ -164,30 +184,28 @@ def receive_broadcast(control) -> tuple[str, object]:
     return box[0]  # type: ignore[return-value]
 
 
-def init_group(config: ResolvedConfig, rank: int, port: int) -> TPGroup:
+def init_group(config: ResolvedConfig, rank: int, port: int) -> Communicator:
+    """Join the tensor-parallel group of a spawned engine (rank 0 and its workers call this together)."""
     backend = "nccl" if config.is_cuda else "gloo"
     if config.is_cuda:
         torch.cuda.set_device(torch.device(config.device))
     dist.init_process_group(
         backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=config.tp, timeout=_INIT_TIMEOUT
     )
-    return with_fast_all_reduce(config, TPGroup(rank, config.tp, dist.group.WORLD))
+    return communicator(config)
 
 
-def with_fast_all_reduce(config: ResolvedConfig, group: TPGroup) -> TPGroup:
-    """``group`` with the all-reduce ``config.tuning.tp_all_reduce`` names (every rank calls this together)."""
-    if config.tuning.tp_all_reduce != "symm_mem":
-        return group
-    from llmbench.engine.symm_all_reduce import OneShotAllReduce
-
-    fast = OneShotAllReduce(
-        group.group,
+def communicator(config: ResolvedConfig) -> Communicator:
+    """The default group's communicator, as ``config.tuning`` resolved it (every rank calls this together)."""
+    t = config.tuning
+    return make_communicator(
+        t.tp_all_reduce,
+        dist.group.WORLD,
         config.torch_dtype,
         torch.device(config.device),
-        fuse_norm=config.tuning.tp_fuse_norm,
-        fuse_matmul=config.tuning.tp_fuse_matmul,
+        fuse_norm=t.tp_fuse_norm,
+        fuse_matmul=t.tp_fuse_matmul,
     )
-    return dataclasses.replace(group, fast=fast)
 
 
 @contextlib.contextmanager
@@ -238,19 +256,17 @@ class TPWorkers:
         self.config = config
         self.port = free_port()
         authkey = secrets.token_bytes(16)
-        listener = Listener(("127.0.0.1", 0), authkey=authkey)
-        host, port = listener.address
+        server = socket.create_server(("127.0.0.1", 0))
+        host, port = server.getsockname()[:2]
         env = {**os.environ, "LLMBENCH_TP_ADDR": f"{host}:{port}", "LLMBENCH_TP_AUTH": authkey.hex()}
         self.procs: list[subprocess.Popen] = []
-        self.conns = []
+        self.conns: list[Connection] = []
         try:
             for rank in range(1, config.tp):
                 self.procs.append(
                     subprocess.Popen([sys.executable, "-m", "llmbench.engine.tp_worker"], env=env)
                 )
-                listener._listener._socket.settimeout(_INIT_TIMEOUT.total_seconds())
-                conn = listener.accept()
-                no_delay(conn)
+                conn = accept_worker(server, authkey, _INIT_TIMEOUT.total_seconds())
                 conn.send((rank, config, model_config, folder, max_model_len, self.port))
                 self.conns.append(conn)
         except BaseException:
@@ -258,7 +274,7 @@ class TPWorkers:
                 proc.kill()
             raise
         finally:
-            listener.close()
+            server.close()
         self.error: str | None = None
         self._closed = False
         self._watchdog = threading.Thread(target=self._watch, daemon=True, name="llmbench-tp-watchdog")

@@ -75,8 +75,8 @@ def serve_launched(config, model_config, folder, max_model_len, launched) -> NoR
 
     try:
         config = launched_config(config, launched)
-        tp, control = init_launched_group(config, launched)
-        runner = ModelRunner(config, model_config, folder, max_model_len, tp)
+        comm, control = init_launched_group(config, launched)
+        runner = ModelRunner(config, model_config, folder, max_model_len, comm)
         serve(runner, lambda: receive_broadcast(control))
         with teardown_guard(config):
             dist.barrier(group=control)  # every rank has released its graphs: tear down together
@@ -100,8 +100,8 @@ def worker_main() -> None:  # pragma: no cover  (a child process; exercised by t
 
     try:
         config = rank_config(config, rank)
-        tp = init_group(config, rank, dist_port)
-        runner = ModelRunner(config, model_config, folder, max_model_len, tp)
+        comm = init_group(config, rank, dist_port)
+        runner = ModelRunner(config, model_config, folder, max_model_len, comm)
         conn.send(("ready", runner.num_blocks))
         serve(runner, conn.recv)
     except EOFError:  # rank 0 went away

@@ -4,7 +4,7 @@ At tp > 1 every row-parallel layer (o_proj, down_proj) ends with partial sums th
 ranks, and an RMSNorm follows at once. Done one by one that is a copy into communication memory, an
 all-reduce and a norm kernel, 72 times a step for qwen3-8b, each too small to be anything but latency.
 Here each rank's layer writes its partial sums straight into memory every rank can address (PyTorch's
-symmetric memory, engine/symm_all_reduce.py), and one kernel per rank
+symmetric memory, distributed/fused.py), and one kernel per rank
 
 1. meets the same program of every other rank: a counter per (program, rank) pair, which the sender
    increments in the receiver's memory with release semantics (a fire-and-forget ``red`` over NVLink, no
@@ -41,7 +41,7 @@ from llmbench.kernels._triton import jit, next_power_of_2, require_triton, tl
 from llmbench.kernels.rmsnorm import rms_norm_ref
 
 MAX_PROGRAMS = 64
-# Where the fused kernel is used (engine/symm_all_reduce.py): decode steps of up to this many rows. On two
+# Where the fused kernel is used (distributed/fused.py): decode steps of up to this many rows. On two
 # H200s it took 5.5 / 6.9 µs at 1 / 8 rows against 8.6 / 9.5 for the one-shot all-reduce and the norm,
 # but 17.9 against 12.8 at 64 rows (scripts/allreduce_probe.py; one program per row reads its peers').
 MAX_ROWS = 8

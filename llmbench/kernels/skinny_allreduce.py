@@ -77,7 +77,7 @@ def skinny_matmul_allreduce(
     ``x``'s dtype, all -0.0 before the call (``allreduce_norm.mark_empty``; so again on this rank after
     it). Every rank must make the same call, with the same shapes; a buffer is used again only after
     every rank has passed at least one other all-reduce since, or a fast rank could write into it
-    before a slow one has emptied it (engine/symm_all_reduce.py alternates two). ``gated``: x is the
+    before a slow one has emptied it (distributed/fused.py alternates two). ``gated``: x is the
     gated MLP's gate | up."""
     require_triton("skinny_matmul_allreduce")
     M, N = x.shape[0], weight.shape[0]

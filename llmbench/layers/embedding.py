@@ -32,21 +32,22 @@ class VocabParallelEmbedding(nn.Module):
         param.data[: part.shape[0]].copy_(part)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        # input_ids: (T,) -> (T, hidden); at tp > 1 this rank's part of the sum, which the model adds over
-        # the ranks with the first norm (TPGroup.all_reduce_norm; the forward's first partial sum)
-        if self.tp.size == 1:
+        # input_ids: (T,) -> (T, hidden)
+        return self.tp.all_reduce(self.partial(input_ids))
+
+    def partial(self, input_ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """This rank's part of the embeddings (T, hidden): its slice's rows, zeros for the other ranks'
+        tokens, so that the sum over the ranks is the embedding; into ``out`` when given."""
+        if self.tp.size == 1 and out is None:
             return F.embedding(input_ids, self.weight)
         local = input_ids - self.start
         inside = (local >= 0) & (local < self.per_rank)
         rows = F.embedding(local.clamp(0, self.per_rank - 1), self.weight)
-        out = self.tp.partial_out(*rows.shape, rows.dtype, first=True)
         return torch.mul(rows, inside.unsqueeze(-1).to(self.weight.dtype), out=out)
 
 
 class ParallelLMHead(VocabParallelEmbedding):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         # hidden: (N, hidden) -> logits (N, vocab)
-        logits = F.linear(hidden, self.weight)
-        if self.tp.size > 1:
-            logits = self.tp.all_gather_last_dim(logits)
+        logits = self.tp.all_gather(F.linear(hidden, self.weight))
         return logits[:, : self.vocab_size]

@@ -3,7 +3,8 @@
 Each parameter carries ``weight_loader(param, loaded, shard_id)``: the loader hands it the full tensor
 from the checkpoint and the layer keeps its own slice, so a rank only ever holds its shard. With one
 rank every slice is the whole tensor. An input of up to ``skinny_rows`` rows (a decode step at a small
-batch) runs the skinny Triton kernel (kernels/skinny_matmul.py), a larger one cuBLAS.
+batch) runs the skinny Triton kernel (kernels/skinny_matmul.py), a larger one cuBLAS; ``skinny_rows`` is
+0 until the decode plan sets it (models/fused_decode.py).
 """
 
 from __future__ import annotations
@@ -11,22 +12,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from llmbench.kernels.skinny_matmul import (
-    linear_into,
-    skinny_matmul,
-    skinny_norm_matmul,
-    skinny_silu_matmul,
-)
-from llmbench.layers.parallel import SINGLE, NormedInput, PendingProduct, TPGroup
+from llmbench.kernels.skinny_matmul import linear_into, skinny_matmul, skinny_silu_matmul
+from llmbench.layers.parallel import SINGLE, TPGroup
 
 
-class _Linear(nn.Module):
-    def __init__(
-        self, in_features: int, out_features: int, bias: bool, tp: TPGroup, skinny_rows: int = 0
-    ) -> None:
+class LinearBase(nn.Module):
+    def __init__(self, in_features: int, out_features: int, bias: bool, tp: TPGroup) -> None:
         super().__init__()
         self.tp = tp
-        self.skinny_rows = skinny_rows  # inputs of up to this many rows go to the skinny Triton kernel
+        self.skinny_rows = 0  # inputs of up to this many rows go to the skinny Triton kernel
         self.weight = nn.Parameter(torch.empty(out_features, in_features), requires_grad=False)
         self.weight.weight_loader = self.weight_loader
         if bias:
@@ -55,11 +49,11 @@ def _copy_checked(dst: torch.Tensor, src: torch.Tensor) -> None:
     dst.copy_(src)
 
 
-class ReplicatedLinear(_Linear):
+class ReplicatedLinear(LinearBase):
     pass
 
 
-class ColumnParallelLinear(_Linear):
+class ColumnParallelLinear(LinearBase):
     """Output features split over ranks; no communication."""
 
     def __init__(
@@ -68,25 +62,8 @@ class ColumnParallelLinear(_Linear):
         out_features: int,
         bias: bool = False,
         tp: TPGroup = SINGLE,
-        skinny_rows: int = 0,
     ) -> None:
-        super().__init__(in_features, tp.split(out_features, "output features"), bias, tp, skinny_rows)
-
-    def forward(self, x: torch.Tensor | NormedInput) -> torch.Tensor:
-        """``x @ weight.T``; an input still to be normed (``TPGroup.all_reduce_norm(..., lazy=True)``) is
-        normed on the skinny kernel's loads."""
-        if isinstance(x, NormedInput):
-            return skinny_norm_matmul(x.h, None, x.weight, x.eps, self.weight, self.bias, squares=x.squares)[
-                0
-            ]
-        return super().forward(x)
-
-    def forward_normed(
-        self, x: torch.Tensor, residual: torch.Tensor | None, norm: nn.Module
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``norm`` (an RMSNorm with its residual add) and this layer in one skinny kernel, for inputs of up
-        to ``skinny_rows`` rows: ``(self(norm(x + residual)), x + residual)``."""
-        return skinny_norm_matmul(x, residual, norm.weight, norm.eps, self.weight, self.bias)
+        super().__init__(in_features, tp.split(out_features, "output features"), bias, tp)
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
         n = param.shape[0]
@@ -102,10 +79,9 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
         out_sizes: list[int],
         bias: bool = False,
         tp: TPGroup = SINGLE,
-        skinny_rows: int = 0,
     ) -> None:
         self.out_sizes = [tp.split(s, "output features") for s in out_sizes]
-        super().__init__(in_features, sum(out_sizes), bias, tp, skinny_rows)
+        super().__init__(in_features, sum(out_sizes), bias, tp)
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
         assert isinstance(shard_id, int)
@@ -127,7 +103,6 @@ class QKVParallelLinear(ColumnParallelLinear):
         num_kv_heads: int,
         bias: bool,
         tp: TPGroup = SINGLE,
-        skinny_rows: int = 0,
     ) -> None:
         self.head_dim = head_dim
         self.num_heads = tp.split(num_heads, "attention heads")
@@ -142,7 +117,7 @@ class QKVParallelLinear(ColumnParallelLinear):
             self.num_kv_heads = 1
             self.kv_replicas = tp.size // num_kv_heads
         out = (self.num_heads + 2 * self.num_kv_heads) * head_dim
-        _Linear.__init__(self, hidden, out, bias, tp, skinny_rows)
+        LinearBase.__init__(self, hidden, out, bias, tp)
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
         q = self.num_heads * self.head_dim
@@ -159,10 +134,9 @@ class QKVParallelLinear(ColumnParallelLinear):
         _copy_checked(param.data.narrow(0, offset, n), loaded)
 
 
-class RowParallelLinear(_Linear):
-    """Input features split over ranks: each rank's output is its partial sums, which the model adds
-    over the ranks together with the norm after the layer (``TPGroup.all_reduce_norm``). The bias is
-    added on rank 0 only, so it counts once in the sum."""
+class RowParallelLinear(LinearBase):
+    """Input features split over ranks: each rank's product is its partial sums of the output, which
+    ``forward`` adds over the ranks. The bias is added on rank 0 only, so it counts once in the sum."""
 
     def __init__(
         self,
@@ -170,22 +144,25 @@ class RowParallelLinear(_Linear):
         out_features: int,
         bias: bool = False,
         tp: TPGroup = SINGLE,
-        skinny_rows: int = 0,
     ) -> None:
-        super().__init__(tp.split(in_features, "input features"), out_features, bias, tp, skinny_rows)
+        super().__init__(tp.split(in_features, "input features"), out_features, bias, tp)
 
-    def forward(self, x: torch.Tensor, gated: bool = False) -> torch.Tensor | PendingProduct:
-        """This rank's partial sums, written where ``TPGroup.partial_out`` says, or the product left for
-        the all-reduce after it to compute (``TPGroup.defers``: a skinny-kernel product). ``gated``: x is
-        the gated MLP's gate | up, the SiLU-and-multiply done in the skinny kernel."""
-        bias = self.bias if self.tp.rank == 0 else None
-        rows = x.shape[0]
-        if (gated or rows <= self.skinny_rows) and self.tp.defers(rows, self.weight.shape[0], x.dtype):
-            return PendingProduct(x, self.weight, bias, gated)
-        out = self.tp.partial_out(rows, self.weight.shape[0], x.dtype)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # x: (T, in / tp) -> (T, out), summed over the ranks
+        return self.tp.all_reduce(self.partial(x))
+
+    @property
+    def rank_bias(self) -> torch.Tensor | None:
+        """The bias as this rank adds it: rank 0's, None on the others."""
+        return self.bias if self.tp.rank == 0 else None
+
+    def partial(self, x: torch.Tensor, out: torch.Tensor | None = None, gated: bool = False) -> torch.Tensor:
+        """This rank's partial sums (T, out), into ``out`` when given (a buffer the sum is taken from).
+        ``gated``: x is the gated MLP's gate | up (T, 2 in / tp), its SiLU-and-multiply done on the skinny
+        kernel's loads."""
         if gated:
-            return skinny_silu_matmul(x, self.weight, bias, out=out)
-        return self._matmul(x, bias, out)
+            return skinny_silu_matmul(x, self.weight, self.rank_bias, out=out)
+        return self._matmul(x, self.rank_bias, out)
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
         if param.dim() == 2 and self.tp.size > 1:

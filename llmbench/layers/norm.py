@@ -1,4 +1,8 @@
-"""RMSNorm with the residual add fused in; Triton or plain torch by ``use_triton``."""
+"""RMSNorm with the residual add fused in; Triton or plain torch by ``use_triton``.
+
+``norm(x, residual)`` returns ``(rmsnorm(x + residual) * weight, x + residual)``; without a residual,
+``(rmsnorm(x) * weight, x)``: the second is the residual stream that the next layer adds to.
+"""
 
 from __future__ import annotations
 
@@ -17,5 +21,7 @@ class RMSNorm(nn.Module):
 
     def forward(
         self, x: torch.Tensor, residual: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return self._impl(x, self.weight, self.eps, residual)
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        # x, residual: (T, hidden) -> (normed, x + residual), both (T, hidden)
+        out, h = self._impl(x, self.weight, self.eps, residual)
+        return out, (x if h is None else h)

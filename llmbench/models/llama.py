@@ -1,8 +1,13 @@
-"""The Llama-family decoder that Llama 2/3, Qwen2 and Qwen3 share.
+"""The Llama-family decoder that Llama 2/3, Qwen2 and Qwen3 share: tensors in, tensors out.
 
 The three differ only in flags of ``ModelConfig``: Qwen2 has a bias on q/k/v, Qwen3 normalises q and k
 per head before RoPE, Llama 3 scales RoPE frequencies. Parameter names follow Hugging Face's, with q/k/v
 and gate/up fused (``packed_modules`` tells the loader how).
+
+Tensor parallelism lives in the layers (each holds its shard; row-parallel layers and the embedding sum
+their outputs over the ranks). The decode steps' fusions (norms and the SiLU on the loads of the skinny
+matmul, the all-reduce fused with the norm or the product) are not here: models/fused_decode.py applies
+them to the built model.
 """
 
 from __future__ import annotations
@@ -29,34 +34,25 @@ KVCache = LayerKV
 
 @dataclass(frozen=True)
 class BuildOptions:
+    """How the layers are built; the decode fusions are applied afterwards (models/fused_decode.py)."""
+
     backend: AttentionBackend
     max_positions: int
     tp: TPGroup = SINGLE
     use_triton: bool = False
-    skinny_rows: int = 0  # linear layers: inputs of up to this many rows take the skinny Triton kernel
-    # what the skinny kernel does on its loads (Tuning.skinny_fusion, resolved): all, silu, none
-    skinny_fusion: str = "none"
 
 
 class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig, opts: BuildOptions) -> None:
         super().__init__()
         h, i = cfg.hidden_size, cfg.intermediate_size
-        self.gate_up_proj = MergedColumnParallelLinear(
-            h, [i, i], bias=cfg.mlp_bias, tp=opts.tp, skinny_rows=opts.skinny_rows
-        )
-        self.down_proj = RowParallelLinear(i, h, bias=cfg.mlp_bias, tp=opts.tp, skinny_rows=opts.skinny_rows)
+        self.gate_up_proj = MergedColumnParallelLinear(h, [i, i], bias=cfg.mlp_bias, tp=opts.tp)
         self.act = SiluAndMul(opts.use_triton)
-        self.fused_rows = opts.skinny_rows if opts.skinny_fusion != "none" else 0
+        self.down_proj = RowParallelLinear(i, h, bias=cfg.mlp_bias, tp=opts.tp)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(self.gate_up_proj(x))
-
-    def down(self, gate_up: torch.Tensor) -> torch.Tensor:
-        # -> partial sums at tp > 1 (RowParallelLinear)
-        if gate_up.shape[0] <= self.fused_rows:  # the SiLU-and-multiply on the skinny kernel's loads
-            return self.down_proj(gate_up, gated=True)
-        return self.down_proj(self.act(gate_up))
+        # x: (T, hidden) -> gate | up (T, 2 inter / tp) -> (T, hidden)
+        return self.down_proj(self.act(self.gate_up_proj(x)))
 
 
 class DecoderLayer(nn.Module):
@@ -74,41 +70,23 @@ class DecoderLayer(nn.Module):
             backend=opts.backend,
             tp=opts.tp,
             use_triton=opts.use_triton,
-            skinny_rows=opts.skinny_rows,
         )
         self.mlp = MLP(cfg, opts)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, opts.use_triton)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, opts.use_triton)
-        # "all": each RMSNorm on the loads of the skinny matmul after it (where tp_fuse_norm applies, the
-        # norms go with the all-reduce instead: engine/resolve.py chose "silu" then)
-        self.norm_rows = opts.skinny_rows if opts.skinny_fusion == "all" else 0
-        self.tp = opts.tp
 
     def forward(
         self,
-        positions: torch.Tensor,
-        h: torch.Tensor,
-        residual: torch.Tensor | None,
+        positions: torch.Tensor,  # (T,)
+        h: torch.Tensor,  # (T, hidden): the previous layer's output (the embeddings for the first)
+        residual: torch.Tensor | None,  # (T, hidden): the residual stream (None before the first layer)
         meta: AttentionMetadata,
         kv_cache: KVCache,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        # h: the previous layer's output (the embedding's for the first), not yet summed over the
-        # tensor-parallel ranks; returns this layer's, likewise, and the residual stream.
-        tp = self.tp
-        if h.shape[0] <= self.norm_rows:  # each RMSNorm on the loads of the skinny matmul after it
-            qkv, residual = self.self_attn.qkv_proj.forward_normed(
-                tp.all_reduce(h), residual, self.input_layernorm
-            )
-            h = self.self_attn.forward_projected(positions, qkv, meta, kv_cache)
-            gate_up, residual = self.mlp.gate_up_proj.forward_normed(
-                tp.all_reduce(h), residual, self.post_attention_layernorm
-            )
-            return self.mlp.down(gate_up), residual
-        # lazy: where the all-reduce was done in the product's kernel, the norm is done on the next
-        # product's loads (q/k/v, gate/up: column-parallel layers)
-        h, residual = tp.all_reduce_norm(h, residual, self.input_layernorm, lazy=True)
+        # -> (this layer's output, the residual stream), each (T, hidden)
+        h, residual = self.input_layernorm(h, residual)
         h = self.self_attn(positions, h, meta, kv_cache)
-        h, residual = tp.all_reduce_norm(h, residual, self.post_attention_layernorm, lazy=True)
+        h, residual = self.post_attention_layernorm(h, residual)
         return self.mlp(h), residual
 
 
@@ -120,22 +98,20 @@ class DecoderModel(nn.Module):
         rotary = RotaryEmbedding(cfg.head_dim, opts.max_positions, cfg.rope, opts.use_triton)
         self.layers = nn.ModuleList(DecoderLayer(cfg, opts, rotary) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, opts.use_triton)
-        self.tp = opts.tp
 
     def forward(
         self,
-        input_ids: torch.Tensor,
-        positions: torch.Tensor,
+        input_ids: torch.Tensor,  # (T,)
+        positions: torch.Tensor,  # (T,)
         meta: AttentionMetadata,
         kv_caches: list[KVCache],
     ) -> torch.Tensor:
-        # At tp > 1 each rank's partial sums travel from layer to layer and every all-reduce happens
-        # together with the RMSNorm after it (TPGroup.all_reduce_norm).
-        h = self.embed_tokens(input_ids)  # (T, hidden)
+        # -> (T, hidden): the final norm's output
+        h = self.embed_tokens(input_ids)
         residual = None
         for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
             h, residual = layer(positions, h, residual, meta, kv_cache)
-        return self.tp.all_reduce_norm(h, residual, self.norm)[0]
+        return self.norm(h, residual)[0]
 
 
 class LlamaForCausalLM(nn.Module):

@@ -1,4 +1,8 @@
-"""The attention layer of a decoder: q/k/v projection, optional q/k norm, RoPE, backend, output projection."""
+"""The attention layer of a decoder: q/k/v projection, optional q/k norm, RoPE, backend, output projection.
+
+``attend`` is what lies between the two projections, for the fused decode (models/fused_decode.py), which
+runs the projections itself.
+"""
 
 from __future__ import annotations
 
@@ -29,18 +33,13 @@ class Attention(nn.Module):
         backend: AttentionBackend,
         tp: TPGroup,
         use_triton: bool,
-        skinny_rows: int = 0,
     ) -> None:
         super().__init__()
-        self.qkv_proj = QKVParallelLinear(
-            hidden, head_dim, num_heads, num_kv_heads, qkv_bias, tp, skinny_rows
-        )
+        self.qkv_proj = QKVParallelLinear(hidden, head_dim, num_heads, num_kv_heads, qkv_bias, tp)
         self.num_heads = self.qkv_proj.num_heads
         self.num_kv_heads = self.qkv_proj.num_kv_heads
         self.head_dim = head_dim
-        self.o_proj = RowParallelLinear(
-            num_heads * head_dim, hidden, bias=False, tp=tp, skinny_rows=skinny_rows
-        )
+        self.o_proj = RowParallelLinear(num_heads * head_dim, hidden, bias=False, tp=tp)
         self.q_norm = RMSNorm(head_dim, rms_norm_eps, use_triton) if qk_norm else None
         self.k_norm = RMSNorm(head_dim, rms_norm_eps, use_triton) if qk_norm else None
         self.rotary = rotary
@@ -58,16 +57,17 @@ class Attention(nn.Module):
         meta: AttentionMetadata,
         kv_cache: LayerKV,
     ) -> torch.Tensor:
-        # -> (T, hidden): o_proj's output, partial sums at tp > 1 (RowParallelLinear)
-        return self.forward_projected(positions, self.qkv_proj(x), meta, kv_cache)
+        # -> (T, hidden), summed over the tensor-parallel ranks
+        return self.o_proj(self.attend(positions, self.qkv_proj(x), meta, kv_cache))
 
-    def forward_projected(
+    def attend(
         self,
         positions: torch.Tensor,  # (T,)
         qkv: torch.Tensor,  # (T, (Hq + 2 Hk) D): the q/k/v projection's output
         meta: AttentionMetadata,
         kv_cache: LayerKV,
     ) -> torch.Tensor:
+        # -> (T, Hq D): attention's output, the input of the output projection
         T = qkv.shape[0]
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         if self.fused_prologue:
@@ -84,7 +84,7 @@ class Attention(nn.Module):
                 meta,
                 self.scale,
             )
-            return self.o_proj(o.reshape(T, q_size))
+            return o.reshape(T, q_size)
         q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
         q = q.reshape(T, self.num_heads, self.head_dim)
         k = k.reshape(T, self.num_kv_heads, self.head_dim)
@@ -94,4 +94,4 @@ class Attention(nn.Module):
             k = self.k_norm(k.reshape(-1, self.head_dim))[0].view(T, self.num_kv_heads, self.head_dim)
         q, k = self.rotary(positions, q, k)
         o = self.backend.forward(q, k, v, kv_cache, meta, self.scale)  # (T, Hq, D)
-        return self.o_proj(o.reshape(T, q_size))
+        return o.reshape(T, q_size)
