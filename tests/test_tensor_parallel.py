@@ -377,7 +377,7 @@ def test_greedy_tokens_at_tp8_equal_transformers(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(DEVICE == "cuda" and torch.cuda.device_count() < 2, reason="two GPUs")
 def test_a_second_tensor_parallel_engine_starts_once_the_first_is_shut_down_or_collected(model):
-    from llmbench.engine.llm_engine import EngineConflictError
+    from llmbench.engine.tp_lifecycle import EngineConflictError
 
     folder, expected = model
     options = dict(tp=2, dtype="float32", num_kv_blocks=64, block_size=8, device=DEVICE)

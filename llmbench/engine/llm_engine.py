@@ -6,21 +6,15 @@ of scenarios, tables or files of results; the bench layer drives it through ``ad
 
 from __future__ import annotations
 
-import atexit
-import gc
 import time
-import weakref
-from dataclasses import dataclass
 
-import torch.distributed as dist
-
-from llmbench.engine import step_counters
+from llmbench.engine import step_counters, tp_lifecycle
 from llmbench.engine.async_scheduling import InFlight, mark_pending, sampling_rows, set_token_fill
 from llmbench.engine.block_manager import BlockManager, SlabAllocator
 from llmbench.engine.config import ConfigError, EngineConfig
 from llmbench.engine.facts import ModelFacts, read_facts
 from llmbench.engine.model_runner import Executed, ModelRunner
-from llmbench.engine.outputs import RequestOutput, StepOutput, StepStats, TokenEvent
+from llmbench.engine.outputs import ModelInfo, RequestOutput, StepOutput, StepStats, TokenEvent
 from llmbench.engine.ranges import phase, step_range
 from llmbench.engine.resolve import find_model, resolve
 from llmbench.engine.sampler import Sampler
@@ -30,61 +24,23 @@ from llmbench.engine.sequence import Sequence, SequenceStatus
 from llmbench.engine.step_inputs import BlockTables, StepArrays, build_step
 from llmbench.engine.tp import (
     LaunchedRanks,
-    TPError,
     TPWorkers,
-    close_group,
     init_group,
     init_launched_group,
     launched_config,
     launched_rank,
     rank_config,
-    teardown_guard,
 )
-from llmbench.engine.work import RankWeights, step_work
-from llmbench.models.errors import ModelError
+from llmbench.engine.work import step_work
 from llmbench.models.tokenizer import load_tokenizer
-
-
-def _close_at_exit(ref: weakref.ref) -> None:
-    engine = ref()
-    if engine is not None:
-        engine._close_tp()
 
 
 class RequestError(ValueError):
     """A request the engine cannot serve (too long, bad token ids, duplicate id...)."""
 
 
-class EngineConflictError(RuntimeError):
-    """An engine that cannot start while another one in this process holds what it needs."""
-
-
-# The tensor-parallel engine of this process, while one holds torch.distributed's default process group
-# (there is one per process, so a second tensor-parallel engine must wait for the first to go).
-_tp_engine: weakref.ref | None = None
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    name: str
-    architecture: str
-    num_params: int
-    num_layers: int
-    hidden_size: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    vocab_size: int
-    dtype: str
-    weight_bytes: int
-    kv_bytes_per_token: int
-    max_model_len: int
-    rank_weights: RankWeights | None = None  # rank 0's parameters by kind (every rank holds the same shapes)
-
-
 class LLMEngine:
     def __init__(self, config: EngineConfig) -> None:
-        global _tp_engine
         self.workers: TPWorkers | LaunchedRanks | None = None
         self._closed = False
         model_config, folder = find_model(config.model)
@@ -95,7 +51,7 @@ class LLMEngine:
         if config.tp == 1:
             self.runner = ModelRunner(config, model_config, folder, max_len)
         else:
-            _check_no_tp_engine_alive()
+            tp_lifecycle.check_free()
             # Under torchrun ranks > 0 serve rank 0's steps and never return.
             launched = launched_rank()
             own = launched_config(config, launched) if launched is not None else rank_config(config, 0)
@@ -103,9 +59,7 @@ class LLMEngine:
                 from llmbench.engine.tp_worker import serve_launched
 
                 serve_launched(config, model_config, folder, max_len, launched)
-            # A script that ends without shutdown() must still tear the ranks down in the right order.
-            atexit.register(_close_at_exit, weakref.ref(self))
-            _tp_engine = weakref.ref(self)
+            tp_lifecycle.hold(self)
             try:
                 if launched is not None:  # torchrun's rank 0
                     group, control = init_launched_group(own, launched)
@@ -119,7 +73,7 @@ class LLMEngine:
             except BaseException as e:
                 if self.workers is None:
                     raise
-                self._tp_failed(e)
+                tp_lifecycle.fail(self, e)
         self.startup = self.runner.startup
         bs = config.block_size
         if config.paged_kv:
@@ -152,23 +106,7 @@ class LLMEngine:
         self._inflight: InFlight | None = None  # asynchronous scheduling: the step still on the device
         self._last_resolved = 0.0
         self._counters = step_counters.StepCounters(self.runner.device, self.runner.recompiles)
-        dtype_size = self.runner.kv_dtype.itemsize  # the KV pool's element size
-        self.model_info = ModelInfo(
-            name=config.model,
-            architecture=model_config.architecture,
-            num_params=model_config.num_params(),
-            num_layers=model_config.num_hidden_layers,
-            hidden_size=model_config.hidden_size,
-            num_heads=model_config.num_attention_heads,
-            num_kv_heads=model_config.num_key_value_heads,
-            head_dim=model_config.head_dim,
-            vocab_size=model_config.vocab_size,
-            dtype=config.dtype,
-            weight_bytes=self.startup.weights_bytes,
-            kv_bytes_per_token=model_config.kv_bytes_per_token(dtype_size),
-            max_model_len=max_len,
-            rank_weights=self.runner.rank_weights,
-        )
+        self.model_info = ModelInfo.of(config, model_config, self.runner)
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -276,7 +214,7 @@ class LLMEngine:
                 self.workers.step(arrays)
             return self.runner.execute(arrays)
         except BaseException as e:
-            self._tp_failed(e)
+            tp_lifecycle.fail(self, e)
 
     # -- traces (engine/tracer.py): every rank records the same steps into a file of its own -----------
 
@@ -345,7 +283,7 @@ class LLMEngine:
                 try:
                     self.runner.share_sampled(ids, len(sampling))  # the other ranks receive them likewise
                 except BaseException as e:
-                    self._tp_failed(e)
+                    tp_lifecycle.fail(self, e)
             with phase("copy_to_host"):
                 launched = InFlight.launch(batch, sampling, stats, ids)
         out = self._resolve(prev) if prev is not None else StepOutput(self._stats(start))
@@ -409,18 +347,6 @@ class LLMEngine:
             batch_limit=batch.limit if batch else "none",
         )
 
-    def _tp_failed(self, error: BaseException):
-        assert self.workers is not None
-        if isinstance(error, KeyboardInterrupt):
-            self._close_tp()
-            raise error
-        time.sleep(0.3)  # let the watchdog collect a worker's own message, if it sent one
-        self.workers.terminate()
-        self._teardown_group()
-        if isinstance(error, ModelError):  # the checkpoint is at fault, not the ranks: say so as it is
-            raise error
-        raise TPError(f"tensor-parallel run stopped on every rank: {self.workers.error or error}") from None
-
     def shutdown(self) -> None:
         """Abort what is unfinished, stop the tensor-parallel ranks and free the model, its KV pool and
         its CUDA Graphs. Calling it again does nothing; the engine takes no requests afterwards."""
@@ -430,7 +356,7 @@ class LLMEngine:
         for seq in list(self._seqs.values()):
             self._finish(seq, "abort", time.perf_counter())
         self._inflight = None
-        self._close_tp()
+        tp_lifecycle.close(self)
         if hasattr(self, "runner"):
             self.runner.release_graphs()
             del self.runner
@@ -441,49 +367,6 @@ class LLMEngine:
         # tensor-parallel engine can start in this process.
         if getattr(self, "workers", None) is not None:
             try:
-                self._close_tp()
+                tp_lifecycle.close(self)
             except Exception:  # nothing to report to at collection time; the process stays usable
                 pass
-
-    def _close_tp(self) -> None:
-        """Stop ranks 1..tp-1, then release this rank's CUDA Graphs and only then its process group."""
-        if self.workers is None:
-            return
-        workers, self.workers = self.workers, None
-        workers.shutdown()
-        self._teardown_group(workers)
-        # The model's layers hold the process group: let it go now, while the process is whole, rather
-        # than at interpreter exit (gloo's threads, destroyed there, could abort the process).
-        if hasattr(self, "runner"):
-            del self.runner
-
-    def _teardown_group(self, workers: TPWorkers | LaunchedRanks | None = None) -> None:
-        """This rank's CUDA Graphs go before its process group (NCCL's teardown waits for good on
-        communicators that live graphs captured), all under a guard against a teardown that blocks."""
-        with teardown_guard(self.config):
-            if hasattr(self, "runner"):  # not yet there when rank 0's own start-up failed
-                self.runner.release_graphs()  # waits for this rank's stream: inside the guard
-            if workers is not None:
-                workers.before_teardown()
-            close_group()
-
-
-def _check_no_tp_engine_alive() -> None:
-    """A tensor-parallel engine needs the process's one default process group: it cannot start while
-    another holds it."""
-    if not dist.is_initialized():
-        return
-    gc.collect()  # an engine dropped inside a reference cycle lets its group go when it is collected
-    if not dist.is_initialized():
-        return
-    holder = _tp_engine() if _tp_engine is not None else None
-    who = (
-        f"another tensor-parallel engine ({holder.config.model}, tp={holder.config.tp}) is alive in this process"
-        if holder is not None and holder.workers is not None
-        else "torch.distributed's default process group is already set up in this process"
-    )
-    raise EngineConflictError(
-        f"a tensor-parallel engine cannot start: {who}, and a process has only one default process group. "
-        "Shut the other down first (llm.shutdown(), or build it in `with LLM(...) as llm:`), or start this "
-        "engine in another process"
-    )

@@ -8,7 +8,13 @@ metrics; the engine computes none.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from llmbench.engine.model_runner import ModelRunner
+    from llmbench.engine.resolve import ResolvedConfig
+    from llmbench.engine.work import RankWeights
+    from llmbench.models.config import ModelConfig
 
 
 class TokenEvent(NamedTuple):
@@ -99,3 +105,42 @@ class StartupStats:
     kv_cache_dtype: str = ""  # what the KV pool holds: the model dtype's name, or "fp8_e4m3" / "fp8_e5m2"
     kv_bytes_per_token: int = 0  # KV bytes of one token on this rank (all layers, K and V)
     kv_capacity_tokens: int = 0  # tokens the KV pool holds: kv_num_blocks * block_size
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """The model as the engine runs it: what the bench layer's derived figures and results need."""
+
+    name: str
+    architecture: str
+    num_params: int
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    dtype: str
+    weight_bytes: int
+    kv_bytes_per_token: int  # in the KV pool's element type (a float8 cache's: one byte an element)
+    max_model_len: int
+    rank_weights: RankWeights | None = None  # rank 0's parameters by kind (every rank holds the same shapes)
+
+    @classmethod
+    def of(cls, config: ResolvedConfig, model_config: ModelConfig, runner: ModelRunner) -> ModelInfo:
+        return cls(
+            name=config.model,
+            architecture=model_config.architecture,
+            num_params=model_config.num_params(),
+            num_layers=model_config.num_hidden_layers,
+            hidden_size=model_config.hidden_size,
+            num_heads=model_config.num_attention_heads,
+            num_kv_heads=model_config.num_key_value_heads,
+            head_dim=model_config.head_dim,
+            vocab_size=model_config.vocab_size,
+            dtype=config.dtype,
+            weight_bytes=runner.startup.weights_bytes,
+            kv_bytes_per_token=model_config.kv_bytes_per_token(runner.kv_dtype.itemsize),
+            max_model_len=config.max_model_len,
+            rank_weights=runner.rank_weights,
+        )

@@ -80,7 +80,7 @@ def run_side(
 ) -> None:
     """The baseline's side (``out`` None: write ``baseline``) or a variant's (read ``baseline``, write ``out``)."""
     from llmbench import LLM
-    from llmbench.engine.llm_engine import resolve_model
+    from llmbench.models.registry import resolve_model
 
     sc = resolved.scenario
     llm = LLM(sc.model, **{**sc.engine, **options})
