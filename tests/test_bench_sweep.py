@@ -14,7 +14,7 @@ from llmbench.bench.arrivals import at_measured_rate, capacity, point_label
 from llmbench.bench.driver import DriveResult
 from llmbench.bench.errors import ScenarioError
 from llmbench.bench.records import RequestRecord, StepRecord
-from llmbench.bench.runner import _repeat_warnings
+from llmbench.bench.repeat_warnings import repeat_warnings
 from llmbench.bench.scenario import load_scenario
 from llmbench.bench.scenario import loader as loader_mod
 from llmbench.bench.store import find_runs
@@ -119,18 +119,18 @@ def test_waiting_for_the_step_in_progress_is_not_a_missed_schedule():
     point = {"kind": "poisson", "rate": 1.0}
     # 30 ms steps: requests handed over up to 25 ms late waited for the step in progress, nothing more.
     usual = drive(*(record(str(i), i, i + 0.5, i + 0.025) for i in range(20)), steps=[0.03] * 50)
-    assert _repeat_warnings("p", usual, point, True) == []
+    assert repeat_warnings("p", usual, point, True) == []
     # one stalled step of 2 s among 1 ms ones: requests due meanwhile were late by far more than a step
     stall = drive(*(record(str(i), i, i + 0.5, i + (1.5 if i < 3 else 0.0)) for i in range(20)),
                   steps=[0.001] * 300 + [2.0])  # fmt: skip
-    (warning,) = _repeat_warnings("p", stall, point, True)
+    (warning,) = repeat_warnings("p", stall, point, True)
     assert warning.startswith(
         "p: the driver fell behind the arrival schedule: hand-over lag p99 1500.0 ms, max 1500.0 ms (requests "
         "enter between engine steps; the longest step took 2000.0 ms)."
     )
     # a backend without steps (a remote server) keeps the fixed 10 ms allowance
     late = drive(*(record(str(i), i, i + 0.5, i + 0.02) for i in range(5)))
-    assert "the backend's client could not keep up" in _repeat_warnings("p", late, point, True)[0]
+    assert "the backend's client could not keep up" in repeat_warnings("p", late, point, True)[0]
 
 
 PROFILED = {

@@ -17,6 +17,7 @@ from llmbench.distributed import PartialBuffer, Product, make_communicator, sing
 from llmbench.distributed import communicator as communicator_mod
 from llmbench.distributed.fused import FusedOneShot, Layout
 from llmbench.distributed.one_shot import OneShotAllReduce
+from llmbench.engine import warmup
 from llmbench.engine.config import EngineConfig
 from llmbench.engine.facts import triton_usable
 from llmbench.engine.model_runner import ModelRunner
@@ -187,7 +188,7 @@ def test_the_fused_decode_gives_the_models_output(tiny, fusion, fused_one_shot, 
     runner = _runner(tiny, fusion, comm)
     assert isinstance(runner.runnable, FusedDecode)
     for rows in (1, 3, 1):
-        inputs, caches = runner._dummy_inputs(rows, 1, None)  # `rows` sequences of one token
+        inputs, caches = warmup.dummy_inputs(runner, rows, 1, None)  # `rows` sequences of one token
         args = (inputs.input_ids, inputs.positions, inputs.meta, caches)
         got, want = runner.runnable(*args), runner.model(*args)
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)

@@ -15,15 +15,13 @@ import numpy as np
 import torch
 
 from llmbench.distributed import Communicator, single_rank
-from llmbench.engine import kv_cache
+from llmbench.engine import kv_cache, warmup
 from llmbench.engine.cuda_graph import CUDAGraphRunner
 from llmbench.engine.outputs import StartupStats
 from llmbench.engine.ranges import enable_nvtx, phase
 from llmbench.engine.resolve import ResolvedConfig
-from llmbench.engine.sampling_params import SamplingParams
-from llmbench.engine.sequence import Sequence
 from llmbench.engine.staging import Staging
-from llmbench.engine.step_inputs import StepArrays, build_step
+from llmbench.engine.step_inputs import StepArrays
 from llmbench.engine.tracer import Tracer
 from llmbench.engine.work import RankWeights, rank_weights
 from llmbench.kernels.kv_quant import is_fp8, kv_dtype
@@ -144,7 +142,7 @@ class ModelRunner:
         else:
             self._forward = self.runnable.forward
 
-        peak = self._profile_peak_memory() if self.device.type == "cuda" else 0
+        peak = warmup.peak_memory(self) if self.device.type == "cuda" else 0
         num_blocks = kv_cache.num_blocks_for(config, max_model_len, self.block_bytes, peak)
         if tp.size > 1:  # every rank must hold the same blocks: agree on the smallest pool
             agreed = torch.tensor([num_blocks], device=self.device if self.device.type == "cuda" else "cpu")
@@ -165,11 +163,11 @@ class ModelRunner:
         self.startup.kv_capacity_tokens = num_blocks * self.block_size
 
         if config.torch_compile:
-            self._warm_up_compile()
+            warmup.compile_steps(self)
             self.startup.compile_time = time.perf_counter() - start
         if self.device.type == "cuda":
             start = time.perf_counter()
-            self._warm_up_kernels()
+            warmup.kernel_variants(self)
             self.startup.kernel_warmup_time = time.perf_counter() - start
         self.graphs: CUDAGraphRunner | None = None
         if config.cuda_graph:
@@ -207,94 +205,6 @@ class ModelRunner:
     def _logits_forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata):
         hidden = self._forward(input_ids, positions, meta, self.kv_caches)
         return self.model.compute_logits(hidden)
-
-    def _dummy_inputs(self, num_tokens: int, seq_len: int, caches) -> tuple[StepInputs, list]:
-        """A prefill batch of ``num_tokens`` tokens in sequences of ``seq_len``, on its own small pool."""
-        lens = [seq_len] * (num_tokens // seq_len) + ([num_tokens % seq_len] if num_tokens % seq_len else [])
-        seqs = []
-        block = 0
-        for n in lens:
-            s = Sequence(f"dummy{len(seqs)}", [0] * n, _DUMMY_PARAMS, 0.0)
-            nb = -(-n // self.block_size)
-            s.block_table = list(range(block, block + nb))
-            block += nb
-            seqs.append(s)
-        if caches is None:
-            caches = kv_cache.allocate(
-                self.num_layers,
-                block,
-                self.block_size,
-                self.kv_heads,
-                self.head_dim,
-                self.kv_dtype,
-                self.device,
-            ).layers
-        return self.to_inputs(build_step(seqs, lens, self.block_size)), caches
-
-    @torch.inference_mode()
-    def _profile_peak_memory(self) -> int:
-        """Peak bytes of this process for the largest step the scheduler may build."""
-        torch.cuda.synchronize(self.device)
-        torch.cuda.reset_peak_memory_stats(self.device)
-        tokens = min(self.config.max_num_batched_tokens, self.config.max_num_seqs * self.max_model_len)
-        inputs, caches = self._dummy_inputs(tokens, min(tokens, self.max_model_len), None)
-        hidden = self._forward(inputs.input_ids, inputs.positions, inputs.meta, caches)
-        rows = min(self.config.max_num_seqs, hidden.shape[0])
-        self.model.compute_logits(hidden[:rows]).float()  # the peak includes the sampler's float copy
-        torch.cuda.synchronize(self.device)
-        peak = torch.cuda.max_memory_allocated(self.device)
-        del inputs, caches, hidden
-        torch.cuda.empty_cache()
-        return peak
-
-    @torch.inference_mode()
-    def _warm_up_kernels(self) -> None:
-        """JIT-compile every kernel variant a step can need now, not inside a measured step.
-
-        Attention picks its tile shape from the longest query of the step (powers of two up to 128) and
-        decode-only steps use the decode kernel: one dummy step per case covers them."""
-        for query_len in (1, 2, 4, 8, 16, 32, 64, 128, 256):
-            n = min(query_len, self.max_model_len)
-            tokens = 2 if n == 1 else n  # two one-token sequences: a decode-shaped step
-            inputs, caches = self._dummy_inputs(tokens, n, None)
-            hidden = self._forward(inputs.input_ids, inputs.positions, inputs.meta, caches)
-            self.model.compute_logits(hidden[inputs.logits_indices])
-        if self.config.attention_backend == "triton":
-            self._warm_up_decode_splits()
-        torch.cuda.synchronize(self.device)
-
-    @torch.inference_mode()
-    def _warm_up_decode_splits(self) -> None:
-        """The split-KV decode variants: the merge kernel is compiled per power-of-two slice count, and
-        which counts a step needs depends on its batch and block-table width (eager decode steps, e.g.
-        with CUDA Graphs off or past the largest bucket, would otherwise compile them mid-run)."""
-        from llmbench.kernels.triton_decode import decode_attention
-
-        heads = self.model.model.layers[0].self_attn.num_heads
-        dtype = self.config.torch_dtype
-        q = torch.zeros(1, heads, self.head_dim, dtype=dtype, device=self.device)
-        cache = kv_cache.allocate(
-            1, 2, self.block_size, self.kv_heads, self.head_dim, self.kv_dtype, self.device
-        )
-        cache.data.zero_()
-        kv = cache.layers[0]
-        scales = {"k_scale": kv.k_scale, "v_scale": kv.v_scale}  # None unless the pool is float8
-        table = torch.zeros(1, 2, dtype=torch.int32, device=self.device)
-        seq_lens = torch.ones(1, dtype=torch.int32, device=self.device)
-        for num_splits in (1, 2, 4, 8, 16, 32, 64, 128):
-            decode_attention(q, kv.k, kv.v, table, seq_lens, 1.0, num_splits=num_splits, **scales)
-
-    @torch.inference_mode()
-    def _warm_up_compile(self) -> None:
-        """Compile outside the measured steps, on the real KV pool (its shape is guarded on).
-
-        Sizes 1 and 2 of the token dimension get graphs of their own (Dynamo specialises 0 and 1, and
-        marks a size dynamic once it has seen two), so the warm-up runs a prefill, a one-token step and a
-        two-token step, first and later layers alike."""
-        n = min(64, self.max_model_len)
-        for tokens, seq_len in ((n, n), (2, 1), (1, 1), (n - 1, n - 1), (3, 1)):
-            inputs, _ = self._dummy_inputs(tokens, seq_len, self.kv_caches)
-            self._forward(inputs.input_ids, inputs.positions, inputs.meta, self.kv_caches)
 
     @torch.inference_mode()
     def share_sampled(self, ids: torch.Tensor | None, n: int) -> None:
@@ -416,6 +326,3 @@ def _dynamo_graph_count() -> int:
     from torch._dynamo.utils import counters
 
     return int(counters["stats"]["unique_graphs"])
-
-
-_DUMMY_PARAMS = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
