@@ -30,8 +30,8 @@ test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 lint: setup
-	$(BIN)/python -m ruff check llmbench tests scripts
-	$(BIN)/python -m ruff format --check llmbench tests scripts
+	$(BIN)/python -m ruff check llmbench tests devtools
+	$(BIN)/python -m ruff format --check llmbench tests devtools
 
 # On a GPU machine whose Python already holds torch and triton (from the repository's root, no venv):
 # every measurement behind BENCHMARKS.md, into $(BENCH_OUT); then `llmbench docs` regenerates the tables from
@@ -46,8 +46,8 @@ bench: bench-check bench-runs bench-ablations bench-profiles
 bench-check:  # the GPU-only tests, the machine's peaks, the kernels at real sizes against their references
 	PYTHONPATH=. $(PYTHON) -m pytest -q -m gpu tests
 	$(LLMBENCH) calibrate
-	PYTHONPATH=. $(PYTHON) scripts/bench_kernels.py --json $(BENCH_OUT)/kernels.json
-	PYTHONPATH=. $(PYTHON) scripts/bench_sampler.py
+	PYTHONPATH=. $(PYTHON) devtools/bench_kernels.py --json $(BENCH_OUT)/kernels.json
+	PYTHONPATH=. $(PYTHON) devtools/bench_sampler.py
 
 bench-runs:  # every scenario under scenarios/bench/ at the defaults
 	for f in scenarios/bench/*.yaml; do $(LLMBENCH) run $$f --out $(BENCH_OUT) || exit 1; done

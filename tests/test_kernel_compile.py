@@ -1,7 +1,7 @@
 """Every Triton kernel compiles for an H200 (sm_90), checked on a machine without a GPU.
 
 The interpreter runs kernels as Python and lets through errors only the compiler sees (two were found
-this way on the H200 after passing every interpreter test). ``scripts/compile_kernels.py`` compiles
+this way on the H200 after passing every interpreter test). ``devtools/compile_kernels.py`` compiles
 each launch the engine makes, at the models' real shapes, down to a cubin.
 """
 
@@ -19,14 +19,14 @@ if tuple(int(p) for p in triton.__version__.split(".")[:2]) < (3, 3):
     pytest.skip("compiling for a GPU target by hand takes Triton 3.3's ASTSource", allow_module_level=True)
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "compile_kernels.py"
+SCRIPT = ROOT / "devtools" / "compile_kernels.py"
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
     # No time limit: compiling is bounded work that only takes longer on a busy machine, and nothing in it
     # waits on anything that could hang.
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{ROOT / 'scripts'}"
+    env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{ROOT / 'devtools'}"
     return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True)
 
 

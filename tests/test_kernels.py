@@ -119,7 +119,7 @@ def test_skinny_matmul_matches_reference(setting: Setting, rows: int, N: int, K:
 
 @pytest.mark.parametrize("tiles", [Tiles(2, 16, 1, 1), Tiles(4, 64, 2, 2), Tiles(16, 32, 4, 3)])
 def test_skinny_matmul_any_tiling_matches_reference(setting: Setting, tiles: Tiles) -> None:
-    # tiles that divide N and K (no masks) and ones that do not, as scripts/bench_gemv.py --sweep tries them
+    # tiles that divide N and K (no masks) and ones that do not, as devtools/bench_gemv.py --sweep tries them
     for N, K in ((64, 128), (50, 90)):
         x = torch.randn(1, K, device=setting.device, dtype=setting.dtype)
         weight = torch.randn(N, K, device=setting.device, dtype=setting.dtype) / K**0.5

@@ -39,7 +39,7 @@ SLOTS = 3
 RECEIVE_BUFFERS = 2
 # Products summed in their own kernel (fuse_matmul) for up to this many rows: the last programs sum row
 # after row, and on two H200s o_proj then gate_up at 2 rows took 46.7 µs against 44.6 with the fused
-# all-reduce apart (at 1 row 34.9 against 37.5; scripts/allreduce_probe.py --matmul).
+# all-reduce apart (at 1 row 34.9 against 37.5; devtools/allreduce_probe.py --matmul).
 MATMUL_MAX_ROWS = 1
 
 

@@ -9,7 +9,7 @@
   synchronise; the caching allocator's own statistics are built as a Python dict on every read, far too
   slow for every step); on a CPU the process's resident set (``/proc/self/statm``, or psutil elsewhere).
 
-The memory is read once a step (a few microseconds: ``scripts/bench_ranges.py`` prints it); the other
+The memory is read once a step (a few microseconds: ``devtools/bench_ranges.py`` prints it); the other
 counters are plain numbers kept in this module. torch.compile recompiles are counted by the model runner
 (Dynamo's own counter).
 """

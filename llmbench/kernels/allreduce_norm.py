@@ -43,7 +43,7 @@ from llmbench.kernels.rmsnorm import rms_norm_ref
 MAX_PROGRAMS = 64
 # Where the fused kernel is used (distributed/fused.py): decode steps of up to this many rows. On two
 # H200s it took 5.5 / 6.9 µs at 1 / 8 rows against 8.6 / 9.5 for the one-shot all-reduce and the norm,
-# but 17.9 against 12.8 at 64 rows (scripts/allreduce_probe.py; one program per row reads its peers').
+# but 17.9 against 12.8 at 64 rows (devtools/allreduce_probe.py; one program per row reads its peers').
 MAX_ROWS = 8
 
 

@@ -123,7 +123,7 @@ def _prologue_kernel(
         vc = vc_ptr + (slot // BLOCK_SIZE) * stride_vcb + (slot % BLOCK_SIZE) * stride_vcs
         k_row = row + HQ * D
         # New names: Triton refuses a variable that an `if` block redefines with another shape (the
-        # interpreter does not check this; scripts/compile_kernels.py does).
+        # interpreter does not check this; devtools/compile_kernels.py does).
         k1, k2, k_offs, k_mask = _norm_rotate(
             k_row, kw_ptr, HK, HALF, eps, cos, sin, HAS_NORM, BLOCK_HK, BLOCK_HALF
         )

@@ -26,7 +26,7 @@ from llmbench.kernels.skinny_matmul import (
 
 # Columns per program in the sum after a product: at 1024 the kernel took 96 registers a thread (sm_90),
 # at 512 or less 72 (the product alone: 64), a whole 4096-wide row in one program 255. On two H200s o_proj
-# then gate_up took 34.1 / 35.0 / 35.4 µs at 256 / 512 / 1024 (scripts/allreduce_probe.py --matmul).
+# then gate_up took 34.1 / 35.0 / 35.4 µs at 256 / 512 / 1024 (devtools/allreduce_probe.py --matmul).
 REDUCE_BLOCK = 256
 
 

@@ -185,7 +185,7 @@ def _skinny_matmul_kernel(
 
 def tiles_for(rows: int, n: int, k: int) -> Tiles:
     """Tile sizes for an (rows x k) @ (k x n) product, from the sweep on an H200 (BENCHMARKS.md,
-    ``scripts/bench_gemv.py --sweep``): at one row 4 x 1024 is within 5% of the best of 96 tilings on
+    ``devtools/bench_gemv.py --sweep``): at one row 4 x 1024 is within 5% of the best of 96 tilings on
     every qwen3-8b (tp=1, tp=2) and qwen3-0.6b layer."""
     block_m = _block_m(rows)
     block_k = min(1024 // block_m, _pow2_at_least(k))

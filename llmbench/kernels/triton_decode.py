@@ -40,7 +40,7 @@ class DecodeConfig(NamedTuple):
 
 
 def default_decode_config(head_dim: int, dtype: torch.dtype) -> DecodeConfig:
-    # Tuned on an H200 with scripts/bench_kernels.py --tune decode (bf16, 16/8 heads x 128, B=64 x 4096):
+    # Tuned on an H200 with devtools/bench_kernels.py --tune decode (bf16, 16/8 heads x 128, B=64 x 4096):
     # 64-token tiles, 4 warps, 3 stages reach 97-98% of 4.25 TB/s at page sizes 16 and 128.
     if dtype == torch.float32:
         return DecodeConfig(block_n=32, num_warps=4, num_stages=2)  # halves shared memory per stage

@@ -105,7 +105,7 @@ def _kernels(args: list[str], root: Path) -> str:
     except (OSError, ValueError) as e:
         raise BenchError(f"kernels {args[0]}: cannot read it ({e})") from None
     lines = [
-        f"From `{args[0]}`, written by the kernel benchmark (`python scripts/bench_kernels.py --json FILE`).",
+        f"From `{args[0]}`, written by the kernel benchmark (`python devtools/bench_kernels.py --json FILE`).",
         "",
         "| kernel | shape | µs | GB/s | of the copy ceiling | TFLOP/s | largest relative difference from the reference |",
         "|---|---|---:|---:|---:|---:|---:|",

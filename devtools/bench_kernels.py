@@ -8,11 +8,11 @@ each input byte read once and each output byte written once, against the H200's 
 float8 KV cache (kv_cache_dtype): quantised from the bf16 one with per-head scales, and checked against the
 reference reading the same float8 bytes; their bandwidth counts one byte per cached element.
 
-    python scripts/bench_kernels.py                  # check + time, print a table
-    python scripts/bench_kernels.py --json out.json  # also write the rows
-    python scripts/bench_kernels.py --tune           # sweep decode / prefill tile configs first
-    python scripts/bench_kernels.py --tune decode-fp8 # the decode sweep over a float8 cache
-    python scripts/bench_kernels.py --smoke          # tiny shapes on CPU (TRITON_INTERPRET=1): tests the script
+    python devtools/bench_kernels.py                  # check + time, print a table
+    python devtools/bench_kernels.py --json out.json  # also write the rows
+    python devtools/bench_kernels.py --tune           # sweep decode / prefill tile configs first
+    python devtools/bench_kernels.py --tune decode-fp8 # the decode sweep over a float8 cache
+    python devtools/bench_kernels.py --smoke          # tiny shapes on CPU (TRITON_INTERPRET=1): tests the script
 """
 
 from __future__ import annotations

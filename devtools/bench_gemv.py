@@ -4,9 +4,9 @@ Every product runs inside a CUDA graph (as in the engine's decode steps), over e
 weight that none stays in the L2 cache, so each figure is a read from HBM (``bench_kernels.time_us``). With ``--sweep`` the
 kernel's tile sizes are swept and the best per shape printed beside today's rule (``tiles_for``).
 
-    python scripts/bench_gemv.py                     # qwen3-8b at tp=1 and tp=2, qwen3-0.6b; rows 1, 2, 4, 8
-    python scripts/bench_gemv.py --sweep --rows 1 --json gemv.json
-    TRITON_INTERPRET=1 python scripts/bench_gemv.py --smoke --sweep --rows 1 3   # exercises this script
+    python devtools/bench_gemv.py                     # qwen3-8b at tp=1 and tp=2, qwen3-0.6b; rows 1, 2, 4, 8
+    python devtools/bench_gemv.py --sweep --rows 1 --json gemv.json
+    TRITON_INTERPRET=1 python devtools/bench_gemv.py --smoke --sweep --rows 1 3   # exercises this script
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_kernels import Env, check, time_us  # noqa: E402  (scripts/, this script's folder)
-
 from llmbench.kernels.skinny_matmul import Tiles, skinny_matmul, tiles_for  # noqa: E402
+
+from bench_kernels import Env, check, time_us  # noqa: E402  (this script's folder)
 
 SHAPES = {  # name: (N, K) of each decode-step linear layer
     "8b.qkv": (6144, 4096),

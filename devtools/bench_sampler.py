@@ -13,8 +13,8 @@ one noise launch per sampled row; it had no min-p), this sampler's torch path an
 the Triton path's share of a 7 ms decode step (256 rows of qwen3-0.6b on an H200), on trained-like
 logits and on flat ones (random weights), where top-p's threshold search needs the most passes.
 
-    python scripts/bench_sampler.py            # CUDA
-    python scripts/bench_sampler.py --smoke    # CPU, Triton interpreted, small sizes: the checks only
+    python devtools/bench_sampler.py            # CUDA
+    python devtools/bench_sampler.py --smoke    # CPU, Triton interpreted, small sizes: the checks only
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What the engine's phase ranges (engine/ranges.py) cost a decode step when nothing records.
 
-    python scripts/bench_ranges.py                                   # qwen3-tiny on the CPU
-    python scripts/bench_ranges.py --model qwen3-0.6b --device cuda --batch 1
+    python devtools/bench_ranges.py                                   # qwen3-tiny on the CPU
+    python devtools/bench_ranges.py --model qwen3-0.6b --device cuda --batch 1
 
 Times decode steps one by one, the three ways interleaved repeat after repeat: the ranges as shipped
 (opened only while a profiler or an NVTX tool records), the ranges taken out, and every range opened as a

@@ -16,9 +16,9 @@ its loads, for a few sizes of the column blocks its last programs sum; and the t
 pair with its own copies of the weights, so every product reads them from HBM as in a decode step. The
 sum is checked bit for bit against the reference over every rank's products, the next product within 2%.
 
-    python scripts/allreduce_probe.py                 # two GPUs, hidden 4096, bf16
-    python scripts/allreduce_probe.py --gpus 4 --hidden 5120
-    python scripts/allreduce_probe.py --matmul --rows 1,2
+    python devtools/allreduce_probe.py                 # two GPUs, hidden 4096, bf16
+    python devtools/allreduce_probe.py --gpus 4 --hidden 5120
+    python devtools/allreduce_probe.py --matmul --rows 1,2
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ CPU tensors of the engine's real shapes with the launches intercepted, then comp
 launch (same signature, constexprs and launch options) through Triton's whole pipeline, down to a
 cubin for the target (ptxas ships with Triton), without running anything.
 
-    python scripts/compile_kernels.py               # sm_90 (H100/H200), bf16, float32, fp16; exit 1 on a failure
-    python scripts/compile_kernels.py --arch 100 --dtype bf16   # another compute capability, one dtype
+    python devtools/compile_kernels.py               # sm_90 (H100/H200), bf16, float32, fp16; exit 1 on a failure
+    python devtools/compile_kernels.py --arch 100 --dtype bf16   # another compute capability, one dtype
 """
 
 from __future__ import annotations
