@@ -81,19 +81,24 @@ def test_the_window_stops_recording_once_each_kind_has_its_steps(tmp_path):
 
 @pytest.fixture
 def one_slow_step(monkeypatch):
-    """The 8th sampling call of the measured run takes 1.5 s and compiles a Triton kernel meanwhile (both
-    faked: the interpreter compiles nothing)."""
-    real = Sampler.sample
-    calls = {"n": 0}
+    """The 8th sampling call once the measured requests are in takes 1.5 s and compiles a Triton kernel
+    meanwhile (both faked: the interpreter compiles nothing)."""
+    real_add, real_sample = Sampler.add, Sampler.sample
+    calls = {"measured": False, "n": 0}
 
-    def sample(self, logits, ids, params):
-        calls["n"] += ids[0].startswith("p0r0-")  # a measured request (the warm-up's are "w-...")
+    def add(self, request_id, params):
+        calls["measured"] |= request_id.startswith("p0r0-")  # a measured request (the warm-up's are "w-...")
+        return real_add(self, request_id, params)
+
+    def sample(self, logits, rows=None):
+        calls["n"] += calls["measured"]
         if calls["n"] == 8 and not calls.get("done"):
             calls["done"] = True
             step_counters.note_triton_compile()
             time.sleep(1.5)
-        return real(self, logits, ids, params)
+        return real_sample(self, logits, rows)
 
+    monkeypatch.setattr(Sampler, "add", add)
     monkeypatch.setattr(Sampler, "sample", sample)
 
 
