@@ -9,7 +9,7 @@ from llmbench.bench.scenario.loader import shipped_scenarios
 from llmbench.bench.store import find_runs
 from llmbench.cli.app import app
 
-SLOW = {"chat"}  # a sweep of five points: minutes on 2 cores; the others take seconds
+SLOW = {"chat", "long_context"}  # a sweep of five points, long prompts: minutes on 2 cores; the rest seconds
 
 
 @pytest.mark.parametrize(

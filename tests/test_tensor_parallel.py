@@ -205,6 +205,7 @@ def test_greedy_tokens_at_tp2_with_each_product_in_the_all_reduce_kernel(model, 
         assert used == "symm_mem+norm" + ("+matmul" if fuse_matmul else "")
 
 
+@pytest.mark.slow  # Triton interpreted on two ranks
 def test_greedy_tokens_at_tp2_with_triton_kernels_and_the_fused_skinny_matmul(model):
     # each rank's shard through the skinny kernels (norms and SiLU fused in), all-reduced after
     if not triton_usable(DEVICE):
