@@ -410,14 +410,14 @@ def test_a_second_tensor_parallel_engine_starts_once_the_first_is_shut_down_or_c
 
 def test_shutdown_releases_cuda_graphs_before_the_process_group(model, monkeypatch):
     # NCCL's teardown waits for good on communicators that live CUDA Graphs captured (seen on two H200s).
-    import llmbench.engine.llm_engine as llm_engine
+    import llmbench.engine.tp_lifecycle as tp_lifecycle
 
     folder, _ = model
     llm = LLM(str(folder), tp=2, dtype="float32", num_kv_blocks=64, block_size=8, device="cpu")
     order = []
     monkeypatch.setattr(llm.engine.runner, "release_graphs", lambda: order.append("graphs"))
-    real_close = llm_engine.close_group
-    monkeypatch.setattr(llm_engine, "close_group", lambda: (order.append("group"), real_close()))
+    real_close = tp_lifecycle.close_group
+    monkeypatch.setattr(tp_lifecycle, "close_group", lambda: (order.append("group"), real_close()))
     workers = list(llm.engine.workers.procs)
     llm.engine.shutdown()
     assert order == ["graphs", "group"]
