@@ -3,8 +3,8 @@
 For each case: run the Triton kernel and its torch reference on the same random bf16 inputs, print the
 largest relative difference and stop (exit 1) if it is off; then time the kernel with
 ``triton.testing.do_bench`` (median, L2 flushed between runs) and report achieved bandwidth, counting
-each input byte read once and each output byte written once, against the H200's measured 4.25 TB/s
-(device-to-device copy, shared/GPU.md). Attention rows also show TFLOP/s. Rows marked fp8_e4m3 read a
+each input byte read once and each output byte written once, against the device's copy bandwidth (bytes
+read plus written): the one ``llmbench calibrate`` measured on this machine, else the datasheet's. Attention rows also show TFLOP/s. Rows marked fp8_e4m3 read a
 float8 KV cache (kv_cache_dtype): quantised from the bf16 one with per-head scales, and checked against the
 reference reading the same float8 bytes; their bandwidth counts one byte per cached element.
 
@@ -48,7 +48,20 @@ from llmbench.kernels.triton_decode import (  # noqa: E402
 )
 from llmbench.kernels.triton_prefill import PrefillConfig, prefill_attention  # noqa: E402
 
-PEAK_BYTES_PER_S = 4.25e12  # H200 device-to-device copy, read + write, measured (shared/GPU.md)
+FALLBACK_PEAK = (
+    4.25e12  # bytes/s: an H200's device-to-device copy, read + write (when nothing better is known)
+)
+
+
+def copy_peak(device: str) -> float:
+    """This device's measured copy bandwidth (``llmbench calibrate``), else its datasheet's, else FALLBACK_PEAK."""
+    from llmbench.bench.peaks import choose_peak
+
+    peak = choose_peak(device).peak if device.startswith("cuda") else None
+    return peak.mem_bandwidth if peak is not None else FALLBACK_PEAK
+
+
+PEAK_BYTES_PER_S = FALLBACK_PEAK  # set from the device in main()
 FP8 = torch.float8_e4m3fn
 
 
@@ -452,8 +465,14 @@ def main() -> None:
         args.rep_ms,
     )
     torch.manual_seed(0)
+    global PEAK_BYTES_PER_S
+    PEAK_BYTES_PER_S = copy_peak(env.device)
     if not args.smoke:
-        print(f"{torch.cuda.get_device_name()}  torch {torch.__version__}", flush=True)
+        print(
+            f"{torch.cuda.get_device_name()}  torch {torch.__version__}  copy ceiling "
+            f"{PEAK_BYTES_PER_S / 1e12:.2f} TB/s",
+            flush=True,
+        )
 
     rows: list[Row] = []
     if args.tune:

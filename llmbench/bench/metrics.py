@@ -1,4 +1,4 @@
-"""Latency and throughput metrics, exactly as DESIGN.md defines them.
+"""Latency and throughput metrics: the one definition of each (the README's "Metrics" section).
 
 Per request (times are host seconds): queue = first scheduled - arrival; TTFT = first token - arrival;
 E2E = last token - arrival; TPOT = (E2E - TTFT) / (n - 1) for n >= 2 tokens; ITL = gaps between its

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 from llmbench.engine.option_checks import AUTO, ENGINE_CHECKS, TUNING_CHECKS, Check, Invalid
 
-# The optimisations of DESIGN.md's table: what ``ablate --toggle NAME`` flips.
+# The optimisations (the README's toggle table): what ``ablate --toggle NAME`` flips.
 TOGGLES = (
     "paged_kv",
     "prefix_cache",

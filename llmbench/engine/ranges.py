@@ -7,15 +7,15 @@ copy_to_host, bookkeeping.
 
 The ranges are always in the code and cost almost nothing when nobody records: a torch.profiler range
 (``record_function``, about 8 us a range on a CPU even with no profiler running) is opened only while
-a torch.profiler session is active in this process (torch's own flag, one attribute read), and an NVTX
+a torch.profiler recording is active in this process (torch's own flag, one attribute read), and an NVTX
 range only on CUDA when an NVTX tool is attached (Nsight Systems and Nsight Compute set
 ``NVTX_INJECTION64_PATH`` in the process they start). Otherwise ``phase`` hands back one shared object
 whose enter and exit do nothing.
 
-While a torch.profiler session records, ``tag_layers`` also marks the layers whose kernels cannot be told
+While a torch.profiler recording records, ``tag_layers`` also marks the layers whose kernels cannot be told
 apart by name (a norm done with plain torch ops launches the same elementwise kernels as an activation):
 ``llmbench.layer.norm``, ``.rotary``, ``.activation``, ``.embedding``, ``.attention``. It hooks the
-modules from outside, only for the session, and never under torch.compile (hooks would be traced into
+modules from outside, only while it records, and never under torch.compile (hooks would be traced into
 the compiled graphs and force recompiles).
 """
 
@@ -93,7 +93,7 @@ OFF = _Off()
 
 
 def recording() -> bool:
-    """Whether a range opened now would be seen (a torch.profiler session, or an NVTX tool)."""
+    """Whether a range opened now would be seen (a torch.profiler recording, or an NVTX tool)."""
     return _autograd_profiler._is_profiler_enabled or _nvtx
 
 

@@ -43,9 +43,9 @@ def _die_with_parent() -> None:
 def serve(runner, receive: Callable[[], tuple[str, object]]) -> None:
     """Run every step rank 0 sends until it says stop; then drop the CUDA Graphs (they hold NCCL).
 
-    ``("trace", None)`` starts this rank's torch.profiler session and ``("trace", path)`` ends it,
+    ``("trace", None)`` starts this rank's torch.profiler recording and ``("trace", path)`` ends it,
     writing the file (``path`` with ``{rank}`` replaced; "" drops it); either way the ranks then meet at a
-    barrier, so that no step starts before every session has, and rank 0 knows every file is there
+    barrier, so that no step starts before every rank records, and rank 0 knows every file is there
     (``LLMEngine.start_trace``/``stop_trace``). Each step this rank
     serves is one ``llmbench.step`` range in its trace."""
     while True:

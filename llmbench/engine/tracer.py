@@ -1,8 +1,8 @@
-"""A torch.profiler session over one process's engine work, written out as a gzipped Chrome trace.
+"""A torch.profiler recording over one process's engine work, written out as a gzipped Chrome trace.
 
 The caller decides when it records (``LLMEngine.start_trace``/``stop_trace``, between steps); at
-tensor-parallel degree > 1 every rank runs a session of its own over the same steps and writes its own
-file. A session records CPU activity, and CUDA activity on a GPU, with input shapes (the GEMMs' FLOPs and
+tensor-parallel degree > 1 every rank runs a recording of its own over the same steps and writes its own
+file. A recording takes CPU activity, and CUDA activity on a GPU, with input shapes (the GEMMs' FLOPs and
 bytes are read from them); the phase ranges (engine/ranges.py) and, outside torch.compile, the layer
 ranges mark what the engine was doing. Nothing here reads the traces.
 """
@@ -30,23 +30,23 @@ class Tracer:
         self.model = model
         self.device = device
         self.compiled = compiled
-        self._session: profile | None = None
+        self._recording: profile | None = None
         self._untag: Callable[[], None] | None = None
 
     @property
     def active(self) -> bool:
-        return self._session is not None
+        return self._recording is not None
 
     def start(self) -> None:
-        if self._session is not None:
+        if self._recording is not None:
             raise RuntimeError("a trace is already being recorded")
         activities = [ProfilerActivity.CPU]
         if self.device.type == "cuda":
             activities.append(ProfilerActivity.CUDA)
             torch.cuda.synchronize(self.device)  # earlier steps' kernels stay out of the trace
-        self._session = profile(activities=activities, record_shapes=True)
-        self._session.start()
-        # The first range a session records pays for setting the session up on this thread (milliseconds
+        self._recording = profile(activities=activities, record_shapes=True)
+        self._recording.start()
+        # The first range a recording takes pays for setting the profiler up on this thread (milliseconds
         # on a CPU): pay it here, not inside the first step.
         with record_function(PREFIX + "trace_start"):
             pass
@@ -54,14 +54,14 @@ class Tracer:
             self._untag = tag_layers(self.model)
 
     def stop(self, path: Path | None) -> Path | None:
-        """End the session; write it to ``path`` (gzipped Chrome JSON), or drop it when ``path`` is None."""
-        session, self._session = self._session, None
-        if session is None:
+        """End the recording; write it to ``path`` (gzipped Chrome JSON), or drop it when ``path`` is None."""
+        recording, self._recording = self._recording, None
+        if recording is None:
             return None
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # the last step's kernels are in the trace
         try:
-            session.stop()
+            recording.stop()
         finally:
             if self._untag is not None:
                 self._untag()
@@ -72,6 +72,6 @@ class Tracer:
         # Written beside, then renamed: a reader never sees half a file (the name must end in .gz for
         # torch to compress it).
         part = path.with_name(f".{path.name}.{os.getpid()}.part.gz")
-        session.export_chrome_trace(str(part))
+        recording.export_chrome_trace(str(part))
         os.replace(part, path)
         return path

@@ -3,7 +3,7 @@
 At one sequence a decode step is one matrix-vector product per linear layer, and its time is the time
 to read the weight once. cuBLAS picks tile shapes made for matrices: on an H200 it reads qwen3-8b's
 4096x4096 output projection at 2.6 TB/s, with a split-K reduction kernel after it, and qwen3-0.6b's
-1024x2048 one at 0.3 TB/s (BENCHMARKS.md, fifth GPU session). Here each program owns ``BLOCK_N`` output
+1024x2048 one at 0.3 TB/s (measured on an H200 with devtools/bench_gemv.py). Here each program owns ``BLOCK_N`` output
 features, walks the whole K dimension with wide contiguous loads, keeps the products in float32 and sums
 them once at the end: no split-K, no second kernel, the weight read once at full width.
 
