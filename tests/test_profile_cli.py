@@ -20,24 +20,15 @@ from llmbench.bench.report.profile_views import profile_bars
 from llmbench.bench.store import load_run
 from llmbench.cli.app import app
 
+from tiny_models import PROFILED
+
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
-TINY = {
-    "name": "prof",
-    "model": "qwen3-tiny",
-    "engine": {"device": "cpu", "max_model_len": 512},
-    "workload": {"num_requests": 4, "input_len": {"dist": "uniform", "min": 8, "max": 24}, "output_len": 16},
-    "arrival": {"kind": "offline"},
-    "warmup": 1,
-    "repeats": 1,
-    "cpu_threads": 1,
-    "telemetry": {"enabled": False},
-}
 
 
 def scenario(tmp_path: Path, **changes) -> Path:
     path = tmp_path / "prof.yaml"
-    path.write_text(yaml.safe_dump({**TINY, **changes}))
+    path.write_text(yaml.safe_dump({**PROFILED, **changes}))
     return path
 
 
@@ -54,7 +45,7 @@ def test_zero_steps_is_refused(tmp_path):
 
 
 def test_a_scenario_with_no_steady_state_is_refused(tmp_path):
-    path = scenario(tmp_path, workload={**TINY["workload"], "num_requests": 1, "output_len": 4})
+    path = scenario(tmp_path, workload={**PROFILED["workload"], "num_requests": 1, "output_len": 4})
     res = invoke("profile", path, "--steps", "20", "--out", tmp_path / "r")
     assert res.exit_code == 2
     assert (
@@ -115,7 +106,7 @@ def test_two_variants_are_profiled_compared_and_reported(tmp_path):
 
 @pytest.mark.slow
 def test_ctrl_c_keeps_what_was_recorded_marked_incomplete(tmp_path):
-    long = {**TINY["workload"], "num_requests": 400, "output_len": 64}
+    long = {**PROFILED["workload"], "num_requests": 400, "output_len": 64}
     path = scenario(tmp_path, workload=long)
     out = tmp_path / "r"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

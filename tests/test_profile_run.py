@@ -20,22 +20,12 @@ from llmbench.bench.store import load_run
 from llmbench.engine import step_counters
 from llmbench.engine.sampler import Sampler
 
-TINY = {
-    "name": "prof",
-    "model": "qwen3-tiny",
-    "engine": {"device": "cpu", "max_model_len": 512},
-    "workload": {"num_requests": 4, "input_len": {"dist": "uniform", "min": 8, "max": 24}, "output_len": 16},
-    "arrival": {"kind": "offline"},
-    "warmup": 1,
-    "repeats": 1,
-    "cpu_threads": 1,
-    "telemetry": {"enabled": False},
-}
+from tiny_models import PROFILED
 
 
 def profiled_run(tmp_path, window: ProfileWindow, **workload):
     path = tmp_path / "prof.yaml"
-    path.write_text(yaml.safe_dump({**TINY, "workload": {**TINY["workload"], **workload}}))
+    path.write_text(yaml.safe_dump({**PROFILED, "workload": {**PROFILED["workload"], **workload}}))
     resolved = load_scenario(path, [], "none")
     outcome = execute_run(RunRequest(resolved, tmp_path / "r", "v", step_observer=window))
     profile_path = write_profile(window.folder, window.record(), "v", "cpu", outcome.status)

@@ -65,3 +65,17 @@ def hf_greedy(model, prompt: list[int], max_tokens: int) -> list[int]:
         logits = model(torch.tensor([ids])).logits[0, -1]
         ids.append(int(logits.argmax()))
     return ids[len(prompt) :]
+
+
+# A scenario small enough to profile on the CPU in seconds (tests/test_profile_*.py)
+PROFILED = {
+    "name": "prof",
+    "model": "qwen3-tiny",
+    "engine": {"device": "cpu", "max_model_len": 512},
+    "workload": {"num_requests": 4, "input_len": {"dist": "uniform", "min": 8, "max": 24}, "output_len": 16},
+    "arrival": {"kind": "offline"},
+    "warmup": 1,
+    "repeats": 1,
+    "cpu_threads": 1,
+    "telemetry": {"enabled": False},
+}
