@@ -8,6 +8,8 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 SCENARIO ?= scenarios/chat.yaml
 PYTEST_ARGS ?=
+# tests run in this many processes (pytest-xdist); 2 suits a 2-core machine
+TEST_WORKERS ?= 2
 
 .PHONY: setup run test test-fast lint clean
 
@@ -24,10 +26,10 @@ run: setup
 	$(BIN)/llmbench run $(SCENARIO)
 
 test: setup
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not slow" $(PYTEST_ARGS)
 
 lint: setup
 	$(BIN)/python -m ruff check llmbench tests devtools

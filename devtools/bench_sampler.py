@@ -146,14 +146,18 @@ def check_distribution(rows: int, v: int, device: torch.device) -> bool:
     params = [SamplingParams(temperature=0.8, top_k=8, seed=i) for i in range(rows)]
     s, sample_rows = new_sampler(device, params, triton=True)
     ids = s.sample(row.to(device).expand(rows, -1).contiguous(), sample_rows).cpu()
-    top = row.float().topk(8)
-    probs = torch.softmax(top.values.double() / 0.8, -1).numpy()
-    counts = np.array([(ids == t).sum().item() for t in top.indices.tolist()])
+    # top-k keeps every token tied with the k-th largest logit: the kept set is those at or above it
+    x = row.float()
+    kept = (x >= x.topk(8).values[-1]).nonzero().flatten()
+    probs = torch.softmax(x[kept].double() / 0.8, -1).numpy()
+    counts = np.array([(ids == t).sum().item() for t in kept.tolist()])
     outside = rows - counts.sum()
     stat = float(((counts - rows * probs) ** 2 / (rows * probs)).sum())
-    critical = 7 * (1 - 2 / 63 + 3.719 * math.sqrt(2 / 63)) ** 3  # chi-square, 7 df, alpha 1e-4
+    df = len(kept) - 1
+    critical = df * (1 - 2 / (9 * df) + 3.719 * math.sqrt(2 / (9 * df))) ** 3  # chi-square, alpha 1e-4
     print(
-        f"{rows} draws cut to the top 8: chi2 {stat:.1f} (critical {critical:.1f}), {outside} outside the cut"
+        f"{rows} draws cut to the top 8 ({len(kept)} with ties): chi2 {stat:.1f} "
+        f"(critical {critical:.1f}), {outside} outside the cut"
     )
     return stat < critical and outside == 0
 

@@ -13,7 +13,12 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# Tables are printed unwrapped at 200 columns when not on a terminal; pytest-xdist's workers set COLUMNS=80,
+# so the width is fixed here for every test (before llmbench's console is created).
+os.environ["COLUMNS"] = "200"
+# Two threads per process, shared out among pytest-xdist's workers when several run at once.
+_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // _workers)))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

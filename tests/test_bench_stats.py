@@ -73,6 +73,15 @@ def test_mean_interval_is_the_t_interval_and_none_for_one_repeat():
     assert mean_interval([]).n == 0
 
 
+def test_an_interval_is_cut_at_the_least_value_the_quantity_can_take():
+    values = [0.5, 30.0, 2.0]  # a skewed positive figure: the t-interval reaches below 0
+    plain, cut = mean_interval(values), mean_interval(values, floor=0.0)
+    assert plain.low < 0 and cut.low == 0.0
+    assert (cut.value, cut.high, cut.n) == (plain.value, plain.high, plain.n)
+    inside = mean_interval([10.0, 11.0, 12.0], floor=0.0)
+    assert inside == mean_interval([10.0, 11.0, 12.0])  # no cut when it stays above the floor
+
+
 def test_paired_repeats_see_a_consistent_change_that_unpaired_ones_cannot():
     # Repeats differ a lot from each other (other prompts, other load), but each pair by exactly +1%.
     base = np.array([100.0, 120.0, 140.0])

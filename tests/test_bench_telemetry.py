@@ -69,3 +69,12 @@ def test_gpu_telemetry_stays_available_after_sampling_stops():
     assert nvml.available
     nvml.close()
     assert nvml.available
+
+
+def test_each_sample_records_how_long_taking_it_took():
+    ticks = iter([10.0, 10.25, 11.0, 11.5])  # each sample reads the clock when it begins and when it ends
+    s = TelemetrySampler(period_s=1.0, cuda_indices=None, clock=lambda: next(ticks))
+    s.mark()
+    s.mark()
+    assert [r["sample_time"] for r in s.rows()] == [0.25, 0.5]
+    assert s.sample_intervals() == [(10.0, 10.25), (11.0, 11.5)]

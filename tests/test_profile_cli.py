@@ -83,6 +83,7 @@ def test_two_variants_are_profiled_compared_and_reported(tmp_path):
                  "--out", tmp_path / "r")  # fmt: skip
     assert res.exit_code == 0, res.output
     assert "baseline: where a step's time goes" in res.stdout
+    assert "median, untraced" in res.stdout  # each variant's first repeat ran untraced, for reference
     assert "attention_backend=torch against baseline: mean per step" in res.stdout
     (folder,) = list((tmp_path / "r" / "prof").iterdir())
     top = json.loads((folder / "profile.json").read_text())

@@ -186,6 +186,8 @@ def _measure(req: RunRequest, backend: Backend, events: RunEvents, state: _Measu
             if state.measured:  # a repeat must not hit prefixes an earlier one cached
                 backend.between_repeats()
             events.phase(f"{label}, repeat {r + 1}/{max(repeats) + 1}" if len(repeats) > 1 else label)
+            if hasattr(req.step_observer, "begin_repeat"):
+                req.step_observer.begin_repeat(pi, r, r == repeats[-1])
             result: DriveResult = backend.run(
                 specs,
                 offsets,
@@ -264,13 +266,14 @@ def _execute(req: RunRequest, backend: Backend, events: RunEvents) -> RunOutcome
         raise RunFailed(f"the run failed before anything was measured:\n{_last_line(state.error)}")
 
     rows = telemetry.rows() if telemetry is not None else []
+    samples = telemetry.sample_intervals() if telemetry is not None else []
     peak = choose_peak(backend.device)  # measured on this machine, else the datasheet's, else none
     if peak.warning:
         state.warnings.append(peak.warning)
     per_repeat, req_rows, step_rows_, slow = [], [], [], []
     engine_options = backend.describe() if backend.name == "engine" else None
     for m in state.measured:
-        slow_here = find_slow_steps(m.drive.steps, req.slow_factor)
+        slow_here = find_slow_steps(m.drive.steps, req.slow_factor, samples)
         slow += slow_here
         util = step_utilisation(m.drive.steps, backend.model_info, peak.peak)
         metrics = repeat_metrics(m, scenario.slo, rows, util)

@@ -12,13 +12,19 @@ the step (engine/step_counters.py) and from its size:
 - "garbage collection": Python's collector ran for at least half of the step's excess over the median;
 - "preemption": the scheduler preempted a sequence for KV blocks in the step;
 - "large step": it carried more than ``LARGE_FACTOR`` times the median number of tokens of its kind;
+- "telemetry sample": the run's telemetry thread was taking a sample (NVML queries, psutil) while the
+  step ran: a GPU query can hold up the engine's own calls into the driver, and the sampling thread takes
+  the interpreter's lock from the engine's (scenario ``telemetry.period_ms`` sets how often it samples);
 - "unexplained" when none of these holds.
 """
 
 from __future__ import annotations
 
+import bisect
+import math
 import statistics
 from collections import Counter
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from llmbench.bench.records import StepRecord
@@ -35,6 +41,7 @@ CAUSES = (
     "garbage collection",
     "preemption",
     "large step",
+    "telemetry sample",
     "unexplained",
 )
 
@@ -45,7 +52,14 @@ class SlowStep(NamedTuple):
     causes: tuple[str, ...]
 
 
-def causes_of(step: StepRecord, median_duration: float, median_tokens: float) -> tuple[str, ...]:
+def causes_of(
+    step: StepRecord,
+    median_duration: float,
+    median_tokens: float,
+    samples: Sequence[tuple[float, float]] = (),
+) -> tuple[str, ...]:
+    """What explains a slow step; ``samples`` are the (start, end) times of the telemetry samples taken
+    during the run, sorted, on the steps' clock."""
     causes = []
     if step.triton_compiles:
         causes.append("Triton compile")
@@ -61,11 +75,22 @@ def causes_of(step: StepRecord, median_duration: float, median_tokens: float) ->
         causes.append("preemption")
     if step.num_prefill_tokens + step.num_decode_tokens > LARGE_FACTOR * median_tokens:
         causes.append("large step")
+    if samples and _overlaps(samples, step.start, step.end):
+        causes.append("telemetry sample")
     return tuple(causes) or ("unexplained",)
 
 
-def find_slow_steps(steps: list[StepRecord], factor: float = SLOW_FACTOR) -> list[SlowStep]:
-    """The slow steps among ``steps`` (one repeat's), in order."""
+def _overlaps(intervals: Sequence[tuple[float, float]], start: float, end: float) -> bool:
+    # The samples come one after another from one thread: of those that began before the step ended, only
+    # the last can still be running when the step began.
+    i = bisect.bisect_left(intervals, (end, -math.inf))
+    return i > 0 and intervals[i - 1][1] > start
+
+
+def find_slow_steps(
+    steps: list[StepRecord], factor: float = SLOW_FACTOR, samples: Sequence[tuple[float, float]] = ()
+) -> list[SlowStep]:
+    """The slow steps among ``steps`` (one repeat's), in order; ``samples`` as for ``causes_of``."""
     by_kind: dict[str, list[StepRecord]] = {}
     for s in steps:
         by_kind.setdefault(s.kind, []).append(s)
@@ -83,7 +108,7 @@ def find_slow_steps(steps: list[StepRecord], factor: float = SLOW_FACTOR) -> lis
             continue
         duration, tokens = medians[s.kind]
         if duration > 0 and s.duration > factor * duration:
-            slow.append(SlowStep(i, s.duration / duration, causes_of(s, duration, tokens)))
+            slow.append(SlowStep(i, s.duration / duration, causes_of(s, duration, tokens, samples)))
     return slow
 
 

@@ -204,8 +204,13 @@ def _finite(values: Sequence[float] | np.ndarray) -> np.ndarray:
     return x[np.isfinite(x)]
 
 
-def mean_interval(values: Sequence[float] | np.ndarray, confidence: float = CONFIDENCE) -> Interval:
-    """Mean of the finite values with a Student-t interval; no interval (NaN) with fewer than two."""
+def mean_interval(
+    values: Sequence[float] | np.ndarray, confidence: float = CONFIDENCE, floor: float | None = None
+) -> Interval:
+    """Mean of the finite values with a Student-t interval; no interval (NaN) with fewer than two.
+
+    ``floor``: the least value the quantity can take (0 for a time, a rate, a share): an interval reaching
+    below it is cut there, which costs it no coverage, since the true mean cannot lie below it either."""
     x = _finite(values)
     if x.size == 0:
         return Interval(math.nan, math.nan, math.nan, 0)
@@ -213,7 +218,8 @@ def mean_interval(values: Sequence[float] | np.ndarray, confidence: float = CONF
     if x.size < 2:
         return Interval(mean, math.nan, math.nan, int(x.size))
     half = float(t_critical(x.size - 1, confidence)) * float(x.std(ddof=1)) / math.sqrt(x.size)
-    return Interval(mean, mean - half, mean + half, int(x.size))
+    low = mean - half if floor is None else max(mean - half, floor)
+    return Interval(mean, low, mean + half, int(x.size))
 
 
 class RelChanges(NamedTuple):

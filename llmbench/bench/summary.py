@@ -49,7 +49,8 @@ def repeat_metrics(
 
 def interval(repeat_values: list[float | None]) -> dict[str, Any]:
     """Estimate and 95% interval of one metric for one point (see the module docstring)."""
-    ci = mean_interval([math.nan if v is None else v for v in repeat_values])
+    # every metric is a time, a rate, a count, a share or an amount: none is below 0
+    ci = mean_interval([math.nan if v is None else v for v in repeat_values], floor=0.0)
     if ci.n == 0:
         return {"value": None, "ci_low": None, "ci_high": None, "ci": None, "n": 0}
     if ci.n == 1:

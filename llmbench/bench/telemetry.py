@@ -2,7 +2,8 @@
 
 Every ``period`` seconds: for each GPU in use (NVML) utilisation %, memory used, power, the energy
 counter and SM clock and throttle reasons; torch's allocated/reserved bytes on the engine's device; this
-process's CPU % and RSS (psutil). One row per sample and GPU (``gpu = -1`` on a machine without NVML,
+process's CPU % and RSS (psutil); and how long taking the sample took (``sample_time``, seconds), so that
+engine steps delayed by it can be told apart (slow_steps.py: "telemetry sample"). One row per sample and GPU (``gpu = -1`` on a machine without NVML,
 where every GPU column is NaN and ``nvml_reason`` says why -- never a fake 0).
 
 Energy over a window is the difference of the driver's counter between the first and last samples inside
@@ -23,7 +24,7 @@ from llmbench.bench.nvml import Nvml
 
 COLUMNS = (
     "time", "gpu", "gpu_util", "memory_used", "power", "energy", "sm_clock", "throttle_reasons",
-    "torch_allocated", "torch_reserved", "cpu_percent", "rss",
+    "torch_allocated", "torch_reserved", "cpu_percent", "rss", "sample_time",
 )  # fmt: skip
 GPU_COLUMNS = ("gpu_util", "memory_used", "power", "energy", "sm_clock", "throttle_reasons")
 
@@ -82,8 +83,14 @@ class TelemetrySampler:
             ]
         else:
             rows = [(t, -1.0, *([math.nan] * len(GPU_COLUMNS)), *host)]
+        taken = self._clock() - t
         with self._lock:
-            self._rows.extend(rows)
+            self._rows.extend((*row, taken) for row in rows)
+
+    def sample_intervals(self) -> list[tuple[float, float]]:
+        """(start, end) of every sample taken, in the clock's seconds."""
+        with self._lock:
+            return sorted({(r[0], r[0] + r[-1]) for r in self._rows})
 
     def _loop(self) -> None:
         # The first sample comes one period after start: psutil's CPU % needs an interval to mean anything.

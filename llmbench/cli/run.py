@@ -112,6 +112,7 @@ def run(
     trace_dir: Annotated[Path | None, typer.Option(hidden=True)] = None,  # llmbench profile's children
     trace_steps: Annotated[int, typer.Option(hidden=True, min=1)] = 20,
     trace_slow_steps: Annotated[bool, typer.Option(hidden=True)] = False,
+    trace_reference: Annotated[bool, typer.Option(hidden=True)] = False,
 ) -> None:
     """Run a scenario against its backend (the built-in engine, or a peer) and store the results."""
     resolved = resolve(scenario, set_, profile, repeats)
@@ -131,7 +132,9 @@ def run(
     if trace_dir is not None:
         from llmbench.bench.profile.window import ProfileWindow
 
-        window = ProfileWindow(trace_dir, trace_steps, trace_slow_steps, slow_step_factor)
+        window = ProfileWindow(
+            trace_dir, trace_steps, trace_slow_steps, slow_step_factor, reference_repeat=trace_reference
+        )
     request = RunRequest(resolved, out, variant, run_dir, ablation, repeat_index, slow_step_factor, window)
     outcome = None
     try:

@@ -112,5 +112,7 @@ def round_to_fp8(x, FP8_MANTISSA: tl.constexpr, FP8_MIN_NORMAL: tl.constexpr):
 @jit
 def quantize_fp8(x, scale, FP8_MAX: tl.constexpr, FP8_MANTISSA: tl.constexpr, FP8_MIN_NORMAL: tl.constexpr):
     """``quantize_ref`` for one tile: float32 values (on the float8 grid) ready for an exact conversion."""
-    y = tl.minimum(tl.maximum(x.to(tl.float32) / scale, -FP8_MAX), FP8_MAX)
+    # IEEE division as torch's: Triton's `/` on float32 is the approximate one on NVIDIA GPUs, and a last-bit
+    # difference moves a value across a rounding boundary of the float8 grid now and then
+    y = tl.minimum(tl.maximum(tl.math.div_rn(x.to(tl.float32), scale), -FP8_MAX), FP8_MAX)
     return round_to_fp8(y, FP8_MANTISSA, FP8_MIN_NORMAL)

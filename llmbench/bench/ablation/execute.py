@@ -90,7 +90,7 @@ def child_command(
     variant: Variant | BackendVariant,
     run_dir: Path,
     ablation: str,
-    repeat: int,
+    repeat: int | None,
 ) -> list[str]:
     import yaml
 
@@ -113,7 +113,9 @@ def child_command(
         "--run-dir",
         str(run_dir),
     ]
-    cmd += ["--ablation", ablation, "--repeat-index", str(repeat)]
+    cmd += ["--ablation", ablation]
+    if repeat is not None:  # one repeat of the scenario's; else all of them (or --repeats)
+        cmd += ["--repeat-index", str(repeat)]
     return cmd
 
 

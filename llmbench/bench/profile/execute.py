@@ -3,7 +3,8 @@
 Variants come from the ablation planner (``--toggle``/``--design``; none: the scenario alone, as
 "baseline"). Each is checked before anything runs (a toggle that cannot apply here is an error naming the
 engine's reason), then run as ``python -m llmbench run SCENARIO ... --run-dir DIR/run --trace-dir DIR``
-(ablation/execute.py's child, one repeat, with the profile's hidden options) into
+(ablation/execute.py's child, two repeats: the first untraced, for reference, the second traced; with the
+profile's hidden options) into
 ``<out>/<scenario>/<time>-profile/<variant>/``: the run folder ``run/``, the traces and the variant's
 ``profile.json`` (summary.py). ``profile.json`` in the profile's folder records the plan, what became of
 each variant and the comparison of each against the baseline (diff.py). A variant whose process fails is
@@ -131,7 +132,9 @@ def run_profile(
         for v in variants:
             target = folder / slug(v.name)
             on_event("phase", f"profiling {v.name}")
-            cmd = child_command(resolved, sets, v, target / "run", folder.name, 0)
+            # two repeats: the first untraced, the reference the traced second one is compared with
+            cmd = child_command(resolved, sets, v, target / "run", folder.name, None)
+            cmd += ["--repeats", "2", "--trace-reference"]
             cmd += ["--trace-dir", str(target), "--trace-steps", str(settings.steps)]
             cmd += ["--slow-step-factor", str(settings.slow_factor)]
             if settings.slow_steps:

@@ -1,7 +1,9 @@
 """A variant's ``profile.json``: its traces read (trace.py) and paired with the engine's step statistics.
 
 Per step (rank 0): the breakdown, with the step's kind, size and the engine's own step time. Per kind:
-the mean per step over the window's steps that were not slow. Per rank: the mean per step over all its
+the mean per step over the window's steps that were not slow, and the median engine step time of those
+traced steps and of the untraced steps of the reference repeat (window.py), with a note when tracing
+slowed a kind by ``TRACING_NOTE`` or more. Per rank: the mean per step over all its
 window steps (ranks > 0 serve rank 0's steps one for one). The top kernels (or, on a CPU, ops) of rank 0's
 window with achieved FLOP/s and bytes/s against the device's peaks, where known. Slow steps recorded around
 (``--slow-steps``) are listed with their causes and breakdown.
@@ -14,15 +16,18 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import statistics
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from llmbench.bench.peaks import PeakUsed
 from llmbench.bench.profile.trace import KernelStat, StepBreakdown, TraceBreakdown, analyse
+from llmbench.bench.slow_steps import MIN_STEPS_OF_KIND
 
 TOP_KERNELS = 15
 KINDS = ("prefill", "decode", "mixed")
+TRACING_NOTE = 1.2  # traced / untraced median engine step time from which the summary says so
 
 
 def read_trace(path: Path) -> dict[str, Any]:
@@ -69,6 +74,14 @@ def _mean_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
         out[key] = {name: v / n for name, v in sorted(total.items(), key=lambda kv: -kv[1])}
     out["busy"] = sum(out["device"].values())
     return out
+
+
+def _untraced_median(durations: list[float], slow_factor: float) -> float | None:
+    """The median of the reference repeat's step times, its slow steps left out as the window's are."""
+    if len(durations) < MIN_STEPS_OF_KIND:
+        return None
+    median = statistics.median(durations)
+    return statistics.median(d for d in durations if d <= slow_factor * median)
 
 
 def _kernels(stats: list[KernelStat], peak: PeakUsed | None) -> list[dict[str, Any]]:
@@ -147,6 +160,16 @@ def summarise(
         members = [r for r in steady if r["kind"] == kind]
         if members:
             kinds[kind] = _mean_rows(members)
+            traced = statistics.median(r["engine_time"] for r in members)
+            untraced = _untraced_median(record.get("reference", {}).get(kind, []), record["slow_factor"])
+            kinds[kind].update(traced_median=traced, untraced_median=untraced)
+            if untraced and traced >= TRACING_NOTE * untraced:
+                notes.append(
+                    f"{kind} steps ran {traced / untraced:.2f}x slower traced than untraced (median engine "
+                    f"step time {traced * 1e3:.3g} ms against {untraced * 1e3:.3g} ms in the untraced "
+                    "reference repeat): the profiler's cost falls on the host, so the host's share of these "
+                    "steps reads high"
+                )
     n = record["steps_per_kind"]
     for kind, count in record.get("window_counts", {}).items():
         if count < n:

@@ -30,6 +30,9 @@ def breakdown_view(profile: dict[str, Any]) -> View:
         return [label, *(_ms(pick(c)) for c in columns)]
 
     rows = [row("step (wall)", lambda c: c["wall"]), row("engine step time", lambda c: c.get("engine_time"))]
+    if any(c.get("untraced_median") for c in columns):  # profiles with an untraced reference repeat
+        rows.append(row("  median, traced", lambda c: c.get("traced_median")))
+        rows.append(row("  median, untraced", lambda c: c.get("untraced_median")))
     rows.append(row(busy, lambda c: c["busy"]))
     for cat in CATEGORIES:
         if any(c["device"].get(cat) for c in columns):

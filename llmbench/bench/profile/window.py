@@ -1,11 +1,16 @@
 """Which measured engine steps ``llmbench profile`` records, decided step by step while the run goes on.
 
 The window opens at the first measured step (after the warm-up requests, and after the engine's own
-start-up: compilation, kernel warm-up, CUDA Graph capture) of the first sweep point, and closes once it
+start-up: compilation, kernel warm-up, CUDA Graph capture) of the first sweep point, or with
+``reference_repeat`` at the first step of that point's last repeat, and closes once it
 holds at least twice ``steps_per_kind`` steps and every kind of step seen so far (prefill, decode, mixed)
 has ``steps_per_kind`` of them, or after ``WINDOW_CAP`` times that many steps, or when the point's
 requests are all served. Kinds that show up only later are not in it; kinds with fewer steps than asked
 are named in the profile's notes.
+
+With ``reference_repeat`` the steps before the window (the point's earlier repeats, run untraced) are the
+reference the traced ones are compared with: the profiler's own cost falls on the host, so a step that the
+host holds up runs slower traced, and the summary says by how much.
 
 With ``slow_steps`` the profiler keeps recording until the run ends, in chunks of ``chunk`` steps; a chunk
 is written out when it holds steps of the window or a slow step (one over ``factor`` times the running
@@ -55,6 +60,7 @@ class ProfileWindow:
         slow_steps: bool = False,
         factor: float = SLOW_FACTOR,
         chunk: int = SLOW_CHUNK,
+        reference_repeat: bool = False,
     ) -> None:
         if steps_per_kind < 1:
             raise ValueError("steps_per_kind must be at least 1")
@@ -70,12 +76,19 @@ class ProfileWindow:
         self.closed = False
         self._open: int | None = None  # index in ``calls`` where the open chunk starts
         self._seen: dict[str, list[tuple[float, int]]] = {}  # (duration, tokens) of every step, by kind
+        self._armed = not reference_repeat  # whether the window may open (the reference repeat is over)
+        self.reference: dict[str, list[float]] = {}  # engine step times of the untraced steps before it
 
     def observe(self, engine: Any) -> _Observed:
         return _Observed(engine, self)
 
     def _wanted(self) -> bool:
-        return not self.closed and (self.slow_steps or not self.window_done)
+        return self._armed and not self.closed and (self.slow_steps or not self.window_done)
+
+    def begin_repeat(self, point: int, repeat: int, last: bool) -> None:
+        """A repeat of a sweep point starts: the first point's last one is where the window may open."""
+        if point == 0 and last:
+            self._armed = True
 
     def before_step(self, engine: Any) -> None:
         if self._open is None and self._wanted():
@@ -87,6 +100,8 @@ class ProfileWindow:
             tokens = stats.num_prefill_tokens + stats.num_decode_tokens
             self._seen.setdefault(stats.kind, []).append((stats.duration, tokens))
         if self._open is None:
+            if not self._armed and stats.kind != "idle":
+                self.reference.setdefault(stats.kind, []).append(stats.duration)
             return
         in_window = not self.window_done and stats.kind != "idle"
         self.calls.append(
@@ -150,7 +165,10 @@ class ProfileWindow:
         self.chunks.append({"file": name, "calls": [c["call"] for c in members]})
 
     def end_of_run(self, engine: Any) -> None:
-        """The sweep point is over (or was interrupted): write what is open, record nothing more."""
+        """The sweep point is over (or was interrupted): write what is open, record nothing more; the end
+        of a reference repeat changes nothing."""
+        if not self._armed:
+            return
         self._close(engine)
         self.window_done = True
         self.closed = True
@@ -163,4 +181,5 @@ class ProfileWindow:
             "window_counts": dict(self.counts),
             "calls": self.calls,
             "chunks": self.chunks,
+            "reference": self.reference,
         }

@@ -59,7 +59,7 @@ def summarise(
     kls = [position_kl(b, v) for b, v in zip(base, variant, strict=True)]
     agree = [(b.argmax(-1) == v.argmax(-1)).numpy() for b, v in zip(base, variant, strict=True)]
     pooled = np.concatenate(kls)
-    kl_ci = mean_interval([k.mean() for k in kls])
+    kl_ci = mean_interval([k.mean() for k in kls], floor=0.0)
     top1_ci = mean_interval([a.mean() for a in agree])
     firsts = [first_divergence(b, v) for b, v in zip(base_greedy, variant_greedy, strict=True)]
     diverged = [f for f in firsts if f is not None]
