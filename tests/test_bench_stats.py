@@ -153,6 +153,9 @@ def test_classify_gives_each_outcome_by_where_the_interval_lies():
     assert int(classify(-0.03, 0.004, "lower", h)) == INCONCLUSIVE  # could be better, could be nothing
     assert int(classify(0.005, 0.03, "lower", h)) == INCONCLUSIVE  # beyond zero but not beyond 1%
     assert int(classify(math.nan, math.nan, "lower", h)) == INCONCLUSIVE
+    assert int(classify(-0.05, -0.02, "lower", h, n=3)) == BETTER
+    assert int(classify(-0.05, -0.02, "lower", h, n=2)) == INCONCLUSIVE  # two repeats: never a verdict
+    assert int(classify(-0.005, 0.008, "lower", h, n=2)) == INCONCLUSIVE
     # higher is better: the same intervals, the other way round
     assert int(classify(-0.05, -0.02, "higher", h)) == WORSE
     assert int(classify(0.02, 0.05, "higher", h)) == BETTER

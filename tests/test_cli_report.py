@@ -235,28 +235,38 @@ def test_unknown_baseline_is_an_error(runs):
     assert res.exit_code == 2 and "--baseline nonexistent" in res.stderr
 
 
-def test_compare_a_run_with_itself_passes_as_equivalent(runs):
-    res = invoke("compare", runs["baseline"], runs["baseline"])
+def test_compare_a_run_with_itself_passes_as_equivalent(runs, tmp_path):
+    same = doctored(runs["baseline"], tmp_path / "same", 1.0)
+    res = invoke("compare", same, same)
     assert res.exit_code == 0, res.output
     assert "no regression beyond 5%" in res.stderr
     assert "equivalent" in res.stdout and "better" not in res.stdout and "worse" not in res.stdout
 
 
-def doctored(src: Path, dst: Path, factor: float) -> Path:
-    """A copy of a run whose repeats both read like its first, with every latency times ``factor``.
+def test_two_repeats_a_side_show_an_interval_and_no_verdict(runs, tmp_path):
+    base = doctored(runs["baseline"], tmp_path / "base", 1.0, repeats=2)
+    slow = doctored(runs["baseline"], tmp_path / "slow", 3.0, repeats=2)
+    res = invoke("compare", base, slow, "--fail-above", "10")
+    assert res.exit_code == 0, res.output  # the gate needs a verdict: none from two repeats
+    assert "+200.0%" in res.stdout and "inconclusive (n=2)" in res.stdout and "worse" not in res.stdout
+    assert "none below 3 repeats (use --repeats 3 or more for one)" in res.stdout + res.stderr
+
+
+def doctored(src: Path, dst: Path, factor: float, repeats: int = 3) -> Path:
+    """A copy of a run with ``repeats`` repeats that all read like its first, every latency times ``factor``.
 
     Equal repeats make the interval of the change exactly ``factor - 1``, whatever noise the machine put
-    into the original measurements.
+    into the original measurements; three of them are enough for a verdict.
     """
     shutil.copytree(src, dst)
     summary = json.loads((dst / "summary.json").read_text())
     for point in summary["points"]:
-        first = point["repeats"][0]["metrics"]
-        for rep in point["repeats"]:
-            rep["metrics"] = {
-                k: v * factor if v is not None and k.split("_")[0] in ("ttft", "tpot", "itl", "e2e") else v
-                for k, v in first.items()
-            }
+        first = point["repeats"][0]
+        metrics = {
+            k: v * factor if v is not None and k.split("_")[0] in ("ttft", "tpot", "itl", "e2e") else v
+            for k, v in first["metrics"].items()
+        }
+        point["repeats"] = [{**first, "repeat": i, "metrics": dict(metrics)} for i in range(repeats)]
     summary["warnings"] = []  # whatever the machine's load was when the fixture ran
     (dst / "summary.json").write_text(json.dumps(summary))
     return dst

@@ -15,7 +15,12 @@ variance (a single run's requests say nothing about how the next run will come o
   slightly narrow.
 - ``classify``: the verdict rule. With a practical threshold h (``--min-effect``), a change is *better* or
   *worse* only when its whole 95% interval lies beyond h on that side, *equivalent* when the whole interval
-  lies within [-h, +h], and *inconclusive* otherwise (including when there is no interval).
+  lies within [-h, +h], and *inconclusive* otherwise (including when there is no interval), and always
+  with fewer than ``MIN_VERDICT_REPEATS`` repeats. Two repeats give the interval one degree of freedom:
+  right for noise that is normal, but run-to-run noise often comes in modes (a CPU's frequency states or
+  thread placement, a GPU's clocks), and then two pairs that land in the same modes agree to the last digit
+  by chance, the interval shrinks to nothing and a difference that is not there gets a verdict; the
+  calibration (``stats_calibration``) shows it. The interval is still shown.
 
 The t quantile is computed here (scipy is not a dependency): the t CDF through the regularised incomplete
 beta function, evaluated by its continued fraction, and inverted by bisection. The interval code is
@@ -37,6 +42,7 @@ CONFIDENCE = 0.95
 
 # Verdict codes (``classify``); the report turns them into words.
 WORSE, EQUIVALENT, BETTER, INCONCLUSIVE = -1, 0, 1, 2
+MIN_VERDICT_REPEATS = 3  # fewer repeats (pairs, or the smaller side) are always inconclusive
 
 _CF_EPS = 1e-15  # relative change of the continued fraction at which it has converged
 _CF_MAX_ITER = 20_000  # enough for df in the millions (the fraction needs ~sqrt(df) terms there)
@@ -323,11 +329,15 @@ def relative_change(
 # Verdicts
 
 
-def classify(low: float | np.ndarray, high: float | np.ndarray, better: str, threshold: float) -> np.ndarray:
+def classify(
+    low: float | np.ndarray, high: float | np.ndarray, better: str, threshold: float, n: int | None = None
+) -> np.ndarray:
     """Verdict codes (WORSE, EQUIVALENT, BETTER, INCONCLUSIVE) of relative-change intervals.
 
     ``better`` is the metric's good direction ("lower" or "higher"); ``threshold`` the practical effect
-    size as a fraction (0.01 = 1%). A missing interval (NaN) is INCONCLUSIVE.
+    size as a fraction (0.01 = 1%); ``n`` the repeats behind the intervals (the pairs, or the smaller
+    side): fewer than ``MIN_VERDICT_REPEATS`` is INCONCLUSIVE, as is a missing interval (NaN). ``None``
+    judges the intervals alone (the calibration's view of what the rule guards against).
     """
     if better not in ("lower", "higher"):
         raise ValueError(f"Unsupported direction: {better!r}. Supported: lower, higher")
@@ -339,4 +349,6 @@ def classify(low: float | np.ndarray, high: float | np.ndarray, better: str, thr
     out[known & (gain_low > threshold)] = BETTER
     out[known & (gain_high < -threshold)] = WORSE
     out[known & (gain_low >= -threshold) & (gain_high <= threshold)] = EQUIVALENT
+    if n is not None and n < MIN_VERDICT_REPEATS:
+        out[...] = INCONCLUSIVE
     return out

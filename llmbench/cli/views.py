@@ -66,7 +66,7 @@ def ci_note(summary: dict[str, Any]) -> str | None:
     if any(m.get("n") == 1 for m in entries):
         return (
             "no 95% CI: one repeat says nothing about run-to-run variance; run --repeats 2 or more "
-            "for intervals (and for verdicts when runs are compared)."
+            "for intervals, 3 or more for verdicts when runs are compared."
         )
     return None
 

@@ -8,7 +8,8 @@ on the logs. See ``stats.relative_change``.
 ``verdict`` applies one rule everywhere (``ablate``, ``report``, and ``compare``, where a regression is a
 ``worse`` verdict) with a practical threshold h: ``better`` / ``worse`` when the whole 95% interval lies
 beyond h on that side, ``equivalent`` when it lies within [-h, +h], otherwise ``inconclusive (n=K)``, K
-the repeats compared (one repeat has no interval, so it is always inconclusive). Metrics without a better
+the repeats compared (below ``stats.MIN_VERDICT_REPEATS`` always: one repeat has no interval, two give a
+verdict by chance when run-to-run noise comes in modes; see ``stats.classify``). Metrics without a better
 direction get ``n/a``. ``judged`` is the verdict as shown: none for incomplete runs (they are shown, not
 judged), and marked when the runs carry warnings that make timings doubtful (busy machine, lagging driver).
 """
@@ -21,7 +22,14 @@ from typing import NamedTuple
 from llmbench.bench.metrics import METRICS
 from llmbench.bench.report.frame import Group
 from llmbench.bench.report.warning_flags import TIMING_FLAGS
-from llmbench.bench.stats import BETTER, EQUIVALENT, WORSE, classify, relative_change
+from llmbench.bench.stats import (
+    BETTER,
+    EQUIVALENT,
+    MIN_VERDICT_REPEATS,
+    WORSE,
+    classify,
+    relative_change,
+)
 
 # What an ablation and the regression gate look at first.
 DELTA_METRICS = (
@@ -80,7 +88,7 @@ def verdict(c: Change, threshold: float) -> str:
     better = METRICS[c.metric].better if c.metric in METRICS else ""
     if not better or math.isnan(c.rel):
         return "n/a"
-    code = int(classify(c.rel_low, c.rel_high, better, threshold))
+    code = int(classify(c.rel_low, c.rel_high, better, threshold, c.n))
     return _WORDS.get(code, f"inconclusive (n={c.n})")
 
 
@@ -108,9 +116,11 @@ def method_note(changes: list[Change], threshold: float) -> str:
     elif "unpaired" in methods:
         how = "Welch t-interval on the log values of separate runs"
     else:
-        how = "no interval: one repeat per side has no run-to-run variance; use --repeats 2 or more"
+        how = "no interval: one repeat per side has no run-to-run variance; use --repeats 3 or more"
+    few = ns and max(ns) < MIN_VERDICT_REPEATS
     return (
         f"95% CI: {how} ({reps}); change: ratio of the repeats' geometric means. Verdicts: "
         f"better/worse when the whole interval lies beyond ±{threshold * 100:g}%, equivalent when it lies "
-        "within it, else inconclusive."
+        f"within it, else inconclusive; none below {MIN_VERDICT_REPEATS} repeats"
+        + (" (use --repeats 3 or more for one)." if few else ".")
     )

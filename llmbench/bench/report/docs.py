@@ -88,8 +88,13 @@ def _stats_calibration(args: list[str], root: Path) -> str:
 
     if args:
         raise BenchError(f"stats-calibration takes no arguments, got {' '.join(args)}")
-    table = sc.format_table(sc.calibration_table(sc.TRIALS, sc.THRESHOLD), sc.TRIALS, sc.THRESHOLD)
-    return f"Computed by `python -m llmbench.bench.stats_calibration` (seeded: the same table on any machine).\n\n{table}"
+    tables = "\n".join(
+        sc.format_table(
+            sc.calibration_table(sc.TRIALS, sc.THRESHOLD, noise=noise), sc.TRIALS, sc.THRESHOLD, noise
+        )
+        for noise in (sc.NoiseModel(), sc.MODAL)
+    )
+    return f"Computed by `python -m llmbench.bench.stats_calibration` (seeded: the same tables on any machine).\n\n{tables}"
 
 
 def _kernels(args: list[str], root: Path) -> str:
