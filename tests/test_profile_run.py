@@ -176,19 +176,22 @@ def _decode_at(start: float, duration: float) -> StepRecord:
 def test_a_slow_step_while_telemetry_was_sampling_is_put_down_to_the_sample():
     steps = [_decode_at(0.01 * i, 0.01) for i in range(9)]
     steps += [_decode_at(0.09, 0.06), _decode_at(0.15, 0.06), _decode_at(0.30, 0.06), _decode_at(0.40, 0.06)]
+    steps.append(_decode_at(0.5, 0.3))  # longer than the time between samples: it meets one regardless
     samples = [
         (0.085, 0.0955),  # began before the 10th step and ran into it
         (0.16, 0.161),  # inside the 11th
         (0.25, 0.26),  # over before the 12th began
         (0.46, 0.47),  # began as the 13th ended
-    ]
+        (0.6, 0.61),  # inside the 14th
+    ]  # a sample every 0.115 s (the median gap)
     slow = find_slow_steps(steps, samples=samples)
-    assert [s.index for s in slow] == [9, 10, 11, 12]
+    assert [s.index for s in slow] == [9, 10, 11, 12, 13]
     assert [s.causes for s in slow] == [
         ("telemetry sample",),
         ("telemetry sample",),
         ("unexplained",),
         ("unexplained",),
+        ("unexplained",),
     ]
-    assert slow_step_warning(slow).endswith(": 2 telemetry samples, 2 unexplained")
-    assert [s.causes for s in find_slow_steps(steps)] == [("unexplained",)] * 4
+    assert slow_step_warning(slow).endswith(": 2 telemetry samples, 3 unexplained")
+    assert [s.causes for s in find_slow_steps(steps)] == [("unexplained",)] * 5

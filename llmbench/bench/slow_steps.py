@@ -13,8 +13,9 @@ the step (engine/step_counters.py) and from its size:
 - "preemption": the scheduler preempted a sequence for KV blocks in the step;
 - "large step": it carried more than ``LARGE_FACTOR`` times the median number of tokens of its kind;
 - "telemetry sample": the run's telemetry thread was taking a sample (NVML queries, psutil) while the
-  step ran: a GPU query can hold up the engine's own calls into the driver, and the sampling thread takes
-  the interpreter's lock from the engine's (scenario ``telemetry.period_ms`` sets how often it samples);
+  step ran, and the step was shorter than the time between samples (a longer one meets a sample whatever
+  held it up): a GPU query can hold up the engine's own calls into the driver, and the sampling thread
+  takes the interpreter's lock from the engine's (scenario ``telemetry.period_ms`` sets how often);
 - "unexplained" when none of these holds.
 """
 
@@ -57,9 +58,10 @@ def causes_of(
     median_duration: float,
     median_tokens: float,
     samples: Sequence[tuple[float, float]] = (),
+    period: float = math.inf,
 ) -> tuple[str, ...]:
     """What explains a slow step; ``samples`` are the (start, end) times of the telemetry samples taken
-    during the run, sorted, on the steps' clock."""
+    during the run, sorted, on the steps' clock, ``period`` the typical time between their starts."""
     causes = []
     if step.triton_compiles:
         causes.append("Triton compile")
@@ -75,7 +77,7 @@ def causes_of(
         causes.append("preemption")
     if step.num_prefill_tokens + step.num_decode_tokens > LARGE_FACTOR * median_tokens:
         causes.append("large step")
-    if samples and _overlaps(samples, step.start, step.end):
+    if samples and step.end - step.start < period and _overlaps(samples, step.start, step.end):
         causes.append("telemetry sample")
     return tuple(causes) or ("unexplained",)
 
@@ -91,6 +93,9 @@ def find_slow_steps(
     steps: list[StepRecord], factor: float = SLOW_FACTOR, samples: Sequence[tuple[float, float]] = ()
 ) -> list[SlowStep]:
     """The slow steps among ``steps`` (one repeat's), in order; ``samples`` as for ``causes_of``."""
+    starts = [a for a, _ in samples]
+    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    period = statistics.median(gaps) if gaps else math.inf
     by_kind: dict[str, list[StepRecord]] = {}
     for s in steps:
         by_kind.setdefault(s.kind, []).append(s)
@@ -108,7 +113,7 @@ def find_slow_steps(
             continue
         duration, tokens = medians[s.kind]
         if duration > 0 and s.duration > factor * duration:
-            slow.append(SlowStep(i, s.duration / duration, causes_of(s, duration, tokens, samples)))
+            slow.append(SlowStep(i, s.duration / duration, causes_of(s, duration, tokens, samples, period)))
     return slow
 
 
