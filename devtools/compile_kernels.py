@@ -41,6 +41,8 @@ from llmbench.kernels.attention_prologue import attention_prologue  # noqa: E402
 from llmbench.kernels.kv_store import store_kv  # noqa: E402
 from llmbench.kernels.rmsnorm import rms_norm  # noqa: E402
 from llmbench.kernels.rotary import apply_rotary  # noqa: E402
+from llmbench.kernels.sample import sample  # noqa: E402
+from llmbench.kernels.sample_cut import cut_threshold  # noqa: E402
 from llmbench.kernels.skinny_allreduce import skinny_matmul_allreduce  # noqa: E402
 from llmbench.kernels.skinny_matmul import (  # noqa: E402
     skinny_matmul,
@@ -213,6 +215,24 @@ def fp8_kv_calls() -> None:
                                   v_scale=scales[1])  # fmt: skip
 
 
+def sampler_calls() -> None:
+    """The sampler at Qwen3's vocabulary: a row alone and batches (split over programs or not), with and
+    without a cut; the top-k/top-p/min-p threshold search in its modes."""
+    V = 151_936
+    for N in (1, 256, 512):  # split over 2 x 132 programs or more; 512 rows: one program each
+        logits = torch.zeros(N, V, dtype=torch.bfloat16)
+        scale, cut = torch.ones(N), torch.zeros(N)
+        keys, positions = torch.zeros(N, dtype=torch.int64), torch.zeros(N, dtype=torch.int64)
+        sample(logits, scale, None, keys, positions)
+        sample(logits, scale, cut, keys, positions)
+        for floor, top_p, min_p in (
+            (cut, torch.ones(N), cut),
+            (None, torch.ones(N), None),
+            (None, None, cut),
+        ):
+            cut_threshold(logits, scale, floor, top_p, min_p)
+
+
 def compile_all(launches: list[Launch], arch: int) -> list[tuple[Launch, str | None]]:
     """Compile each distinct launch; (launch, None) when it compiled, else (launch, the error)."""
     target = GPUTarget("cuda", arch, 32)
@@ -251,7 +271,10 @@ def main() -> int:
         print("error: needs the triton package (pip install triton)", file=sys.stderr)
         return 2
     results = compile_all(
-        capture(lambda: [engine_calls(dtype) for dtype in dtypes]) + capture(fp8_kv_calls), args.arch
+        capture(lambda: [engine_calls(dtype) for dtype in dtypes])
+        + capture(fp8_kv_calls)
+        + capture(sampler_calls),
+        args.arch,
     )
     failed = [(launch, error) for launch, error in results if error]
     for launch, error in failed:

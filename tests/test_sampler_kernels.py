@@ -81,6 +81,27 @@ def test_uniform_logits_draw_the_argmax_of_the_reference_uniforms() -> None:
     assert sample(logits, scale, None, keys, positions).tolist() == want.tolist()
 
 
+def test_greedy_rows_take_the_first_of_tied_maxima_across_blocks_and_programs() -> None:
+    # 1024 columns a block; a row alone is split over several programs, rows together are not.
+    v = 3001
+    logits = torch.zeros(4, v, device=DEVICE)
+    logits[0, [2500, 1100, 1030]] = 1.0  # three blocks: the first of them wins
+    logits[1, [7, 9]] = 1.0  # one block, two lanes
+    logits[2, [2049, 5]] = 1.0  # the last block and the first
+    logits[3, v - 1] = 1.0  # the last column alone
+    want = [1030, 7, 5, v - 1]
+    scale = torch.zeros(4, device=DEVICE)  # greedy
+    keys, positions = (
+        torch.zeros(4, dtype=torch.int64, device=DEVICE),
+        torch.zeros(4, dtype=torch.int64, device=DEVICE),
+    )
+    assert sample(logits, scale, None, keys, positions).tolist() == want
+    for i in range(4):
+        alone = sample(logits[i : i + 1], scale[i : i + 1], None, keys[i : i + 1], positions[i : i + 1])
+        assert alone.item() == want[i]
+    assert sample_ref(logits, scale, None, keys, positions).tolist() == want
+
+
 CUT_SIZES = [(4, 33), (6, 1000), (3, 4099)] if INTERPRET else [(8, 151_936)]
 
 

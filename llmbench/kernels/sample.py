@@ -124,11 +124,14 @@ def _sample_kernel(
     pos = tl.load(pos_ptr + row).to(tl.uint32)
     ka = mix32(key ^ mix32(pos + 0x9E3779B9))
     kb = mix32(ka + 0x9E3779B9)
-    best = tl.full((), float("-inf"), tl.float32)
-    best_idx = tl.zeros((), dtype=tl.int64)
+    # Each lane keeps its own best across the blocks (no reduction inside the loop, so the loads of one
+    # block overlap the arithmetic of the last); the lanes are reduced once at the end.
     first = part * blocks_per_prog * BLOCK
+    lanes = first + tl.arange(0, BLOCK)  # (BLOCK,)
+    best_lane = tl.full((BLOCK,), float("-inf"), tl.float32)
+    best_col = lanes
     for b in range(0, blocks_per_prog):
-        cols = first + b * BLOCK + tl.arange(0, BLOCK)  # (BLOCK,)
+        cols = lanes + b * BLOCK
         inside = cols < V
         x = tl.load(logits_ptr + row * stride + cols, mask=inside, other=float("-inf")).to(tl.float32)
         if scale != 0:
@@ -138,11 +141,12 @@ def _sample_kernel(
             s = tl.where(inside & (x >= thr), s, float("-inf"))
         else:
             s = x
-        m = tl.max(s, axis=0)
-        i = tl.argmax(s, axis=0, tie_break_left=True)
-        better = m > best  # strictly: an earlier block keeps a tie
-        best_idx = tl.where(better, (first + b * BLOCK + i).to(tl.int64), best_idx)
-        best = tl.where(better, m, best)
+        better = s > best_lane  # strictly: a lane keeps its earliest column of a tie
+        best_col = tl.where(better, cols, best_col)
+        best_lane = tl.where(better, s, best_lane)
+    best = tl.max(best_lane, axis=0)
+    # the lowest column holding the maximum: the first of a tie, as one pass over the row would find it
+    best_idx = tl.min(tl.where(best_lane == best, best_col, V), axis=0).to(tl.int64)
     if SPLIT:
         n_parts = tl.num_programs(1)
         tl.store(best_ptr + row * n_parts + part, best)
