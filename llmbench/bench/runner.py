@@ -186,7 +186,7 @@ def _measure(req: RunRequest, backend: Backend, events: RunEvents, state: _Measu
             if state.measured:  # a repeat must not hit prefixes an earlier one cached
                 backend.between_repeats()
             events.phase(f"{label}, repeat {r + 1}/{max(repeats) + 1}" if len(repeats) > 1 else label)
-            if hasattr(req.step_observer, "begin_repeat"):
+            if req.step_observer is not None:
                 req.step_observer.begin_repeat(pi, r, r == repeats[-1])
             result: DriveResult = backend.run(
                 specs,
