@@ -45,6 +45,7 @@ from llmbench.kernels.triton_decode import (  # noqa: E402
     choose_num_splits,
     decode_attention,
     default_decode_config,
+    longest_first,
 )
 from llmbench.kernels.triton_prefill import PrefillConfig, prefill_attention  # noqa: E402
 
@@ -280,10 +281,13 @@ def decode_case(
     env: Env, B: int, context: int, block_size: int, Hq: int, Hk: int, D: int,
     config: DecodeConfig | None = None, num_splits: int | None = None, with_ref_time: bool = False, check_it: bool = True,
     mixed: bool = False, split_tokens: int | None = None, kv_dtype: torch.dtype | None = None,
+    ordered: bool = False,
 ) -> list[Row]:  # fmt: skip
     """``mixed``: context lengths uniform in [context/10, context] (a served batch) instead of all equal;
-    bandwidth then counts the K/V actually read. ``kv_dtype``: a float8 cache (see ``paged_cache``)."""
-    config = config or default_decode_config(D, env.dtype)
+    bandwidth then counts the K/V actually read. ``kv_dtype``: a float8 cache (see ``paged_cache``).
+    ``ordered``: programs take the sequences longest first (``longest_first``), as the engine does."""
+    explicit = config is not None  # the tile config goes into the row's name
+    config = config or default_decode_config(D, env.dtype, kv_dtype is not None)
     gen = torch.Generator().manual_seed(B)
     lens = (
         torch.randint(max(1, context // 10), context + 1, (B,), generator=gen)
@@ -300,11 +304,12 @@ def decode_case(
         q = env.t(B, Hq, D)
         seq_lens = lens.to(device=env.device, dtype=torch.int32)
         args = (q, k_cache, v_cache, block_tables, seq_lens, D**-0.5)
+        order = longest_first(seq_lens) if ordered else None
         return (
             args,
             scales,
             lambda: decode_attention(
-                *args, num_splits=splits, config=config, split_tokens=split_tokens, **scales
+                *args, num_splits=splits, config=config, split_tokens=split_tokens, order=order, **scales
             ),
         )
 
@@ -323,11 +328,13 @@ def decode_case(
     flops = 4 * int(lens.sum()) * Hq * D
     ctx = f"ctx {context // 10}-{context}" if mixed else f"ctx={context}"
     cut = f"slices of {split_tokens}" if split_tokens else f"splits {splits}"
-    shape = f"B={B} {ctx} {Hq}/{Hk}x{D} page {block_size} {cut}"
+    shape = f"B={B} {ctx} {Hq}/{Hk}x{D} page {block_size} {cut}" + (" longest first" if ordered else "")
     cfg = f" n{config.block_n}w{config.num_warps}s{config.num_stages}"
+    if kv_dtype is not None:
+        kv_name += " to fp16" if config.fp8_to == "fp16" else ""
     rows = [
         row(
-            "paged_decode" + kv_name + (cfg if not check_it else ""),
+            "paged_decode" + kv_name + (cfg if explicit else ""),
             shape,
             time_us(env, run, more=more),
             moved,
@@ -390,16 +397,21 @@ def tune(env: Env, kinds: list[str]) -> list[Row]:
         except Exception as e:  # out of shared memory or registers, mostly
             print(f"tune {label}: {type(e).__name__}: {str(e).splitlines()[0][:120]}", flush=True)
 
-    for kind, kv_dtype in (("decode", None), ("decode-fp8", FP8)):
-        if kind not in kinds:
-            continue
+    if "decode" in kinds:
         for block_size in (16, 128):
             for block_n in (32, 64, 128):
                 for num_warps in (2, 4, 8):
                     for num_stages in (2, 3, 4):
                         cfg = DecodeConfig(block_n, num_warps, num_stages)
-                        attempt(f"{kind} {cfg}", decode_case, B, ctx, block_size, 16, 8, 128, config=cfg,
-                                kv_dtype=kv_dtype)  # fmt: skip
+                        attempt(f"decode {cfg}", decode_case, B, ctx, block_size, 16, 8, 128, config=cfg)
+    if "decode-fp8" in kinds:  # page 16; the tiles converted to q's dtype or to float16
+        for fp8_to in ("q", "fp16"):
+            for block_n in (64, 128):
+                for num_warps in (4, 8):
+                    for num_stages in (2, 3, 4):
+                        cfg = DecodeConfig(block_n, num_warps, num_stages, fp8_to)
+                        attempt(f"decode-fp8 {cfg}", decode_case, B, ctx, 16, 16, 8, 128, config=cfg,
+                                kv_dtype=FP8)  # fmt: skip
     if "splits" in kinds:
         for batch, choices in (
             (B, (1, 2)),
@@ -486,7 +498,11 @@ def main() -> None:
         main_rows += decode_case(env, 5, 100, 8, 4, 2, 64, num_splits=2, mixed=True)
         main_rows += decode_case(env, 5, 100, 8, 4, 2, 64, split_tokens=32, mixed=True)
         main_rows += decode_case(env, 4, 100, 16, 4, 2, 64, kv_dtype=FP8)
+        main_rows += decode_case(
+            env, 4, 100, 16, 4, 2, 64, kv_dtype=FP8, config=DecodeConfig(32, 4, 2, "fp16")
+        )
         main_rows += decode_case(env, 5, 100, 8, 4, 2, 64, num_splits=2, mixed=True, kv_dtype=FP8)
+        main_rows += decode_case(env, 5, 100, 8, 4, 2, 64, mixed=True, ordered=True)
         main_rows += prefill_case(env, 40, 0, 16, 4, 2, 64) + prefill_case(env, 20, 30, 16, 4, 2, 64)
         main_rows += prefill_case(env, 20, 30, 16, 4, 2, 64, kv_dtype=FP8)
     else:
@@ -495,6 +511,8 @@ def main() -> None:
             main_rows += prologue_case(env, T, 16, 8, 128)
         main_rows += decode_case(env, 64, 4096, 16, 16, 8, 128, with_ref_time=True)
         main_rows += decode_case(env, 64, 4096, 16, 16, 8, 128, kv_dtype=FP8)  # the same over a float8 cache
+        # the float8 tiles converted to bf16, in 64-token tiles: the form before the fp8 tuning
+        main_rows += decode_case(env, 64, 4096, 16, 16, 8, 128, kv_dtype=FP8, config=DecodeConfig(64, 4, 3))
         main_rows += decode_case(env, 64, 4096, 128, 16, 8, 128)
         main_rows += decode_case(env, 64, 4096, 128, 16, 8, 128, kv_dtype=FP8)
         main_rows += decode_case(env, 1, 4096, 16, 16, 8, 128)
@@ -506,6 +524,11 @@ def main() -> None:
         main_rows += decode_case(env, 1, 4096, 16, 16, 8, 128, kv_dtype=FP8)
         for tokens in (256, 512, 1024):  # slices of a fixed length: long sequences get more of them
             main_rows += decode_case(env, 200, 2048, 16, 16, 8, 128, split_tokens=tokens, mixed=True)
+        # or the longest first, so that the short ones fill in behind them (the engine's default)
+        for batch in (64, 128, 200, 256):
+            for ordered in (False, True):
+                main_rows += decode_case(env, batch, 2048, 16, 16, 8, 128, mixed=True, ordered=ordered)
+        main_rows += decode_case(env, 200, 2048, 16, 16, 8, 128, mixed=True, ordered=True, kv_dtype=FP8)
         main_rows += prefill_case(env, 2048, 0, 16, 32, 8, 128)  # Qwen3-8B heads
         main_rows += prefill_case(env, 2048, 2048, 16, 32, 8, 128)  # a second chunk after a prefix
         main_rows += prefill_case(env, 2048, 2048, 16, 32, 8, 128, kv_dtype=FP8)

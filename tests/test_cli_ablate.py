@@ -301,3 +301,20 @@ def test_sampling_settings_are_compared_with_their_cost_per_decode_step(tmp_path
     assert "n/a (sampling)" in table  # outputs differ by design
     variant = load_run(ablation_folder(tmp_path / "r") / "sampling.temperature-0.6-r0")
     assert variant.meta["scenario"]["sampling"]["temperature"] == 0.6
+
+
+def test_a_crashed_variant_is_reported_by_its_message_not_its_native_backtrace():
+    from llmbench.bench.ablation.execute import child_error
+
+    crash = "\n".join(
+        [
+            "Traceback (most recent call last):",
+            '  File "x.py", line 3, in <module>',
+            "RuntimeError: CUDA error: operation not permitted when stream is capturing",
+            "Exception raised from c10_cuda_check_implementation at CUDAException.cpp:44",
+        ]
+        + [f"frame #{i}: /lib/libtorch.so(+0x{i:x}) [0x7f{i:04x}]" for i in range(40)]
+    )
+    error = child_error(crash)
+    assert "operation not permitted when stream is capturing" in error and "frame #" not in error
+    assert child_error("a\n\nb\nc", lines=2) == "b\nc" and child_error("  \n") == "(no output)"

@@ -86,3 +86,29 @@ def test_the_compact_changes_view_has_a_row_per_variant_with_its_verdict(tmp_pat
     variant = rows[2].split(" | ")
     assert variant[0] == "| chunked_prefill=off" and variant[1] == "2"
     assert variant[4].rstrip(" |").split(" (")[0] in ("better", "worse", "equivalent", "inconclusive")
+
+
+def test_a_kernel_table_keeps_the_rows_its_match_names(tmp_path):
+    rows = [
+        {"kernel": "paged_decode", "shape": "B=64", "time_us": 259.6, "gb_per_s": 4138.0, "frac_peak": 0.986},
+        {"kernel": "paged_decode fp8_e4m3 n64w4s3", "shape": "B=64", "time_us": 334.0},
+        {"kernel": "paged_decode fp8_e4m3 to fp16 n128w4s3", "shape": "B=64", "time_us": 246.8},
+    ]
+    (tmp_path / "k.json").write_text(json.dumps(rows))
+    doc = tmp_path / "DOC.md"
+    runner = CliRunner()
+    doc.write_text("<!-- llmbench: kernels k.json --match fp8.*n[0-9]+w -->\n<!-- /llmbench -->\n")
+    assert runner.invoke(app, ["docs", str(doc)]).exit_code == 0, doc.read_text()
+    text = doc.read_text()
+    assert (
+        "| paged_decode fp8_e4m3 n64w4s3 | B=64 | 334.0 |" in text
+        and "| paged_decode | B=64 | 259.6 |" not in text
+    )
+    assert "to fp16 n128w4s3 | B=64 | 246.8 | – |" in text and "matches `fp8.*n[0-9]+w`" in text
+    for bad, says in (
+        ("kernels k.json --only x", "optionally --match REGEX"),
+        ("kernels k.json --match (", "not a regular expression"),
+    ):
+        doc.write_text(f"<!-- llmbench: {bad} -->\n<!-- /llmbench -->\n")
+        res = runner.invoke(app, ["docs", str(doc)])
+        assert res.exit_code == 2 and says in res.output, res.output

@@ -116,11 +116,11 @@ def message(**options) -> str:
         (
             {"tuning": {"skinny_rows": 1}},
             "tuning.skinny_rows: unknown tuning knob; valid: compile_mode, cuda_graph_buckets, "
-            "decode_split_tokens, kv_cache_scale, skinny_fusion, skinny_matmul_rows, tp_all_reduce, tp_fuse_matmul, tp_fuse_norm",
+            "decode_longest_first, decode_split_tokens, kv_cache_scale, skinny_fusion, skinny_matmul_rows, tp_all_reduce, tp_fuse_matmul, tp_fuse_norm",
         ),
         (
             {"tuning": 5},
-            "tuning: expected a mapping of tuning knobs (cuda_graph_buckets, decode_split_tokens, "
+            "tuning: expected a mapping of tuning knobs (cuda_graph_buckets, decode_split_tokens, decode_longest_first, "
             "skinny_matmul_rows, skinny_fusion, tp_all_reduce, tp_fuse_norm, tp_fuse_matmul, compile_mode, kv_cache_scale), got 5",
         ),
         (
@@ -226,6 +226,8 @@ def test_on_an_h200_the_fast_paths_are_chosen():
     assert r.tuning.cuda_graph_buckets == tuple(default_buckets(256))
     assert r.tuning.cuda_graph_buckets[:6] == (1, 2, 4, 8, 16, 32) and r.tuning.cuda_graph_buckets[-1] == 256
     assert r.tuning.skinny_matmul_rows == 1 and r.tuning.tp_all_reduce == "none"
+    assert r.tuning.decode_longest_first  # the Triton decode kernel's default
+    assert not resolved(h200s(), attention_backend="sdpa").tuning.decode_longest_first
     assert r.max_model_len == 8192
 
 
@@ -334,6 +336,12 @@ def test_the_cpu_at_tp2_uses_gloo_without_fusions():
             {"tuning": {"decode_split_tokens": 64}},
             "tuning.decode_split_tokens tunes the Triton decode kernel: it needs attention_backend='triton', "
             "got 'sdpa'",
+        ),
+        (
+            CPU,
+            {"tuning": {"decode_longest_first": True}},
+            "tuning.decode_longest_first=True orders the Triton decode kernel's work: it needs "
+            "attention_backend 'triton'",
         ),
         (
             CPU,

@@ -49,7 +49,7 @@ from llmbench.kernels.skinny_matmul import (  # noqa: E402
     skinny_silu_matmul,
     skinny_silu_matmul_ref,
 )
-from llmbench.kernels.triton_decode import decode_attention  # noqa: E402
+from llmbench.kernels.triton_decode import decode_attention, longest_first, order_pays  # noqa: E402
 from llmbench.kernels.triton_prefill import PrefillConfig, prefill_attention  # noqa: E402
 from llmbench.layers.attention.flash import FlashAttnBackend  # noqa: E402
 from llmbench.layers.attention.metadata import AttentionMetadata  # noqa: E402
@@ -484,6 +484,38 @@ def test_paged_decode_in_fixed_length_slices_matches_reference(setting: Setting)
         check(f"decode split_tokens={split_tokens}", out, ref, setting)
     with pytest.raises(ValueError, match="split_tokens must be a positive multiple"):
         decode_attention(q, k_cache, v_cache, block_tables, sl, 0.125, split_tokens=block_n + 1)
+
+
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_paged_decode_in_any_order_matches_reference(setting: Setting, num_splits: int) -> None:
+    # Programs take the rows in a given order (longest first, the reverse, shuffled): the same output.
+    seq_lens = [3, 70, 1, 17, 130, 8, 64]
+    if setting.big:
+        seq_lens += torch.randint(1, 2000, (40,)).tolist()
+    k_cache, v_cache, block_tables = random_paged_cache(setting, seq_lens, 8, 2, 64)
+    q = torch.randn(len(seq_lens), 4, 64, device=setting.device, dtype=setting.dtype)
+    sl = torch.tensor(seq_lens, device=setting.device, dtype=torch.int32)
+    ref = paged_attention_decode_ref(q, k_cache, v_cache, block_tables, sl, 0.125)
+    first = longest_first(sl)
+    assert sl[first].tolist() == sorted(seq_lens, reverse=True)
+    orders = {"longest first": first, "shortest first": first.flip(0), "shuffled": torch.randperm(len(sl))}
+    plain = decode_attention(q, k_cache, v_cache, block_tables, sl, 0.125, num_splits=num_splits)
+    for name, order in orders.items():
+        order = order.to(setting.device)
+        out = decode_attention(
+            q, k_cache, v_cache, block_tables, sl, 0.125, num_splits=num_splits, order=order
+        )
+        check(f"decode {name}, {num_splits} slices", out, ref, setting)
+        assert torch.equal(out, plain), "each row is computed as without an order: bit for bit"
+    with pytest.raises(ValueError, match=f"order must be a permutation of the {len(seq_lens)} rows"):
+        decode_attention(q, k_cache, v_cache, block_tables, sl, 0.125, order=first[:3])
+
+
+def test_longest_first_is_taken_only_where_programs_outnumber_multiprocessors() -> None:
+    cpu = torch.device("cpu")  # the interpreter stands for an H200: 132 multiprocessors
+    assert not order_pays(1, 64, cpu)  # one sequence: nothing to order
+    assert not order_pays(16, 8, cpu)  # 128 programs: all start at once
+    assert order_pays(17, 8, cpu) and order_pays(256, 8, cpu)
 
 
 @pytest.mark.parametrize("num_splits", [None, 1, 3])

@@ -179,6 +179,42 @@ def test_torch_compile_keeps_tokens_and_does_not_recompile(arch_model):
     assert llm.engine.startup.recompiles == 0, "torch.compile recompiled in steady state"
 
 
+@pytest.mark.slow
+def test_decode_rows_taken_longest_first_keep_tokens(arch_model, monkeypatch):
+    # Tuning.decode_longest_first: the host orders each decode step's rows and the Triton decode kernel
+    # takes them in that order. Forced here at any batch size (it pays only past the GPU's width).
+    arch, folder, expected = arch_model
+    if arch != "qwen3" or not triton_usable("cuda" if torch.cuda.is_available() else "cpu"):
+        pytest.skip("one architecture is enough (interpreted Triton is slow); needs triton")
+    taken = []
+
+    def always(batch, num_kv_heads, device):
+        taken.append(batch)
+        return True
+
+    monkeypatch.setattr("llmbench.layers.attention.backends.order_pays", always)
+    got, llm = _generate(folder, attention_backend="triton", max_num_batched_tokens=24)
+    assert got == expected
+    assert llm.engine.config.tuning.decode_longest_first and max(taken) > 1
+
+
+@pytest.mark.gpu  # past the GPU's width: more sequences than its multiprocessors hold programs
+@pytest.mark.parametrize("cuda_graph", [False, True])
+def test_a_large_decode_batch_taken_longest_first_keeps_tokens(arch_model, cuda_graph):
+    _, folder, _ = arch_model
+    prompts = [[(7 * i + j) % 384 for j in range(1 + (13 * i) % 60)] for i in range(160)]  # mixed lengths
+    params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
+    runs = []
+    for longest_first in (False, True):
+        llm = LLM(
+            str(folder), block_size=BLOCK, max_model_len=128, dtype="float32", num_kv_blocks=2048,
+            attention_backend="triton", cuda_graph=cuda_graph, max_num_seqs=256,
+            tuning={"decode_longest_first": longest_first},
+        )  # fmt: skip
+        runs.append([o.token_ids for o in llm.generate(prompts, params)])
+    assert runs[0] == runs[1]
+
+
 @pytest.mark.gpu  # CUDA Graphs need a GPU
 @pytest.mark.parametrize("compile_", [False, True])
 def test_cuda_graph_replay_keeps_tokens(arch_model, compile_):

@@ -164,6 +164,34 @@ def test_slow_steps_are_judged_against_the_median_of_their_kind():
     assert slow_step_warning([]) is None
 
 
+def test_a_large_step_explains_only_as_much_slowness_as_its_size():
+    steps = [_step("decode", 0.01, tokens=50) for _ in range(9)]
+    steps += [
+        _step("decode", 0.2, tokens=500),  # 20x the median time with 10x the tokens: not its size alone
+        _step("decode", 0.08, tokens=500),  # 8x with 10x: its size
+    ]
+    assert [s.causes for s in find_slow_steps(steps)] == [("unexplained",), ("large step",)]
+
+
+class _Tracer:
+    def start_trace(self) -> None:
+        pass
+
+    def stop_trace(self, path) -> None:
+        pass
+
+
+def test_the_first_step_of_a_recorded_chunk_is_put_down_to_the_trace_start(tmp_path):
+    window = ProfileWindow(tmp_path, steps_per_kind=1, slow_steps=True, chunk=4)
+    engine = _Tracer()
+    durations = [0.01] * 8 + [0.5, 0.01, 0.01, 0.01] + [0.5, 0.5]  # slow: the 9th, 13th and 14th steps
+    for i, d in enumerate(durations):
+        window.before_step(engine)
+        window.after_step(engine, _step("decode", d)._replace(step=i, end=d), d)
+    slow = {c["step"]: c["causes"] for c in window.record()["calls"] if c["slow"]}
+    assert slow == {8: ["trace start"], 12: ["trace start"], 13: ["unexplained"]}
+
+
 def test_kinds_with_too_few_steps_have_no_slow_steps():
     steps = [_step("mixed", 0.01) for _ in range(3)] + [_step("mixed", 1.0)]
     assert find_slow_steps(steps) == []
@@ -195,3 +223,40 @@ def test_a_slow_step_while_telemetry_was_sampling_is_put_down_to_the_sample():
     ]
     assert slow_step_warning(slow).endswith(": 2 telemetry samples, 3 unexplained")
     assert [s.causes for s in find_slow_steps(steps)] == [("unexplained",)] * 5
+
+
+def test_slow_steps_are_summed_up_by_cause_with_the_trace_starts_read_from_the_chunks():
+    from llmbench.bench.profile.views import slow_causes, slow_summary_view
+
+    def slow(step: int, causes: list[str], ms: float, ratio: float) -> dict:
+        return {"step": step, "kind": "decode", "causes": causes, "engine_time": ms / 1e3, "ratio": ratio,
+                "wall": 0.001, "device": {}, "idle": 0.0, "prefill_tokens": 0, "decode_tokens": 8, "num_seqs": 8}  # fmt: skip
+
+    profile = {
+        "variant": "baseline",
+        "slow_factor": 5.0,
+        "slow_steps_recorded": True,
+        "traces": ["trace-steps16-31-rank0.json.gz", "trace-steps48-63-rank0.json.gz"],
+        "slow_steps": [
+            slow(16, ["unexplained"], 900.0, 450.0),  # a chunk's first step
+            slow(20, ["unexplained"], 30.0, 15.0),
+            slow(48, ["large step"], 400.0, 200.0),  # a chunk's first step, and large
+            slow(50, ["Triton compile"], 100.0, 50.0),
+        ],
+    }
+    assert slow_causes(profile) == [
+        ["trace start"],
+        ["unexplained"],
+        ["large step", "trace start"],
+        ["Triton compile"],
+    ]
+    view = slow_summary_view(profile)
+    assert [r[:2] for r in view.rows] == [
+        ["trace start", "2"],
+        ["unexplained", "1"],
+        ["large step", "1"],
+        ["Triton compile", "1"],
+    ]
+    assert view.rows[0][3:] == ["650.000", "325.0", "900.000"]  # median engine step ms, median ratio, longest
+    assert slow_causes({**profile, "slow_steps_recorded": False})[0] == ["unexplained"]  # no chunks then
+    assert slow_summary_view({**profile, "slow_steps": []}) is None

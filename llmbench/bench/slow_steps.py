@@ -11,11 +11,15 @@ the step (engine/step_counters.py) and from its size:
   ``GROWTH_BYTES`` (new memory from the driver or the OS; smaller changes are the allocator's noise);
 - "garbage collection": Python's collector ran for at least half of the step's excess over the median;
 - "preemption": the scheduler preempted a sequence for KV blocks in the step;
-- "large step": it carried more than ``LARGE_FACTOR`` times the median number of tokens of its kind;
+- "large step": it carried more than ``LARGE_FACTOR`` times the median number of tokens of its kind, and
+  took no more times the median time than it carried times the median tokens (a step 400x slower with
+  twice the tokens is not explained by its size);
 - "telemetry sample": the run's telemetry thread was taking a sample (NVML queries, psutil) while the
   step ran, and the step was shorter than the time between samples (a longer one meets a sample whatever
   held it up): a GPU query can hold up the engine's own calls into the driver, and the sampling thread
   takes the interpreter's lock from the engine's (scenario ``telemetry.period_ms`` sets how often);
+- "trace start" (``llmbench profile --slow-steps`` only): the first step after the profiler started
+  recording a chunk, which pays for the profiler's start (seen at 0.3-0.95 s against 5 ms);
 - "unexplained" when none of these holds.
 """
 
@@ -43,6 +47,7 @@ CAUSES = (
     "preemption",
     "large step",
     "telemetry sample",
+    "trace start",
     "unexplained",
 )
 
@@ -75,7 +80,8 @@ def causes_of(
         causes.append("garbage collection")
     if step.num_preemptions:
         causes.append("preemption")
-    if step.num_prefill_tokens + step.num_decode_tokens > LARGE_FACTOR * median_tokens:
+    tokens = step.num_prefill_tokens + step.num_decode_tokens
+    if tokens > LARGE_FACTOR * median_tokens and step.duration * median_tokens <= tokens * median_duration:
         causes.append("large step")
     if samples and step.end - step.start < period and _overlaps(samples, step.start, step.end):
         causes.append("telemetry sample")
@@ -118,7 +124,7 @@ def find_slow_steps(
 
 
 def _plural(cause: str, n: int) -> str:
-    if n == 1 or cause in ("allocator growth", "garbage collection", "unexplained"):
+    if n == 1 or cause in ("allocator growth", "garbage collection", "trace start", "unexplained"):
         return f"{n} {cause}"
     return f"{n} {cause}s"
 

@@ -71,6 +71,9 @@ class Tuning:
     decode_split_tokens: Triton decode attention cuts each context into slices of this many tokens (a
         multiple of 64), which evens out batches of mixed lengths. 0: equal slices per sequence, chosen
         per step from the batch's shape. Needs attention_backend 'triton'.
+    decode_longest_first: Triton decode attention takes a large batch's sequences longest context
+        first, so that a batch of mixed lengths does not end with a few long ones running alone.
+        auto: on with attention_backend 'triton'.
     skinny_matmul_rows: linear layers take the skinny Triton matmul for inputs of up to this many rows
         (0..8; decode at small batches), cuBLAS above; 0: cuBLAS always. auto: 1 with triton_kernels, else 0.
     skinny_fusion: what the skinny matmul does on its input's loads: 'all' (the RMSNorm before it, with
@@ -91,6 +94,7 @@ class Tuning:
 
     cuda_graph_buckets: tuple[int, ...] | None = None
     decode_split_tokens: int = 0
+    decode_longest_first: bool | None = None
     skinny_matmul_rows: int | None = None
     skinny_fusion: str = AUTO
     tp_all_reduce: str = AUTO
@@ -267,7 +271,7 @@ def knob_names() -> tuple[str, ...]:
 
 def flippable_knobs() -> tuple[str, ...]:
     """Tuning knobs that are on/off switches: ``ablate --toggle tuning.NAME`` flips them like toggles."""
-    return ("tuning.tp_fuse_norm", "tuning.tp_fuse_matmul")
+    return ("tuning.decode_longest_first", "tuning.tp_fuse_norm", "tuning.tp_fuse_matmul")
 
 
 def _check_one(

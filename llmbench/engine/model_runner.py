@@ -177,6 +177,7 @@ class ModelRunner:
                 self.max_blocks_per_seq,
                 max_model_len,
                 self.device,
+                ordered=config.tuning.decode_longest_first,
             )
             self.graphs.capture()
             self.startup.graph_capture_time = self.graphs.capture_time
@@ -255,7 +256,19 @@ class ModelRunner:
             arrays += [step.fill_rows, step.fill_src]
         if step.sample_params is not None and step.sample_keys is not None:
             arrays += [step.sample_params, step.sample_keys]
+        if self._orders(
+            step
+        ):  # last: the rows by context length, longest first (stable: ties in batch order)
+            arrays.append(np.argsort(-step.seq_lens, kind="stable"))
         return arrays
+
+    def _orders(self, step: StepArrays) -> bool:
+        """Whether the step's decode attention takes its rows longest first (Tuning.decode_longest_first):
+        decided here, on the host, which knows the lengths (a sort on the device cannot be captured in a
+        CUDA Graph); the attention backend uses the order where the batch is large enough for it to pay."""
+        return (
+            self.config.tuning.decode_longest_first and max(step.query_lens) == 1 and len(step.query_lens) > 1
+        )
 
     def _upload(self, step: StepArrays, arrays: list[np.ndarray]) -> StepInputs:
         fill = step.fill_rows is not None
@@ -266,6 +279,7 @@ class ModelRunner:
             tensors = [torch.from_numpy(a) for a in arrays]
             if fill:  # filled in place below: leave the step's own array alone
                 tensors[0] = tensors[0].clone()
+        order = tensors.pop() if self._orders(step) else None
         input_ids, positions, slots, query_start, seq_lens, tables, logits_indices = tensors[:7]
         if fill:
             input_ids[tensors[7]] = self.last_ids[tensors[8]]
@@ -279,6 +293,7 @@ class ModelRunner:
             max_seq_len=int(step.seq_lens.max()),
             query_lens_cpu=step.query_lens,
             seq_lens_cpu=step.seq_lens.tolist(),
+            decode_order=order,
         )
         return StepInputs(input_ids, positions, meta, logits_indices, sample_rows)
 
@@ -312,6 +327,7 @@ class ModelRunner:
                     inputs.meta.slot_mapping,
                     inputs.meta.seq_lens,
                     inputs.meta.block_tables,
+                    inputs.meta.decode_order,
                 )
                 if len(step.logits_indices) != n:  # not every row samples (the usual decode step does)
                     logits = logits[inputs.logits_indices]

@@ -41,6 +41,7 @@ class ResolvedTuning:
 
     cuda_graph_buckets: tuple[int, ...]  # () when cuda_graph is off
     decode_split_tokens: int  # 0: equal slices per sequence, chosen per step
+    decode_longest_first: bool
     skinny_matmul_rows: int  # 0: cuBLAS always
     skinny_fusion: str  # "all" | "silu" | "none"
     tp_all_reduce: str  # "nccl" (gloo on the CPU) | "symm_mem" | "none" (tp=1)
@@ -179,6 +180,11 @@ def _resolve_tuning(
             "tuning.decode_split_tokens tunes the Triton decode kernel: it needs attention_backend='triton', "
             f"got {backend!r}"
         )
+    longest_first = _switch(
+        t.decode_longest_first,
+        "tuning.decode_longest_first=True orders the Triton decode kernel's work",
+        ("attention_backend 'triton'", backend == "triton"),
+    )
     all_reduce = _all_reduce(t.tp_all_reduce, config.tp, device, facts)
     fuse_norm = _switch(
         t.tp_fuse_norm,
@@ -214,6 +220,7 @@ def _resolve_tuning(
     return ResolvedTuning(
         cuda_graph_buckets=tuple(sorted(set(buckets))) if cuda_graph else (),
         decode_split_tokens=t.decode_split_tokens,
+        decode_longest_first=longest_first,
         skinny_matmul_rows=skinny_rows,
         skinny_fusion=fusion,
         tp_all_reduce=all_reduce,

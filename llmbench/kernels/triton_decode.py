@@ -4,7 +4,7 @@ Same contract as ``paged_attention_decode_ref`` (layouts in ``layers/attention/m
 
 Design (decode is memory bound: every K/V byte of the context is read once, everything else is small):
 
-- Grid ``(B, Hk, num_splits)``. A program owns one sequence, one KV head and one slice of the context,
+- Grid ``(Hk, num_splits, B)``. A program owns one sequence, one KV head and one slice of the context,
   and computes all ``Hq / Hk`` query heads of that KV head together (rows of one ``tl.dot``, padded to
   16, the smallest MMA height), so each K/V tile is read from memory once, not once per query head.
 - The context is walked in tiles of ``BLOCK_N`` tokens; each token's page comes from the block table,
@@ -15,9 +15,16 @@ Design (decode is memory bound: every K/V byte of the context is read once, ever
   each writes a normalised partial output and its log-sum-exp to float32 scratch, and a second kernel
   merges them. ``num_splits`` depends on shapes only (batch, heads, block-table width), so launches
   are CUDA-graph safe: no host syncs, scratch sized from shapes.
-- A float8 cache (``kv_quant.py``) is read as float8, half the bytes, and converted to q's dtype in
-  registers. Its scales are per KV head, so one program has one K scale and one V scale: the first
-  multiplies the scores' scale, the second the output, and the tiles' products are unchanged.
+- Longest first: with more programs than the GPU runs at once, a batch of mixed lengths ends with a
+  few long programs running alone (the last wave). Given ``order`` (the sequences by context length,
+  longest first: ``longest_first``), the programs of grid row i take sequence ``order[i]``. The GPU
+  starts programs roughly in linear index order, the first grid axis fastest, so the sequence is the
+  last axis: every program of the longest sequence starts first, the short ones fill in behind.
+- A float8 cache (``kv_quant.py``) is read as float8, half the bytes, and converted in registers to
+  ``DecodeConfig.fp8_to`` (q's dtype, or float16, whose conversion from float8 is one instruction per
+  pair on recent GPUs; q then goes to float16 too). Its scales are per KV head, so one program has one
+  K scale and one V scale: the first multiplies the scores' scale, the second the output, and the
+  tiles' products are unchanged.
 """
 
 from __future__ import annotations
@@ -33,17 +40,25 @@ from llmbench.kernels.kv_quant import check_scales
 LOG2E = math.log2(math.e)
 
 
+SLICE_TILE = 64  # slices of a fixed length (split_tokens) are whole tiles of this many tokens
+
+
 class DecodeConfig(NamedTuple):
     block_n: int  # context tokens per tile
     num_warps: int
     num_stages: int
+    fp8_to: str = "q"  # a float8 cache's tiles become "q" (q's dtype) or "fp16" (16-bit q) before the dots
 
 
-def default_decode_config(head_dim: int, dtype: torch.dtype) -> DecodeConfig:
-    # Tuned on an H200 with devtools/bench_kernels.py --tune decode (bf16, 16/8 heads x 128, B=64 x 4096):
-    # 64-token tiles, 4 warps, 3 stages reach 97-98% of 4.25 TB/s at page sizes 16 and 128.
+def default_decode_config(head_dim: int, dtype: torch.dtype, fp8: bool = False) -> DecodeConfig:
+    """For q's ``dtype``, over a float8 cache if ``fp8``. Tuned on an H200 with devtools/bench_kernels.py
+    --tune decode / decode-fp8 (bf16, 16/8 heads x 128, B=64 x 4096): 64-token tiles, 4 warps, 3 stages
+    reach 97-98% of 4.25 TB/s at page sizes 16 and 128; over float8, 128-token tiles converted to
+    float16 take 247 µs against 334 µs for 64-token tiles converted to bfloat16."""
     if dtype == torch.float32:
         return DecodeConfig(block_n=32, num_warps=4, num_stages=2)  # halves shared memory per stage
+    if fp8:
+        return DecodeConfig(block_n=128, num_warps=4, num_stages=3, fp8_to="fp16")
     return DecodeConfig(block_n=64, num_warps=4, num_stages=3)
 
 
@@ -61,9 +76,20 @@ def choose_num_splits(
     return 1 << (n.bit_length() - 1)  # a power of two at most n: few reduce-kernel variants
 
 
+def longest_first(seq_lens: torch.Tensor) -> torch.Tensor:
+    """(B,) int64: the batch's rows by context length, longest first (``decode_attention``'s ``order``)."""
+    return torch.argsort(seq_lens, descending=True)
+
+
+def order_pays(batch: int, num_kv_heads: int, device: torch.device) -> bool:
+    """Whether taking the longest contexts first can shorten a decode launch: only with more programs
+    (at least one per sequence and KV head) than multiprocessors, so that some start late."""
+    return batch > 1 and batch * num_kv_heads > num_sms(device)
+
+
 @jit(do_not_specialize=("num_splits", "split_tokens", "stride_bt"))
 def _decode_kernel(
-    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr,
+    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, order_ptr,
     out_ptr, part_out_ptr, part_lse_ptr, k_scale_ptr, v_scale_ptr,
     qk_scale, num_splits, split_tokens,
     stride_qb, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
@@ -71,11 +97,14 @@ def _decode_kernel(
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
     SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    DEQUANT: tl.constexpr,
+    DEQUANT: tl.constexpr, FP8_TO_F16: tl.constexpr, ORDERED: tl.constexpr,
 ):  # fmt: skip
-    seq = tl.program_id(0).to(tl.int64)
-    kv_head = tl.program_id(1)
-    split = tl.program_id(2)
+    kv_head = tl.program_id(0)
+    split = tl.program_id(1)
+    if ORDERED:
+        seq = tl.load(order_ptr + tl.program_id(2)).to(tl.int64)
+    else:
+        seq = tl.program_id(2).to(tl.int64)
     seq_len = tl.load(seq_lens_ptr + seq).to(tl.int32)  # int32 like split_tokens: both branches below agree
     # Whole tiles per slice, so only a slice's last tile is ragged. By default each sequence is cut
     # into num_splits equal slices; with split_tokens > 0 into slices of that length (a short sequence
@@ -99,6 +128,8 @@ def _decode_kernel(
 
     if DEQUANT:  # float8 K: its head's scale joins the scores' scale
         qk_scale = qk_scale * tl.load(k_scale_ptr + kv_head)
+        if FP8_TO_F16:  # float16: a wider mantissa than bfloat16, a range to 65504
+            q = q.to(tl.float16)
 
     m = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l_sum = tl.zeros([BLOCK_G], tl.float32)
@@ -121,7 +152,7 @@ def _decode_kernel(
             v_cache_ptr + (page * stride_vb + slot * stride_vs + kv_head * stride_vh)[:, None] + d[None, :],
             mask=kv_mask, other=0.0,
         )  # (BLOCK_N, BLOCK_D)  # fmt: skip
-        if DEQUANT:  # float8 -> q's dtype, exactly (every float8 value is a bf16, fp16 and fp32 value)
+        if DEQUANT:  # float8 -> q's dtype, exactly: every float8 value is a bf16, fp16 and fp32 value
             k = k.to(q.dtype)
             v = v.to(q.dtype)
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale  # (BLOCK_G, BLOCK_N), log2 units
@@ -140,7 +171,7 @@ def _decode_kernel(
     o_mask = g_mask[:, None] & d_mask[None, :]
     if SPLIT:
         # (BLOCK_G,) rows of the (B, Hq, num_splits) scratch
-        row = (seq * (GROUP * tl.num_programs(1)) + head) * num_splits + split
+        row = (seq * (GROUP * tl.num_programs(0)) + head) * num_splits + split
         lse = m + tl.log2(tl.where(l_sum > 0, l_sum, 1.0))  # -inf for an empty slice, where m is -inf
         tl.store(part_out_ptr + row[:, None] * HEAD_DIM + d[None, :], o, mask=o_mask)
         tl.store(part_lse_ptr + row, lse, mask=g_mask)
@@ -188,13 +219,15 @@ def decode_attention(
     split_tokens: int | None = None,
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
+    order: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``paged_attention_decode`` with the split count and tile config exposed (tests, tuning).
 
     ``split_tokens``: cut every context into slices of this many tokens (a multiple of the tile)
     instead of ``num_splits`` equal slices per sequence; the grid then has one slice per
     ``split_tokens`` of the longest context the block tables allow. ``k_scale``, ``v_scale`` (Hk,): the
-    scales of a float8 cache."""
+    scales of a float8 cache. ``order`` (B,) integer: a permutation of the rows, the order in which
+    programs take them (``longest_first``); the output is the same whatever it is."""
     require_triton("paged_attention_decode")
     dequant = check_scales("paged_attention_decode", k_cache, k_scale, v_scale)
     # q: (B, Hq, D); caches: (num_blocks, page_size, Hk, D); block_tables: (B, max_blocks); seq_lens: (B,)
@@ -208,7 +241,10 @@ def decode_attention(
     if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
         raise ValueError("caches must be contiguous in head_dim")
     q = q if q.stride(-1) == 1 else q.contiguous()
-    config = config or default_decode_config(D, q.dtype)
+    if config is None:
+        config = default_decode_config(D, q.dtype, dequant)
+        if split_tokens and split_tokens % config.block_n and split_tokens % SLICE_TILE == 0:
+            config = config._replace(block_n=SLICE_TILE)  # float8's 128-token tiles, slices of 64
     max_context = block_tables.shape[1] * page_size  # an upper bound known without a host sync
     if split_tokens is not None:
         if split_tokens < 1 or split_tokens % config.block_n:
@@ -229,8 +265,11 @@ def decode_attention(
         part_lse = torch.empty((B, Hq, num_splits), dtype=torch.float32, device=q.device)
     else:
         part_out = part_lse = out  # placeholders, never touched when SPLIT is False
-    _decode_kernel[(B, Hk, num_splits)](
-        q, k_cache, v_cache, block_tables, seq_lens, out, part_out, part_lse,
+    if order is not None and order.shape != (B,):
+        raise ValueError(f"order must be a permutation of the {B} rows, got shape {tuple(order.shape)}")
+    _decode_kernel[(Hk, num_splits, B)](
+        q, k_cache, v_cache, block_tables, seq_lens, seq_lens if order is None else order,
+        out, part_out, part_lse,
         k_scale if dequant else out, v_scale if dequant else out,  # placeholders when DEQUANT is False
         scale * LOG2E, num_splits, split_tokens or 0,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
@@ -240,7 +279,7 @@ def decode_attention(
         BLOCK_G=max(16, next_power_of_2(group)), BLOCK_D=max(16, block_d), BLOCK_N=config.block_n,
         SPLIT=split, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         num_warps=config.num_warps, num_stages=config.num_stages,
-        DEQUANT=dequant,
+        DEQUANT=dequant, FP8_TO_F16=dequant and config.fp8_to == "fp16" and q.dtype != torch.float32, ORDERED=order is not None,
     )  # fmt: skip
     if split:
         _decode_reduce_kernel[(B, Hq)](
@@ -259,8 +298,9 @@ def paged_attention_decode(
     scale: float,
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
+    order: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Triton version of ``paged_attention_decode_ref``: (B, Hq, D) -> fresh (B, Hq, D)."""
     return decode_attention(
-        q, k_cache, v_cache, block_tables, seq_lens, scale, k_scale=k_scale, v_scale=v_scale
+        q, k_cache, v_cache, block_tables, seq_lens, scale, k_scale=k_scale, v_scale=v_scale, order=order
     )

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -161,8 +162,13 @@ def _kept_run(run_dir: Path) -> list[str]:
     return [str(run_dir)] if (run_dir / "summary.json").exists() else []
 
 
-def _tail(text: str, lines: int = 6) -> str:
-    kept = [ln for ln in text.strip().splitlines() if ln.strip()]
+_NATIVE_FRAME = re.compile(r"^\s*frame #\d+: ")  # a C++ backtrace's lines (c10::Error, an abort)
+
+
+def child_error(text: str, lines: int = 6) -> str:
+    """What a failed child said last: its last lines, a native backtrace's frames left out (a crash in
+    torch's C++ ends with dozens of them after the message that says what went wrong)."""
+    kept = [ln for ln in text.strip().splitlines() if ln.strip() and not _NATIVE_FRAME.match(ln)]
     return "\n".join(kept[-lines:]) or "(no output)"
 
 
@@ -316,7 +322,7 @@ def run_ablation(
                     continue
                 code, stderr = result
                 if code != 0:
-                    error = _tail(stderr)
+                    error = child_error(stderr)
                     states[v.name] = state._replace(status="failed", error=error)
                     on_event("warning", f"variant {v.name} failed (exit {code}):\n{error}")
                 else:

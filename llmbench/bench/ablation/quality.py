@@ -16,7 +16,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from llmbench.bench.ablation.execute import PACKAGE_ROOT, ChildTimeout, _run_child, _tail, config_problem
+from llmbench.bench.ablation.execute import (
+    PACKAGE_ROOT,
+    ChildTimeout,
+    _run_child,
+    child_error,
+    config_problem,
+)
 from llmbench.bench.ablation.plan import Variant
 from llmbench.bench.quality.compare import RANDOM_WEIGHTS_NOTE
 from llmbench.bench.quality.measure import QualitySettings, read_side
@@ -63,7 +69,7 @@ def _child(
     code, stderr = result
     if code == 130:
         raise KeyboardInterrupt
-    return None if code == 0 else _tail(stderr)
+    return None if code == 0 else child_error(stderr)
 
 
 def run_quality(

@@ -21,7 +21,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from llmbench.bench.ablation.execute import PACKAGE_ROOT, _run_child, _tail, child_command, config_problem
+from llmbench.bench.ablation.execute import (
+    PACKAGE_ROOT,
+    _run_child,
+    child_command,
+    child_error,
+    config_problem,
+)
 from llmbench.bench.ablation.plan import Variant
 from llmbench.bench.errors import BenchError
 from llmbench.bench.hardware import command_line
@@ -153,7 +159,7 @@ def run_profile(
                 done.append(VariantProfile(v, target, "failed", error, profile))
                 on_event("warning", f"variant {v.name}: {error}")
             elif result[0] != 0 or profile is None:
-                error = _tail(result[1]) if result[0] != 0 else "the variant wrote no profile.json"
+                error = child_error(result[1]) if result[0] != 0 else "the variant wrote no profile.json"
                 done.append(VariantProfile(v, target, "failed", error, profile))
                 on_event("warning", f"variant {v.name} failed (exit {result[0]}):\n{error}")
             elif not profile.get("kinds"):

@@ -5,6 +5,8 @@ comparison of a variant with the baseline. Times are shown in ms per step.
 
 from __future__ import annotations
 
+import re
+import statistics
 from typing import Any
 
 from llmbench.bench.report.views import View
@@ -105,6 +107,46 @@ def ranks_view(profile: dict[str, Any]) -> View | None:
     )
 
 
+_CHUNK = re.compile(r"trace-steps(\d+)-\d+-rank")
+
+
+def slow_causes(profile: dict[str, Any]) -> list[list[str]]:
+    """Each slow step's causes, with "trace start" for the first step of a recorded chunk (what the
+    profiler's start costs; read from the trace files' step ranges, so profiles written before the
+    cause existed show it too)."""
+    starts = {int(m.group(1)) for name in profile.get("traces", []) if (m := _CHUNK.search(name))}
+    out = []
+    for s in profile.get("slow_steps", []):
+        causes = [c for c in s["causes"] if c != "unexplained"]
+        if profile.get("slow_steps_recorded") and s["step"] in starts and "trace start" not in causes:
+            causes.append("trace start")
+        out.append(causes or ["unexplained"])
+    return out
+
+
+def slow_summary_view(profile: dict[str, Any]) -> View | None:
+    """The slow steps by cause (a step with two causes counts under each): how many, and how slow."""
+    slow = profile.get("slow_steps", [])
+    if not slow:
+        return None
+    by_cause: dict[str, list[dict[str, Any]]] = {}
+    for s, causes in zip(slow, slow_causes(profile), strict=True):
+        for c in causes:
+            by_cause.setdefault(c, []).append(s)
+    headers = ["cause", "slow steps", "kinds", "engine step ms, median", "x median of kind", "longest ms"]
+    rows = [
+        [cause, str(len(steps)), ", ".join(sorted({s["kind"] for s in steps})),
+         _ms(statistics.median(s["engine_time"] for s in steps)),
+         f"{statistics.median(s.get('ratio', 0) for s in steps):.1f}", _ms(max(s["engine_time"] for s in steps))]
+        for cause, steps in sorted(by_cause.items(), key=lambda kv: -len(kv[1]))
+    ]  # fmt: skip
+    title = (
+        f"{profile['variant']}: slow steps recorded by cause (>{profile['slow_factor']:g}x the median of "
+        "their kind)"
+    )
+    return View(title, headers, rows, [False, True, False, True, True, True])
+
+
 def slow_view(profile: dict[str, Any]) -> View | None:
     slow = profile.get("slow_steps", [])
     if not slow:
@@ -114,8 +156,8 @@ def slow_view(profile: dict[str, Any]) -> View | None:
     rows = [
         [str(s["step"]), s["kind"], str(s["prefill_tokens"] + s["decode_tokens"]), str(s["num_seqs"]),
          _ms(s["wall"]), f"{s.get('ratio', 0):.1f}", _ms(sum(s["device"].values())), _ms(s["idle"]),
-         ", ".join(s["causes"])]
-        for s in slow
+         ", ".join(causes)]
+        for s, causes in zip(slow, slow_causes(profile), strict=True)
     ]  # fmt: skip
     title = (
         f"{profile['variant']}: slow steps recorded (>{profile['slow_factor']:g}x the median of their kind)"
@@ -138,5 +180,7 @@ def diff_view(baseline: str, variant: str, rows: list[dict[str, Any]]) -> View:
 def profile_views(profile: dict[str, Any]) -> list[View]:
     """Every view of one variant's profile, the breakdown first."""
     views = [breakdown_view(profile), kernels_view(profile)]
-    views += [v for v in (ranks_view(profile), slow_view(profile)) if v is not None]
+    views += [
+        v for v in (ranks_view(profile), slow_summary_view(profile), slow_view(profile)) if v is not None
+    ]
     return views

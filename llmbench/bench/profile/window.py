@@ -104,6 +104,7 @@ class ProfileWindow:
                 self.reference.setdefault(stats.kind, []).append(stats.duration)
             return
         in_window = not self.window_done and stats.kind != "idle"
+        first = len(self.calls) == self._open  # the chunk's first step: it pays for the profiler's start
         self.calls.append(
             {
                 "call": len(self.calls),
@@ -116,7 +117,7 @@ class ProfileWindow:
                 "engine_time": stats.duration,  # the engine's step time: until its tokens reached the host
                 "call_time": call_time,  # the whole step() call, what the trace's step range covers
                 "window": in_window,
-                **self._slow(stats),
+                **self._slow(stats, first),
             }
         )
         if in_window:
@@ -133,7 +134,7 @@ class ProfileWindow:
         elif len(self.calls) - self._open >= self.chunk_len:
             self._close(engine)
 
-    def _slow(self, stats: Any) -> dict[str, Any]:
+    def _slow(self, stats: Any, first_of_chunk: bool) -> dict[str, Any]:
         """Whether a step is slow against the running median of its kind, and why."""
         seen = self._seen.get(stats.kind, [])
         if stats.kind == "idle" or len(seen) < MIN_STEPS_OF_KIND:
@@ -142,11 +143,10 @@ class ProfileWindow:
         if median <= 0 or stats.duration <= self.factor * median:
             return {"slow": False, "causes": []}
         tokens = statistics.median(n for _, n in seen)
-        return {
-            "slow": True,
-            "ratio": stats.duration / median,
-            "causes": list(causes_of(stats, median, tokens)),
-        }
+        causes = [c for c in causes_of(stats, median, tokens) if c != "unexplained"]
+        if first_of_chunk and self.slow_steps:
+            causes.append("trace start")
+        return {"slow": True, "ratio": stats.duration / median, "causes": causes or ["unexplained"]}
 
     def _close(self, engine: Any) -> None:
         """End the open chunk: write it if it holds window or slow steps, else drop it."""

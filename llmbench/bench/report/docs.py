@@ -99,18 +99,27 @@ def _stats_calibration(args: list[str], root: Path) -> str:
 
 def _kernels(args: list[str], root: Path) -> str:
     """A kernel benchmark's JSON (a list of rows: kernel, shape, time_us, gb_per_s, frac_peak, tflops,
-    max_rel_diff) as a table; rows whose check against the reference failed are marked."""
+    max_rel_diff) as a table; ``--match REGEX`` keeps the rows whose kernel name it matches."""
     import json
+    import re
 
-    if len(args) != 1:
-        raise BenchError("kernels takes one argument: the JSON file a kernel benchmark wrote")
+    usage = "kernels takes the JSON file a kernel benchmark wrote, then optionally --match REGEX"
+    if len(args) not in (1, 3) or (len(args) == 3 and args[1] != "--match"):
+        raise BenchError(f"{usage}; got {' '.join(args) or 'nothing'}")
+    try:
+        match = re.compile(args[2]) if len(args) == 3 else None
+    except re.error as e:
+        raise BenchError(f"kernels --match {args[2]!r}: not a regular expression ({e})") from None
     path = root / args[0]
     try:
         rows = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise BenchError(f"kernels {args[0]}: cannot read it ({e})") from None
+    if match is not None:
+        rows = [r for r in rows if match.search(str(r.get("kernel", "")))]
+    which = f" (the rows whose kernel matches `{args[2]}`)" if match is not None else ""
     lines = [
-        f"From `{args[0]}`, written by the kernel benchmark (`python devtools/bench_kernels.py --json FILE`).",
+        f"From `{args[0]}`{which}, written by the kernel benchmark (`python devtools/bench_kernels.py --json FILE`).",
         "",
         "| kernel | shape | µs | GB/s | of the copy ceiling | TFLOP/s | largest relative difference from the reference |",
         "|---|---|---:|---:|---:|---:|---:|",

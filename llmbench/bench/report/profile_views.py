@@ -1,6 +1,7 @@
 """Profile summaries in a report, next to the run metrics: for every group whose run was recorded by
 ``llmbench profile`` (its ``profile.json`` sits beside the run folder), the breakdown per kind of step and
-the comparison with the baseline's profile; in the HTML report, stacked bars of that breakdown per variant.
+the slow steps by cause, and the comparison with the baseline's profile; in the HTML report, stacked bars
+of that breakdown per variant.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import json
 from typing import Any
 
 from llmbench.bench.profile.diff import diff_rows
-from llmbench.bench.profile.views import breakdown_view, diff_view
+from llmbench.bench.profile.views import breakdown_view, diff_view, slow_summary_view
 from llmbench.bench.report.frame import Group
 from llmbench.bench.report.views import View
 from llmbench.engine.kernel_roles import CATEGORIES
@@ -31,6 +32,7 @@ def group_profile(group: Group) -> dict[str, Any] | None:
 def profile_section(groups: list[Group], baseline: Group | None) -> list[View]:
     profiles = {id(g): p for g in groups if (p := group_profile(g)) is not None}
     views = [breakdown_view(profiles[id(g)]) for g in groups if id(g) in profiles]
+    views += [v for g in groups if id(g) in profiles and (v := slow_summary_view(profiles[id(g)]))]
     base = profiles.get(id(baseline)) if baseline is not None else None
     if base is not None:
         for g in groups:

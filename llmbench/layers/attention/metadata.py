@@ -31,6 +31,9 @@ class AttentionMetadata:
     # A float8 KV cache's first prefill: each layer sets its scales from this step's K/V before storing
     # them (layers/attention/kv.py).
     kv_calibrate: bool = False
+    # Decode steps: the rows by context length, longest first (Tuning.decode_longest_first), from the
+    # host; the Triton decode kernel takes its rows in this order where that pays (triton_decode.py).
+    decode_order: torch.Tensor | None = None
 
     @property
     def num_seqs(self) -> int:
