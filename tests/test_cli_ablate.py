@@ -318,3 +318,21 @@ def test_a_crashed_variant_is_reported_by_its_message_not_its_native_backtrace()
     error = child_error(crash)
     assert "operation not permitted when stream is capturing" in error and "frame #" not in error
     assert child_error("a\n\nb\nc", lines=2) == "b\nc" and child_error("  \n") == "(no output)"
+
+
+def test_a_child_run_hears_sigint_even_when_started_with_it_ignored():
+    # ablate and profile stop their children with SIGINT; a child of a job started in the background by
+    # a shell script inherits SIGINT ignored, and would run on until killed.
+    import signal
+
+    from llmbench.cli.run import listen_for_interrupts
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        listen_for_interrupts()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        signal.signal(signal.SIGINT, handler := lambda *a: None)
+        listen_for_interrupts()  # a handler already there is left alone
+        assert signal.getsignal(signal.SIGINT) is handler
+    finally:
+        signal.signal(signal.SIGINT, before)

@@ -7,12 +7,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
+from processes import interruptible
 from typer.testing import CliRunner
 
 from llmbench.bench.report import build_report
@@ -112,7 +112,7 @@ def test_ctrl_c_keeps_what_was_recorded_marked_incomplete(tmp_path):
     out = tmp_path / "r"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "llmbench", "profile", str(path), "--steps", "2", "--slow-steps", "--out", str(out)],
+        interruptible("-m", "llmbench", "profile", str(path), "--steps", "2", "--slow-steps", "--out", str(out)),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
     )  # fmt: skip
     deadline = time.monotonic() + 240

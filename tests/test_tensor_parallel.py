@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
+from processes import interruptible
 
 from llmbench import LLM, SamplingParams
 from llmbench.engine import tp as tp_mod
@@ -350,7 +351,7 @@ def test_ctrl_c_ends_every_rank(model, tmp_path):
     script = tmp_path / "run.py"
     script.write_text(_script(folder))
     proc = subprocess.Popen(
-        [sys.executable, str(script), "loop"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        interruptible(str(script), "loop"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     assert "TOKENS" in proc.stdout.readline()
     workers = _workers_of(proc.pid)

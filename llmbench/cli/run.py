@@ -83,6 +83,18 @@ def unavailable_notes(unavailable: dict[str, str]) -> list[str]:
 
 
 @handle_errors
+def listen_for_interrupts() -> None:
+    """A child of ``ablate`` or ``profile`` (given ``--ablation``) is stopped by its parent with SIGINT, so
+    that it keeps what it measured: it must hear it. A process started with SIGINT ignored keeps it
+    ignored (Python installs its handler only where it is not), and a job that a shell script starts in
+    the background is started so, along with everything it starts: its children then ran on past their
+    timeout until killed, losing their partial results."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def run(
     scenario: ScenarioArg = "chat",
     out: OutOption = Path("results"),
@@ -115,6 +127,8 @@ def run(
     trace_reference: Annotated[bool, typer.Option(hidden=True)] = False,
 ) -> None:
     """Run a scenario against its backend (the built-in engine, or a peer) and store the results."""
+    if ablation is not None:
+        listen_for_interrupts()
     resolved = resolve(scenario, set_, profile, repeats)
     if dry_run:
         print_dry_run(resolved)
