@@ -82,7 +82,6 @@ def unavailable_notes(unavailable: dict[str, str]) -> list[str]:
     return [f"unavailable: {', '.join(names)}: {why}" for why, names in by_reason.items()]
 
 
-@handle_errors
 def listen_for_interrupts() -> None:
     """A child of ``ablate`` or ``profile`` (given ``--ablation``) is stopped by its parent with SIGINT, so
     that it keeps what it measured: it must hear it. A process started with SIGINT ignored keeps it
@@ -95,6 +94,7 @@ def listen_for_interrupts() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@handle_errors
 def run(
     scenario: ScenarioArg = "chat",
     out: OutOption = Path("results"),
