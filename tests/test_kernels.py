@@ -469,16 +469,29 @@ def random_paged_cache(
 DECODE_SHAPES = [(2, 2, 64, 8), (4, 2, 128, 16), (8, 2, 64, 16), (8, 1, 128, 8), (6, 2, 80, 8)]
 
 
+def mixed_decode_batch(s: Setting, seq_lens: list[int]) -> tuple[torch.Tensor, ...]:
+    """A decode batch of these context lengths (40 random ones more at real sizes), 4/2 heads of 64, pages
+    of 8: q, caches, block tables, lengths and the reference's output at scale 0.125."""
+    if s.big:
+        seq_lens = seq_lens + torch.randint(1, 2000, (40,)).tolist()
+    k_cache, v_cache, block_tables = random_paged_cache(s, seq_lens, 8, 2, 64)
+    q = torch.randn(len(seq_lens), 4, 64, device=s.device, dtype=s.dtype)
+    sl = torch.tensor(seq_lens, device=s.device, dtype=torch.int32)
+    return (
+        q,
+        k_cache,
+        v_cache,
+        block_tables,
+        sl,
+        paged_attention_decode_ref(q, k_cache, v_cache, block_tables, sl, 0.125),
+    )
+
+
 def test_paged_decode_in_fixed_length_slices_matches_reference(setting: Setting) -> None:
     # Slices of a fixed length (a tile or two here): short sequences leave their last slices empty.
     block_n = 32 if setting.dtype == torch.float32 else 64
     seq_lens = [1, 5, block_n, block_n + 1, 3 * block_n + 7, 70]
-    if setting.big:
-        seq_lens += torch.randint(1, 2000, (40,)).tolist()
-    k_cache, v_cache, block_tables = random_paged_cache(setting, seq_lens, 8, 2, 64)
-    q = torch.randn(len(seq_lens), 4, 64, device=setting.device, dtype=setting.dtype)
-    sl = torch.tensor(seq_lens, device=setting.device, dtype=torch.int32)
-    ref = paged_attention_decode_ref(q, k_cache, v_cache, block_tables, sl, 0.125)
+    q, k_cache, v_cache, block_tables, sl, ref = mixed_decode_batch(setting, seq_lens)
     for split_tokens in (block_n, 2 * block_n):
         out = decode_attention(q, k_cache, v_cache, block_tables, sl, 0.125, split_tokens=split_tokens)
         check(f"decode split_tokens={split_tokens}", out, ref, setting)
@@ -489,15 +502,9 @@ def test_paged_decode_in_fixed_length_slices_matches_reference(setting: Setting)
 @pytest.mark.parametrize("num_splits", [1, 3])
 def test_paged_decode_in_any_order_matches_reference(setting: Setting, num_splits: int) -> None:
     # Programs take the rows in a given order (longest first, the reverse, shuffled): the same output.
-    seq_lens = [3, 70, 1, 17, 130, 8, 64]
-    if setting.big:
-        seq_lens += torch.randint(1, 2000, (40,)).tolist()
-    k_cache, v_cache, block_tables = random_paged_cache(setting, seq_lens, 8, 2, 64)
-    q = torch.randn(len(seq_lens), 4, 64, device=setting.device, dtype=setting.dtype)
-    sl = torch.tensor(seq_lens, device=setting.device, dtype=torch.int32)
-    ref = paged_attention_decode_ref(q, k_cache, v_cache, block_tables, sl, 0.125)
+    q, k_cache, v_cache, block_tables, sl, ref = mixed_decode_batch(setting, [3, 70, 1, 17, 130, 8, 64])
     first = longest_first(sl)
-    assert sl[first].tolist() == sorted(seq_lens, reverse=True)
+    assert sl[first].tolist() == sorted(sl.tolist(), reverse=True)
     orders = {"longest first": first, "shortest first": first.flip(0), "shuffled": torch.randperm(len(sl))}
     plain = decode_attention(q, k_cache, v_cache, block_tables, sl, 0.125, num_splits=num_splits)
     for name, order in orders.items():
@@ -507,7 +514,7 @@ def test_paged_decode_in_any_order_matches_reference(setting: Setting, num_split
         )
         check(f"decode {name}, {num_splits} slices", out, ref, setting)
         assert torch.equal(out, plain), "each row is computed as without an order: bit for bit"
-    with pytest.raises(ValueError, match=f"order must be a permutation of the {len(seq_lens)} rows"):
+    with pytest.raises(ValueError, match=f"order must be a permutation of the {len(sl)} rows"):
         decode_attention(q, k_cache, v_cache, block_tables, sl, 0.125, order=first[:3])
 
 

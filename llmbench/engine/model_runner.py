@@ -236,12 +236,13 @@ class ModelRunner:
     # -- one step ---------------------------------------------------------------------------------
 
     def to_inputs(self, step: StepArrays) -> StepInputs:
+        ordered = self._orders(step)
         with phase("build_inputs"):
-            arrays = self._host_arrays(step)
+            arrays = self._host_arrays(step, ordered)
         with phase("copy_to_device"):
-            return self._upload(step, arrays)
+            return self._upload(step, arrays, ordered)
 
-    def _host_arrays(self, step: StepArrays) -> list[np.ndarray]:
+    def _host_arrays(self, step: StepArrays, ordered: bool) -> list[np.ndarray]:
         arrays = [
             step.input_ids,
             step.positions,
@@ -256,9 +257,7 @@ class ModelRunner:
             arrays += [step.fill_rows, step.fill_src]
         if step.sample_params is not None and step.sample_keys is not None:
             arrays += [step.sample_params, step.sample_keys]
-        if self._orders(
-            step
-        ):  # last: the rows by context length, longest first (stable: ties in batch order)
+        if ordered:  # last: the rows by context length, longest first (stable: ties in batch order)
             arrays.append(np.argsort(-step.seq_lens, kind="stable"))
         return arrays
 
@@ -270,7 +269,7 @@ class ModelRunner:
             self.config.tuning.decode_longest_first and max(step.query_lens) == 1 and len(step.query_lens) > 1
         )
 
-    def _upload(self, step: StepArrays, arrays: list[np.ndarray]) -> StepInputs:
+    def _upload(self, step: StepArrays, arrays: list[np.ndarray], ordered: bool) -> StepInputs:
         fill = step.fill_rows is not None
         sampled = step.sample_params is not None and step.sample_keys is not None
         if self.device.type == "cuda":
@@ -279,7 +278,7 @@ class ModelRunner:
             tensors = [torch.from_numpy(a) for a in arrays]
             if fill:  # filled in place below: leave the step's own array alone
                 tensors[0] = tensors[0].clone()
-        order = tensors.pop() if self._orders(step) else None
+        order = tensors.pop() if ordered else None
         input_ids, positions, slots, query_start, seq_lens, tables, logits_indices = tensors[:7]
         if fill:
             input_ids[tensors[7]] = self.last_ids[tensors[8]]
