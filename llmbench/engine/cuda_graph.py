@@ -25,7 +25,7 @@ class CUDAGraphRunner:
         max_blocks_per_seq: int,
         max_seq_len: int,
         device: torch.device,
-        ordered: bool = False,
+        ordered: Callable[[int], bool] | None = None,
     ) -> None:
         self.forward = forward  # (input_ids, positions, meta) -> logits (B, V)
         self.buckets = sorted(set(buckets))
@@ -38,9 +38,9 @@ class CUDAGraphRunner:
         self.seq_lens = torch.ones(n, dtype=torch.int32, device=device)
         self.block_tables = torch.zeros(n, max_blocks_per_seq, dtype=torch.int32, device=device)
         self.query_start_loc = torch.arange(n + 1, dtype=torch.int32, device=device)
-        # The rows longest first (Tuning.decode_longest_first), given by the host each step; padded rows
-        # (context 1) go last, in place.
-        self.ordered = ordered
+        # The rows longest first (Tuning.decode_longest_first) in the buckets ``ordered`` names, given by
+        # the host each step (in batch order when too few rows for it to pay); padded rows go last.
+        self.ordered = ordered or (lambda batch: False)
         self.identity = torch.arange(n, dtype=torch.int64, device=device)
         self.order = self.identity.clone()
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
@@ -58,7 +58,7 @@ class CUDAGraphRunner:
             max_seq_len=self.max_seq_len,
             query_lens_cpu=[1] * bs,
             seq_lens_cpu=[self.max_seq_len] * bs,
-            decode_order=self.order[:bs] if self.ordered else None,
+            decode_order=self.order[:bs] if self.ordered(bs) else None,
         )
 
     @torch.inference_mode()
@@ -105,7 +105,7 @@ class CUDAGraphRunner:
         slot_mapping: torch.Tensor,
         seq_lens: torch.Tensor,  # (n,) int32
         block_tables: torch.Tensor,  # (n, max_blocks_per_seq) int32
-        order: torch.Tensor | None = None,  # (n,) int64: the rows longest first, when ordered
+        order: torch.Tensor | None = None,  # (n,) int64: the rows longest first, where that pays
     ) -> tuple[torch.Tensor, int]:
         n = input_ids.shape[0]
         bs = self.bucket_for(n)
@@ -115,13 +115,14 @@ class CUDAGraphRunner:
         self.slot_mapping[:n].copy_(slot_mapping, non_blocking=True)
         self.seq_lens[:n].copy_(seq_lens, non_blocking=True)
         self.block_tables[:n, : block_tables.shape[1]].copy_(block_tables, non_blocking=True)
-        if self.ordered:
+        ordered = self.ordered(bs)
+        if ordered:
             self.order[:n].copy_(order if order is not None else self.identity[:n], non_blocking=True)
         if bs > n:
             self.slot_mapping[n:bs].fill_(-1)
             self.seq_lens[n:bs].fill_(1)
             self.block_tables[n:bs].zero_()
-            if self.ordered:
+            if ordered:
                 self.order[n:bs].copy_(self.identity[n:bs])
         self.graphs[bs].replay()
         return self.outputs[bs][:n], bs

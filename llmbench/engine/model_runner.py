@@ -24,6 +24,7 @@ from llmbench.engine.staging import Staging
 from llmbench.engine.step_inputs import StepArrays
 from llmbench.engine.tracer import Tracer
 from llmbench.engine.work import RankWeights, rank_weights
+from llmbench.kernels import triton_decode
 from llmbench.kernels.kv_quant import is_fp8, kv_dtype
 from llmbench.layers.attention.backends import make_backend
 from llmbench.layers.attention.metadata import AttentionMetadata
@@ -177,7 +178,7 @@ class ModelRunner:
                 self.max_blocks_per_seq,
                 max_model_len,
                 self.device,
-                ordered=config.tuning.decode_longest_first,
+                ordered=self._order_pays if config.tuning.decode_longest_first else None,
             )
             self.graphs.capture()
             self.startup.graph_capture_time = self.graphs.capture_time
@@ -263,11 +264,16 @@ class ModelRunner:
 
     def _orders(self, step: StepArrays) -> bool:
         """Whether the step's decode attention takes its rows longest first (Tuning.decode_longest_first):
-        decided here, on the host, which knows the lengths (a sort on the device cannot be captured in a
-        CUDA Graph); the attention backend uses the order where the batch is large enough for it to pay."""
+        a decode-only batch large enough for the order to pay, decided and sorted here, on the host, which
+        knows the lengths (a sort on the device cannot be captured in a CUDA Graph)."""
         return (
-            self.config.tuning.decode_longest_first and max(step.query_lens) == 1 and len(step.query_lens) > 1
+            self.config.tuning.decode_longest_first
+            and max(step.query_lens) == 1
+            and self._order_pays(len(step.query_lens))
         )
+
+    def _order_pays(self, batch: int) -> bool:
+        return triton_decode.order_pays(batch, self.kv_heads, self.device)
 
     def _upload(self, step: StepArrays, arrays: list[np.ndarray], ordered: bool) -> StepInputs:
         fill = step.fill_rows is not None

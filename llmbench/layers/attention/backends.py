@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from llmbench.kernels import kv_store, paged_attention
 from llmbench.kernels.attention_prologue import attention_prologue, qkv_heads_ref
 from llmbench.kernels.kv_quant import dequantize_ref
-from llmbench.kernels.triton_decode import decode_attention, order_pays
+from llmbench.kernels.triton_decode import decode_attention
 from llmbench.layers.attention.kv import LayerKV, calibrate
 from llmbench.layers.attention.metadata import AttentionMetadata
 
@@ -190,7 +190,7 @@ class TritonBackend(CacheAttentionBackend):
             return decode_attention(
                 q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale,
                 split_tokens=self.decode_split_tokens, k_scale=k_scale, v_scale=v_scale,
-                order=meta.decode_order if order_pays(meta.num_seqs, k_cache.shape[2], q.device) else None,
+                order=meta.decode_order,
             )  # fmt: skip
         return paged_attention.paged_attention_prefill(
             q,

@@ -31,8 +31,8 @@ class AttentionMetadata:
     # A float8 KV cache's first prefill: each layer sets its scales from this step's K/V before storing
     # them (layers/attention/kv.py).
     kv_calibrate: bool = False
-    # Decode steps: the rows by context length, longest first (Tuning.decode_longest_first), from the
-    # host; the Triton decode kernel takes its rows in this order where that pays (triton_decode.py).
+    # Decode steps large enough for it to pay: the rows by context length, longest first
+    # (Tuning.decode_longest_first), from the host; the Triton decode kernel takes its rows in this order.
     decode_order: torch.Tensor | None = None
 
     @property
