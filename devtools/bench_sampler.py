@@ -14,12 +14,20 @@ the Triton path's share of a 7 ms decode step (256 rows of qwen3-0.6b on an H200
 logits and on flat ones (random weights), where top-p's threshold search needs the most passes.
 
     python devtools/bench_sampler.py            # CUDA
+    python devtools/bench_sampler.py --tune --json FILE   # first sweep the draw's launch configs
     python devtools/bench_sampler.py --smoke    # CPU, Triton interpreted, small sizes: the checks only
+
+``--tune`` times the draw alone (replayed from a CUDA graph, as the engine's decode step would run it) for
+each ``SampleConfig``: loop step, warps, programs per multiprocessor, accurate or approximate log2; each
+config's ids are first compared with the reference's (near-ties allowed). ``--json`` writes those rows in
+``bench_kernels.py``'s format, for ``llmbench docs`` kernel blocks.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
 import math
 import os
 import sys
@@ -37,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from llmbench.engine.sampler import Sampler  # noqa: E402
 from llmbench.engine.sampling_params import SamplingParams  # noqa: E402
 from llmbench.engine.sequence import Sequence  # noqa: E402
-from llmbench.kernels.sample import sample, sample_ref, uniforms_ref  # noqa: E402
+from llmbench.kernels.sample import SampleConfig, sample, sample_ref, uniforms_ref  # noqa: E402
 from llmbench.kernels.sample_cut import cut_threshold, cut_threshold_ref  # noqa: E402
 
 LOG2E = 1.4426950408889634
@@ -94,7 +102,22 @@ def new_sampler(device: torch.device, params: list[SamplingParams], triton: bool
     return s, rows
 
 
-def check_draw(n: int, v: int, device: torch.device) -> bool:
+def differing_rows(logits, scale, cut, keys, pos, got, want) -> tuple[int, float]:
+    """How many ids differ from the reference's, and the largest gap between the reference's own scores
+    of the two ids, relative to the row's largest score (a near-tie when below ~1e-5)."""
+    bad = (got != want).nonzero().flatten().tolist()
+    x = logits.float()
+    scores = x * scale[:, None] - torch.log2(-torch.log2(uniforms_ref(keys, pos, x.shape[-1])))
+    if cut is not None:
+        scores = scores.masked_fill(x < cut[:, None], float("-inf"))
+    gaps = [
+        abs(scores[r, got[r]] - scores[r, want[r]]).item() / max(1.0, scores[r].abs().max().item())
+        for r in bad
+    ]
+    return len(bad), max(gaps, default=0.0)
+
+
+def check_draw(n: int, v: int, device: torch.device, config: SampleConfig | None = None) -> bool:
     g = torch.Generator().manual_seed(0)
     logits = (torch.randn(n, v, generator=g) * 3).to(torch.bfloat16).to(device)
     scale = (LOG2E / (torch.rand(n, generator=g) + 0.3)).to(device)
@@ -102,21 +125,17 @@ def check_draw(n: int, v: int, device: torch.device) -> bool:
     keys = torch.randint(0, 2**32, (n,), generator=g).to(device)
     pos = torch.randint(0, 4096, (n,), generator=g).to(device)
     ok = True
+    config = config or SampleConfig()
     for cut in (None, logits.float().topk(64, dim=-1).values[:, -1].contiguous()):
-        got, want = sample(logits, scale, cut, keys, pos), sample_ref(logits, scale, cut, keys, pos)
-        bad = (got != want).nonzero().flatten().tolist()
-        x = logits.float()
-        scores = x * scale[:, None] - torch.log2(-torch.log2(uniforms_ref(keys, pos, v)))
-        gaps = [
-            abs(scores[r, got[r]] - scores[r, want[r]]).item() / max(1.0, scores[r].abs().max().item())
-            for r in bad
-        ]
-        near = all(gap < 1e-5 for gap in gaps)
-        print(f"draw {n}x{v} cut={cut is not None}: {n - len(bad)}/{n} ids identical; "
-              f"differing rows are near-ties: {near} (largest relative gap {max(gaps, default=0):.2g})")  # fmt: skip
-        ok &= near
-    alone = sample(logits[3:4], scale[3:4], None, keys[3:4], pos[3:4]).item()
-    together = sample(logits, scale, None, keys, pos)[3].item()
+        got = sample(logits, scale, cut, keys, pos, config)
+        bad, gap = differing_rows(
+            logits, scale, cut, keys, pos, got, sample_ref(logits, scale, cut, keys, pos)
+        )
+        print(f"draw {n}x{v} cut={cut is not None} {config}: {n - bad}/{n} ids identical; "
+              f"differing rows are near-ties: {gap < 1e-5} (largest relative gap {gap:.2g})")  # fmt: skip
+        ok &= gap < 1e-5
+    alone = sample(logits[3:4], scale[3:4], None, keys[3:4], pos[3:4], config).item()
+    together = sample(logits, scale, None, keys, pos, config)[3].item()
     print(f"a row alone and among {n - 1} others: {alone} and {together}")
     return ok and alone == together
 
@@ -204,10 +223,58 @@ def time_cases(n: int, v: int, device: torch.device, iters: int, spreads: tuple[
             print(f"{name:<22}{t_old:>10}{times[0]:>10.3f}{times[1]:>10.3f}{share:>9.2f}%")
 
 
+def tune(v: int, device: torch.device, smoke: bool) -> list[dict]:
+    """The draw alone at temperature 0.6 for each launch config, 256 rows and 1; rows for --json."""
+    import triton.testing
+
+    grid = itertools.product((1024, 2048), (4, 8), (2, 4, 8, 16), (False, True))
+    configs = (
+        [SampleConfig(*c) for c in grid] if not smoke else [SampleConfig(), SampleConfig(256, 4, 8, True)]
+    )
+    out = []
+    print(f"\nthe draw alone, temperature 0.6, {v} ids bf16: µs per call (CUDA graph replay, median)")
+    print(
+        f"{'rows':>5} {'block':>6} {'warps':>6} {'per SM':>7} {'log2':>7} {'µs':>9} {'GB/s':>8} {'differ':>7}"
+    )
+    for n in (4,) if smoke else (256, 1):
+        g = torch.Generator().manual_seed(5)
+        logits = (torch.randn(n, v, generator=g) * 0.5).to(torch.bfloat16).to(device)  # flat: random weights
+        scale = torch.full((n,), LOG2E / 0.6, device=device)
+        keys = torch.randint(0, 2**32, (n,), generator=g).to(device)
+        pos = torch.randint(0, 4096, (n,), generator=g).to(device)
+        want = sample_ref(logits, scale, None, keys, pos)
+        for c in configs:
+            got = sample(logits, scale, None, keys, pos, c)
+            bad, gap = differing_rows(logits, scale, None, keys, pos, got, want)
+            if gap >= 1e-5:
+                print(f"FAIL {c}: {bad} ids differ beyond a near-tie (gap {gap:.2g})")
+                continue
+            if smoke:
+                us = timed(lambda: sample(logits, scale, None, keys, pos, c), device, 1) * 1e3  # noqa: B023
+            else:
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    sample(logits, scale, None, keys, pos, c)
+                us = triton.testing.do_bench(graph.replay, warmup=25, rep=100, return_mode="median") * 1e3
+            gbps = logits.numel() * logits.element_size() / us / 1e3
+            log = "approx" if c.fast_log2 else "exact"
+            print(
+                f"{n:>5} {c.block:>6} {c.num_warps:>6} {c.programs_per_sm:>7} {log:>7} {us:>9.1f} {gbps:>8.0f} {bad:>7}"
+            )
+            out.append({
+                "kernel": f"sample T=0.6 b{c.block}w{c.num_warps}p{c.programs_per_sm} {log} log2",
+                "shape": f"{n}x{v} bf16", "time_us": us, "gb_per_s": gbps,
+                "frac_peak": gbps * 1e9 / 4.25e12, "tflops": None, "max_rel_diff": None, "timing": "graph",
+            })  # fmt: skip
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="CPU, Triton interpreted, small sizes, no timing")
     ap.add_argument("--iters", type=int, default=50, help="calls per timing")
+    ap.add_argument("--tune", action="store_true", help="first sweep the draw's launch configs")
+    ap.add_argument("--json", type=Path, help="with --tune: write its rows to this JSON file")
     args = ap.parse_args()
     if args.smoke:
         device, v, n, draws = torch.device("cpu"), 3001, 8, 512
@@ -216,7 +283,13 @@ def main() -> int:
     else:
         print("no CUDA device: run with --smoke for the checks on the CPU", file=sys.stderr)
         return 2
+    if args.tune:
+        rows = tune(v, device, args.smoke)
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=1))
+            print(f"wrote {args.json}")
     ok = check_draw(n, v, device)
+    ok &= check_draw(n, v, device, SampleConfig(fast_log2=False))
     ok &= check_cut(8 if args.smoke else 64, v, device)
     ok &= check_distribution(draws, v, device)
     print("checks:", "pass" if ok else "FAIL")

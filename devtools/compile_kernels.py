@@ -35,6 +35,9 @@ try:
 except ImportError:  # pragma: no cover - the CLI says so below
     triton = None
 
+from llmbench.kernels import sample as sample_module  # noqa: E402
+from llmbench.kernels import triton_decode  # noqa: E402
+from llmbench.kernels._triton import interpreted  # noqa: E402
 from llmbench.kernels.activation import silu_and_mul  # noqa: E402
 from llmbench.kernels.allreduce_norm import allreduce_norm  # noqa: E402
 from llmbench.kernels.attention_prologue import attention_prologue  # noqa: E402
@@ -87,6 +90,10 @@ class Launch:
         self.options = {k: v for k, v in kwargs.items() if k in LAUNCH_OPTIONS}
         self.signature: dict[str, str] = {}
         self.constexprs: dict[tuple[int, ...], Any] = {}
+        # What a launch on a GPU tells the compiler (Triton's specialisation): 16-byte aligned pointers
+        # and integers divisible by 16, except those the kernel asks not to specialise on. It decides,
+        # for one, whether loads are vectorised.
+        self.attrs: dict[tuple[int, ...], list] = {}
         for i, p in enumerate(params):
             value = values[p.name]
             if p.is_constexpr:
@@ -94,6 +101,13 @@ class Launch:
                 self.constexprs[(i,)] = value
             else:
                 self.signature[p.name] = runtime_type(p.name, value)
+                aligned = (
+                    value.data_ptr() % 16 == 0
+                    if isinstance(value, torch.Tensor)
+                    else not isinstance(value, bool) and isinstance(value, int) and value % 16 == 0
+                )
+                if aligned and not p.do_not_specialize:
+                    self.attrs[(i,)] = [["tt.divisibility", 16]]
 
     @property
     def key(self) -> tuple:
@@ -123,18 +137,24 @@ def runtime_type(name: str, value: Any) -> str:
 
 
 def capture(calls: Callable[[], None]) -> list[Launch]:
-    """Run ``calls`` with every Triton launch recorded instead of run."""
+    """Run ``calls`` with every Triton launch recorded instead of run, the wrappers taking the CPU
+    tensors for a GPU's (their inline PTX paths included)."""
     launches: list[Launch] = []
     original = JITFunction.run
+    wrappers = (sample_module, triton_decode)
 
     def record(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> None:
         launches.append(Launch(self, args, kwargs))
 
     JITFunction.run = record
+    for module in wrappers:
+        module.interpreted = lambda t: False
     try:
         calls()
     finally:
         JITFunction.run = original
+        for module in wrappers:
+            module.interpreted = interpreted
     return launches
 
 
@@ -243,7 +263,7 @@ def compile_all(launches: list[Launch], arch: int) -> list[tuple[Launch, str | N
     unique = list({launch.key: launch for launch in launches}.values())
     results = []
     for launch in unique:
-        source = ASTSource(launch.kernel, launch.signature, constexprs=launch.constexprs)
+        source = ASTSource(launch.kernel, launch.signature, constexprs=launch.constexprs, attrs=launch.attrs)
         try:
             triton.compile(source, target=target, options=launch.options)
             results.append((launch, None))

@@ -15,7 +15,9 @@ import torch
 
 pytest.importorskip("triton")
 
-from llmbench.kernels.sample import sample, sample_ref, uniforms_ref  # noqa: E402
+from llmbench.kernels import sample as draw  # noqa: E402
+from llmbench.kernels._triton import cdiv, tl  # noqa: E402
+from llmbench.kernels.sample import SampleConfig, sample, sample_ref, uniforms_ref  # noqa: E402
 from llmbench.kernels.sample_cut import cut_threshold, cut_threshold_ref  # noqa: E402
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -44,9 +46,17 @@ def _same_ids(name: str, got: torch.Tensor, want: torch.Tensor) -> None:
 SIZES = [(1, 1), (3, 17), (5, 1023), (2, 1025), (9, 3001)] if INTERPRET else [(1, 151_936), (256, 151_936)]
 
 
+CONFIGS = {
+    "default": None,
+    "accurate log2": SampleConfig(fast_log2=False),
+    "4 warps, 2048 a step, 2 programs an SM": SampleConfig(block=2048, num_warps=4, programs_per_sm=2),
+}
+
+
 @pytest.mark.parametrize("n,v", SIZES, ids=lambda x: str(x))
 @pytest.mark.parametrize("cut", [False, True])
-def test_draw_kernel_matches_reference(n: int, v: int, cut: bool) -> None:
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_draw_kernel_matches_reference(n: int, v: int, cut: bool, config: str) -> None:
     dtype = torch.float32 if v < 1000 else torch.bfloat16
     logits, scale, keys, positions = _rows(n, v, 2.0, dtype)
     threshold = None
@@ -54,9 +64,38 @@ def test_draw_kernel_matches_reference(n: int, v: int, cut: bool) -> None:
         threshold = logits.float().quantile(0.9, dim=-1) if v > 1 else logits.float()[:, 0]
     _same_ids(
         f"sample {n}x{v} cut={cut}",
-        sample(logits, scale, threshold, keys, positions),
+        sample(logits, scale, threshold, keys, positions, CONFIGS[config]),
         sample_ref(logits, scale, threshold, keys, positions),
     )
+
+
+@draw.jit
+def _neg_log2_kernel(u_ptr, out_ptr, n, SERIES: tl.constexpr, APPROX: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    u = tl.load(u_ptr + offs, mask=offs < n, other=0.5)
+    tl.store(out_ptr + offs, draw._neg_log2_uniform(u, SERIES, APPROX), mask=offs < n)
+
+
+@pytest.mark.parametrize(
+    "approx", [False] if INTERPRET else [False, True], ids=lambda a: "lg2.approx" if a else "log2"
+)
+def test_the_fast_inner_log_is_accurate_relative_to_itself_where_u_nears_1(approx: bool) -> None:
+    # Every uniform the hash can give near 1 (odd multiples of 2^-24), and a spread of the rest.
+    top = torch.arange(1, 2**14, 2, dtype=torch.float64)  # 1 - u for u within 2^-10 of 1
+    rest = torch.linspace(2**-24, 1 - 2**-10, 5001, dtype=torch.float64)
+    u64 = torch.cat([1 - top * 2**-24, (rest * 2**23).floor() * 2**-23 + 2**-24])
+    u = u64.float().to(DEVICE)
+    assert (u.double().cpu() == u64).all()  # every one exact in float32
+    out = torch.empty_like(u)
+    _neg_log2_kernel[(cdiv(u.numel(), 1024),)](u, out, u.numel(), SERIES=True, APPROX=approx, BLOCK=1024)
+    want = -torch.log2(u64)
+    rel = ((out.double().cpu() - want) / want).abs()
+    worst = rel.max().item()
+    print(
+        f"-log2(u), series near 1, {'lg2.approx' if approx else 'log2'} elsewhere: worst relative error {worst:.2g}"
+    )
+    # the approximate log2's absolute error (~2^-22) is relative to -log2(u) >= 0.0227 beyond the series
+    assert worst < (2**-15 if approx else 2**-21)
 
 
 def test_a_row_draws_the_same_id_whatever_the_number_of_rows() -> None:

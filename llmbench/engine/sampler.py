@@ -161,10 +161,11 @@ class Sampler:
         """Compile every Triton variant a step can need (one row and many; with and without each cut)."""
         if self.device.type != "cuda" or self._draw is not draw.sample:
             return
-        from llmbench.kernels._triton import num_sms
-
-        for n in (1, 2 * num_sms(self.device)):  # a row split over many programs, and rows whole
-            logits = torch.randn(n, vocab_size, device=self.device).to(dtype)
+        # A row split over many programs, and a row one program reads whole: rows are read so once
+        # they outnumber the programs the draw aims for (SampleConfig); the variants depend on neither
+        # the number of rows nor the vocabulary, so a one-block vocabulary stands in for that batch.
+        for n, vocab in ((1, vocab_size), (1, min(vocab_size, draw.SampleConfig().block))):
+            logits = torch.randn(n, vocab, device=self.device).to(dtype)
             scale = torch.full((n,), LOG2E, device=self.device)
             keys = torch.zeros(n, dtype=torch.int64, device=self.device)
             half = torch.full((n,), 0.5, device=self.device)

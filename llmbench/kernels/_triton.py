@@ -64,3 +64,8 @@ def num_sms(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
     return 132
+
+
+def interpreted(t: torch.Tensor) -> bool:
+    """Whether a kernel launched on ``t`` runs under the CPU interpreter (no inline PTX there)."""
+    return t.device.type != "cuda" or torch.version.hip is not None
