@@ -330,6 +330,7 @@ def decode_case(
     cut = f"slices of {split_tokens}" if split_tokens else f"splits {splits}"
     shape = f"B={B} {ctx} {Hq}/{Hk}x{D} page {block_size} {cut}" + (" longest first" if ordered else "")
     cfg = f" n{config.block_n}w{config.num_warps}s{config.num_stages}"
+    cfg += f" V words {config.v_words}" if kv_dtype is not None and config.v_words != "off" else ""
     if kv_dtype is not None:
         kv_name += " to fp16" if config.fp8_to == "fp16" else ""
     rows = [
@@ -393,8 +394,8 @@ def tune(env: Env, kinds: list[str]) -> list[Row]:
 
     def attempt(label: str, case: Callable[..., list[Row]], *args: object, **kwargs: object) -> None:
         try:
-            rows.extend(case(env, *args, check_it=False, **kwargs))
-        except Exception as e:  # out of shared memory or registers, mostly
+            rows.extend(case(env, *args, **{"check_it": False, **kwargs}))
+        except (Exception, SystemExit) as e:  # out of shared memory or registers, mostly; a failed check
             print(f"tune {label}: {type(e).__name__}: {str(e).splitlines()[0][:120]}", flush=True)
 
     if "decode" in kinds:
@@ -404,14 +405,14 @@ def tune(env: Env, kinds: list[str]) -> list[Row]:
                     for num_stages in (2, 3, 4):
                         cfg = DecodeConfig(block_n, num_warps, num_stages)
                         attempt(f"decode {cfg}", decode_case, B, ctx, block_size, 16, 8, 128, config=cfg)
-    if "decode-fp8" in kinds:  # page 16; the tiles converted to q's dtype or to float16
-        for fp8_to in ("q", "fp16"):
-            for block_n in (64, 128):
-                for num_warps in (4, 8):
-                    for num_stages in (2, 3, 4):
-                        cfg = DecodeConfig(block_n, num_warps, num_stages, fp8_to)
+    if "decode-fp8" in kinds:  # page 16; tiles to float16; V as float8 or as words (checked: new paths)
+        for v_words in ("off", "triton", "ptx"):
+            for block_n in (32, 64, 128):
+                for num_warps in (2, 4, 8):
+                    for num_stages in (2, 3):
+                        cfg = DecodeConfig(block_n, num_warps, num_stages, "fp16", v_words)
                         attempt(f"decode-fp8 {cfg}", decode_case, B, ctx, 16, 16, 8, 128, config=cfg,
-                                kv_dtype=FP8)  # fmt: skip
+                                kv_dtype=FP8, check_it=v_words != "off")  # fmt: skip
     if "splits" in kinds:
         for batch, choices in (
             (B, (1, 2)),

@@ -163,7 +163,7 @@ def close(name: str, out: torch.Tensor, ref: torch.Tensor, model: torch.dtype) -
 @pytest.mark.parametrize("model", MODEL_DTYPES + ([torch.float16] if DEVICE == "cpu" else []), ids=str)
 @pytest.mark.parametrize("dtype", FP8, ids=["e4m3", "e5m2"])
 @pytest.mark.parametrize("num_splits", [1, 3])
-@pytest.mark.parametrize("fp8_to", ["q", "fp16"])
+@pytest.mark.parametrize("fp8_to", ["q", "fp16", "q, V as words by triton", "fp16, V as words by ptx"])
 @pytest.mark.parametrize("Hq,Hk,D,block_size", [(4, 2, 64, 8), (6, 2, 80, 16), (8, 1, 128, 8)])
 def test_fp8_decode_matches_reference(
     model: torch.dtype,
@@ -175,13 +175,16 @@ def test_fp8_decode_matches_reference(
     D: int,
     block_size: int,
 ) -> None:
-    # The tiles converted to q's dtype or to float16 (q too, when it is 16-bit) before the dots.
+    # The tiles converted to q's dtype or to float16 (q too, when it is 16-bit) before the dots; V read
+    # as int32 words or as float8 (D=80: never as words, the tile is wider than the head).
     seq_lens = [1, block_size - 1, block_size + 1, 3 * block_size + 5]
     k_cache, v_cache, k_scale, v_scale, tables, _, _ = fp8_paged_cache(seq_lens, block_size, Hk, D, dtype)
     q = torch.randn(len(seq_lens), Hq, D, device=DEVICE, dtype=model)
     sl = torch.tensor(seq_lens, device=DEVICE, dtype=torch.int32)
     scales = dict(k_scale=k_scale, v_scale=v_scale)
-    config = default_decode_config(D, model)._replace(fp8_to=fp8_to)
+    config = default_decode_config(D, model)._replace(
+        fp8_to=fp8_to.split(",")[0], v_words=fp8_to.split()[-1] if "words" in fp8_to else "off"
+    )
     out = decode_attention(
         q, k_cache, v_cache, tables, sl, D**-0.5, num_splits=num_splits, config=config, **scales
     )
