@@ -46,7 +46,7 @@ def test_minimal_scenario_fills_defaults_and_takes_its_name_from_the_file(tmp_pa
     assert sc.workload.input_len.dist == "fixed" and sc.workload.input_len.value == 16
     assert sc.arrival.kind == "offline" and sc.arrival.points == [{"kind": "offline"}]
     assert sc.sampling.temperature == 0.0 and sc.sampling.ignore_eos
-    assert sc.repeats == 1 and sc.telemetry.period_ms == 50
+    assert sc.repeats == 1 and sc.telemetry.period_ms == 200
 
 
 def test_error_names_the_full_field_path_and_what_is_allowed(tmp_path):

@@ -78,3 +78,41 @@ def test_each_sample_records_how_long_taking_it_took():
     s.mark()
     assert [r["sample_time"] for r in s.rows()] == [0.25, 0.5]
     assert s.sample_intervals() == [(10.0, 10.25), (11.0, 11.5)]
+
+
+def test_the_energy_counter_is_read_once_a_period_and_the_other_readings_every_sample():
+    # Reading the counter takes milliseconds: a sample reads it only when the last reading is a period old.
+    from llmbench.bench.nvml import GpuSample
+    from llmbench.bench.telemetry import ENERGY_PERIOD_S
+
+    asked = []
+
+    class FakeNvml:
+        available, indices, handles, reason = True, [0], ["h"], ""
+
+        def sample(self, handle, energy=True):
+            asked.append(energy)
+            return GpuSample(50.0, 1.0, 100.0, 7.0 if energy else math.nan, 1980.0, 0.0)
+
+        def close(self):
+            pass
+
+    times = [0.0, 0.5, 1.0, 1.6, 2.0, 2.1]
+    ticks = iter(t * ENERGY_PERIOD_S for t in times for _ in (0, 1))  # each mark reads the clock twice
+    s = TelemetrySampler(period_s=1.0, cuda_indices=None, clock=lambda: next(ticks))
+    s._nvml = FakeNvml()
+    for _ in times:
+        s.mark()
+    assert asked == [True, False, True, False, True, False]
+    assert [math.isnan(r["energy"]) for r in s.rows()] == [not a for a in asked]
+    assert all(r["power"] == 100.0 for r in s.rows())
+
+
+def test_window_energy_is_the_counter_between_readings_and_mean_power_beyond_them():
+    rows = [gpu_row(t, 0, 100.0, math.nan, 5.0) for t in (0.6, 1.5, 2.5, 3.4)]
+    rows += [gpu_row(1.0, 0, 100.0, 1000.0, 5.0), gpu_row(3.0, 0, 100.0, 1150.0, 5.0)]
+    rows.sort(key=lambda r: r["time"])
+    # 150 J counted from 1 s to 3 s; 100 W over the 0.5 s before and the 0.5 s after
+    assert window_summary(rows, 0.5, 3.5)["energy"] == pytest.approx(150 + 100 * 1.0)
+    # one reading inside [0.55, 2.9]: mean power times the window
+    assert window_summary(rows, 0.55, 2.9)["energy"] == pytest.approx(100 * 2.35)

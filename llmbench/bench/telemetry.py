@@ -1,13 +1,16 @@
 """Hardware telemetry sampled in a background thread while a run is measured.
 
-Every ``period`` seconds: for each GPU in use (NVML) utilisation %, memory used, power, the energy
-counter and SM clock and throttle reasons; torch's allocated/reserved bytes on the engine's device; this
+Every ``period`` seconds (0.2 by default): for each GPU in use (NVML) utilisation %, memory used, power,
+the energy counter and SM clock and throttle reasons; torch's allocated/reserved bytes on the engine's device; this
 process's CPU % and RSS (psutil); and how long taking the sample took (``sample_time``, seconds), so that
 engine steps delayed by it can be told apart (slow_steps.py: "telemetry sample"). One row per sample and GPU (``gpu = -1`` on a machine without NVML,
 where every GPU column is NaN and ``nvml_reason`` says why -- never a fake 0).
 
-Energy over a window is the difference of the driver's counter between the first and last samples inside
-it (so it misses up to one period at each end).
+The energy counter is read at most once every ``ENERGY_PERIOD_S`` (NaN in the rows between): reading it
+takes milliseconds where the other readings take microseconds, and a sampler that read it every 50 ms
+held up the engine's steps. Energy over a window is the counter's difference between its first and last
+readings inside the window, plus the mean power times the time the window runs beyond them at each end;
+a window with fewer than two readings gets mean power times its length.
 """
 
 from __future__ import annotations
@@ -27,12 +30,13 @@ COLUMNS = (
     "torch_allocated", "torch_reserved", "cpu_percent", "rss", "sample_time",
 )  # fmt: skip
 GPU_COLUMNS = ("gpu_util", "memory_used", "power", "energy", "sm_clock", "throttle_reasons")
+ENERGY_PERIOD_S = 1.0  # seconds between readings of the energy counter (module docstring)
 
 
 class TelemetrySampler:
     def __init__(
         self,
-        period_s: float = 0.05,
+        period_s: float = 0.2,
         cuda_indices: list[int] | None = None,
         torch_device: str | None = None,
         clock: Callable[[], float] = time.perf_counter,
@@ -48,6 +52,7 @@ class TelemetrySampler:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._energy_at = -math.inf  # when the energy counter was last read
 
     @property
     def nvml_available(self) -> bool:
@@ -77,8 +82,11 @@ class TelemetrySampler:
         alloc, reserved = self._torch_memory()
         host = (alloc, reserved, cpu, rss)
         if self._nvml.available:
+            energy = t - self._energy_at >= ENERGY_PERIOD_S
+            if energy:
+                self._energy_at = t
             rows = [
-                (t, float(idx), *self._nvml.sample(h), *host)
+                (t, float(idx), *self._nvml.sample(h, energy), *host)
                 for idx, h in zip(self._nvml.indices, self._nvml.handles, strict=True)
             ]
         else:
@@ -150,10 +158,19 @@ def window_summary(rows: list[dict[str, Any]], start: float, end: float) -> dict
         memory = np.array([sum(r["memory_used"] for r in rs) for rs in by_time.values()], dtype=float)
         out["power_mean"] = agg(power, np.mean)
         out["gpu_memory_max"] = agg(memory, np.max)
-        energy = 0.0
-        for g in gpus:
-            e = col("energy", [r for r in inside if r["gpu"] == g])
-            e = e[np.isfinite(e)]
-            energy = energy + (e[-1] - e[0]) if e.size >= 2 else nan
-        out["energy"] = energy
+        out["energy"] = sum(_energy(inside, g, start, end) for g in gpus)
     return out
+
+
+def _energy(inside: list[dict[str, Any]], gpu: float, start: float, end: float) -> float:
+    """Joules GPU ``gpu`` used over [start, end]: the counter between its readings, mean power outside."""
+    rows = [r for r in inside if r["gpu"] == gpu]
+    power = np.array([r["power"] for r in rows], dtype=float)
+    power = power[np.isfinite(power)]
+    watts = float(power.mean()) if power.size else math.nan
+    read = [(r["time"], r["energy"]) for r in rows if math.isfinite(r["energy"])]
+    if len(read) < 2:
+        return watts * (end - start)
+    (first_t, first_e), (last_t, last_e) = read[0], read[-1]
+    edges = (first_t - start) + (end - last_t)
+    return (last_e - first_e) + (watts * edges if edges > 0 else 0.0)

@@ -320,7 +320,9 @@ class SLO(StrictModel):
 
 class Telemetry(StrictModel):
     enabled: bool = True
-    period_ms: float = Field(default=50.0, gt=0)
+    # NVML's utilisation and power are themselves averages over a sixth of a second or more, and every
+    # sample holds up the engine a little (telemetry.py): 200 ms loses nothing of theirs.
+    period_ms: float = Field(default=200.0, gt=0)
 
 
 class Profile(StrictModel):
