@@ -119,7 +119,8 @@ def _kernels(args: list[str], root: Path) -> str:
         rows = [r for r in rows if match.search(str(r.get("kernel", "")))]
     which = f" (the rows whose kernel matches `{args[2]}`)" if match is not None else ""
     lines = [
-        f"From `{args[0]}`{which}, written by the kernel benchmark (`python devtools/bench_kernels.py --json FILE`).",
+        f"From `{args[0]}`{which}, written by a kernel benchmark (`python devtools/bench_kernels.py --json FILE`, "
+        "or `python devtools/bench_sampler.py --tune --json FILE` for the sampler).",
         "",
         "| kernel | shape | µs | GB/s | of the copy ceiling | TFLOP/s | largest relative difference from the reference |",
         "|---|---|---:|---:|---:|---:|---:|",
