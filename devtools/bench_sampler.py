@@ -227,6 +227,10 @@ def tune(v: int, device: torch.device, smoke: bool) -> list[dict]:
     """The draw alone at temperature 0.6 for each launch config, 256 rows and 1; rows for --json."""
     import triton.testing
 
+    from llmbench.bench.peaks import choose_peak
+
+    peak = choose_peak(str(device)).peak if device.type == "cuda" else None
+    copy_bytes_per_s = peak.mem_bandwidth if peak is not None else 4.25e12  # else an H200's copy rate
     grid = itertools.product((1024, 2048), (4, 8), (2, 4, 8, 16), (False, True))
     configs = (
         [SampleConfig(*c) for c in grid] if not smoke else [SampleConfig(), SampleConfig(256, 4, 8, True)]
@@ -264,7 +268,7 @@ def tune(v: int, device: torch.device, smoke: bool) -> list[dict]:
             out.append({
                 "kernel": f"sample T=0.6 b{c.block}w{c.num_warps}p{c.programs_per_sm} {log} log2",
                 "shape": f"{n}x{v} bf16", "time_us": us, "gb_per_s": gbps,
-                "frac_peak": gbps * 1e9 / 4.25e12, "tflops": None, "max_rel_diff": None, "timing": "graph",
+                "frac_peak": gbps * 1e9 / copy_bytes_per_s, "tflops": None, "max_rel_diff": None, "timing": "graph",
             })  # fmt: skip
     return out
 

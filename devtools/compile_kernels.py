@@ -37,7 +37,7 @@ except ImportError:  # pragma: no cover - the CLI says so below
 
 from llmbench.kernels import sample as sample_module  # noqa: E402
 from llmbench.kernels import triton_decode  # noqa: E402
-from llmbench.kernels._triton import interpreted  # noqa: E402
+from llmbench.kernels._triton import runs_ptx  # noqa: E402
 from llmbench.kernels.activation import silu_and_mul  # noqa: E402
 from llmbench.kernels.allreduce_norm import allreduce_norm  # noqa: E402
 from llmbench.kernels.attention_prologue import attention_prologue  # noqa: E402
@@ -148,13 +148,13 @@ def capture(calls: Callable[[], None]) -> list[Launch]:
 
     JITFunction.run = record
     for module in wrappers:
-        module.interpreted = lambda t: False
+        module.runs_ptx = lambda t: True
     try:
         calls()
     finally:
         JITFunction.run = original
         for module in wrappers:
-            module.interpreted = interpreted
+            module.runs_ptx = runs_ptx
     return launches
 
 

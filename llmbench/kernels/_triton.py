@@ -66,6 +66,7 @@ def num_sms(device: torch.device) -> int:
     return 132
 
 
-def interpreted(t: torch.Tensor) -> bool:
-    """Whether a kernel launched on ``t`` runs under the CPU interpreter (no inline PTX there)."""
-    return t.device.type != "cuda" or torch.version.hip is not None
+def runs_ptx(t: torch.Tensor) -> bool:
+    """Whether a kernel launched on ``t`` can run inline PTX: an NVIDIA GPU, not the CPU interpreter
+    (or ROCm)."""
+    return t.device.type == "cuda" and torch.version.hip is None

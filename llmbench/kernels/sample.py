@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 import torch
 
-from llmbench.kernels._triton import cdiv, interpreted, jit, num_sms, require_triton, tl
+from llmbench.kernels._triton import cdiv, jit, num_sms, require_triton, runs_ptx, tl
 
 MASK32 = 0xFFFFFFFF
 GOLDEN = 0x9E3779B9  # 2^32 / golden ratio: offsets the inputs so that 0 does not hash to 0
@@ -247,7 +247,7 @@ def sample(
         logits, scale, thr, seed_keys, positions, best, idx,
         V, logits.stride(0), per_prog,
         HAS_CUT=threshold is not None, SPLIT=split, BLOCK=config.block, num_warps=config.num_warps,
-        FAST_LOG2=config.fast_log2, LG2_ASM=config.fast_log2 and not interpreted(logits),
+        FAST_LOG2=config.fast_log2, LG2_ASM=config.fast_log2 and runs_ptx(logits),
         enable_fp_fusion=False,  # x * scale rounded before the subtraction, as the reference does
     )  # fmt: skip
     if split:

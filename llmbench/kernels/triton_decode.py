@@ -40,7 +40,7 @@ from typing import NamedTuple
 
 import torch
 
-from llmbench.kernels._triton import interpreted, jit, next_power_of_2, num_sms, require_triton, tl
+from llmbench.kernels._triton import jit, next_power_of_2, num_sms, require_triton, runs_ptx, tl
 from llmbench.kernels.kv_quant import check_scales
 
 LOG2E = math.log2(math.e)
@@ -331,7 +331,7 @@ def decode_attention(
         SPLIT=split, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         num_warps=config.num_warps, num_stages=config.num_stages,
         DEQUANT=dequant, FP8_TO_F16=dequant and config.fp8_to == "fp16" and q.dtype != torch.float32, ORDERED=order is not None,
-        V_WORDS=v_words, E5M2=k_cache.dtype == torch.float8_e5m2, CVT_ASM=v_words and config.v_words == "ptx" and not interpreted(q),
+        V_WORDS=v_words, E5M2=k_cache.dtype == torch.float8_e5m2, CVT_ASM=v_words and config.v_words == "ptx" and runs_ptx(q),
     )  # fmt: skip
     if split:
         _decode_reduce_kernel[(B, Hq)](
