@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from llmbench.engine.sampler import Sampler  # noqa: E402
 from llmbench.engine.sampling_params import SamplingParams  # noqa: E402
 from llmbench.engine.sequence import Sequence  # noqa: E402
-from llmbench.kernels.sample import SampleConfig, sample, sample_ref, uniforms_ref  # noqa: E402
+from llmbench.kernels.sample import DEFAULT_CONFIG, SampleConfig, sample, sample_ref, uniforms_ref  # noqa: E402
 from llmbench.kernels.sample_cut import cut_threshold, cut_threshold_ref  # noqa: E402
 
 LOG2E = 1.4426950408889634
@@ -117,7 +117,7 @@ def differing_rows(logits, scale, cut, keys, pos, got, want) -> tuple[int, float
     return len(bad), max(gaps, default=0.0)
 
 
-def check_draw(n: int, v: int, device: torch.device, config: SampleConfig | None = None) -> bool:
+def check_draw(n: int, v: int, device: torch.device, config: SampleConfig = DEFAULT_CONFIG) -> bool:
     g = torch.Generator().manual_seed(0)
     logits = (torch.randn(n, v, generator=g) * 3).to(torch.bfloat16).to(device)
     scale = (LOG2E / (torch.rand(n, generator=g) + 0.3)).to(device)
@@ -125,7 +125,6 @@ def check_draw(n: int, v: int, device: torch.device, config: SampleConfig | None
     keys = torch.randint(0, 2**32, (n,), generator=g).to(device)
     pos = torch.randint(0, 4096, (n,), generator=g).to(device)
     ok = True
-    config = config or SampleConfig()
     for cut in (None, logits.float().topk(64, dim=-1).values[:, -1].contiguous()):
         got = sample(logits, scale, cut, keys, pos, config)
         bad, gap = differing_rows(

@@ -17,7 +17,7 @@ pytest.importorskip("triton")
 
 from llmbench.kernels import sample as draw  # noqa: E402
 from llmbench.kernels._triton import cdiv, tl  # noqa: E402
-from llmbench.kernels.sample import SampleConfig, sample, sample_ref, uniforms_ref  # noqa: E402
+from llmbench.kernels.sample import DEFAULT_CONFIG, SampleConfig, sample, sample_ref, uniforms_ref  # noqa: E402
 from llmbench.kernels.sample_cut import cut_threshold, cut_threshold_ref  # noqa: E402
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -47,7 +47,7 @@ SIZES = [(1, 1), (3, 17), (5, 1023), (2, 1025), (9, 3001)] if INTERPRET else [(1
 
 
 CONFIGS = {
-    "default": None,
+    "default": DEFAULT_CONFIG,
     "accurate log2": SampleConfig(fast_log2=False),
     "4 warps, 2048 a step, 2 programs an SM": SampleConfig(block=2048, num_warps=4, programs_per_sm=2),
 }

@@ -1,6 +1,7 @@
 """Hardware telemetry sampled in a background thread while a run is measured.
 
-Every ``period`` seconds (0.2 by default): for each GPU in use (NVML) utilisation %, memory used, power,
+Every ``period`` seconds (0.2 by default: NVML's utilisation and power are themselves averages over a
+sixth of a second or more, and every sample holds up the engine a little): for each GPU in use (NVML) utilisation %, memory used, power,
 the energy counter and SM clock and throttle reasons; torch's allocated/reserved bytes on the engine's device; this
 process's CPU % and RSS (psutil); and how long taking the sample took (``sample_time``, seconds), so that
 engine steps delayed by it can be told apart (slow_steps.py: "telemetry sample"). One row per sample and GPU (``gpu = -1`` on a machine without NVML,
@@ -173,4 +174,4 @@ def _energy(inside: list[dict[str, Any]], gpu: float, start: float, end: float) 
         return watts * (end - start)
     (first_t, first_e), (last_t, last_e) = read[0], read[-1]
     edges = (first_t - start) + (end - last_t)
-    return (last_e - first_e) + (watts * edges if edges > 0 else 0.0)
+    return (last_e - first_e) + watts * edges

@@ -164,7 +164,7 @@ class Sampler:
         # A row split over many programs, and a row one program reads whole: rows are read so once
         # they outnumber the programs the draw aims for (SampleConfig); the variants depend on neither
         # the number of rows nor the vocabulary, so a one-block vocabulary stands in for that batch.
-        for n, vocab in ((1, vocab_size), (1, min(vocab_size, draw.SampleConfig().block))):
+        for n, vocab in ((1, vocab_size), (1, min(vocab_size, draw.DEFAULT_CONFIG.block))):
             logits = torch.randn(n, vocab, device=self.device).to(dtype)
             scale = torch.full((n,), LOG2E, device=self.device)
             keys = torch.zeros(n, dtype=torch.int64, device=self.device)

@@ -215,17 +215,19 @@ class SampleConfig(NamedTuple):
     fast_log2: bool = True
 
 
+DEFAULT_CONFIG = SampleConfig()
+
+
 def sample(
     logits: torch.Tensor,
     scale: torch.Tensor,
     threshold: torch.Tensor | None,
     seed_keys: torch.Tensor,
     positions: torch.Tensor,
-    config: SampleConfig | None = None,
+    config: SampleConfig = DEFAULT_CONFIG,
 ) -> torch.Tensor:
     """Triton version of ``sample_ref``: one read of the logits, nothing of size (N, V) written."""
     require_triton("sample")
-    config = config or SampleConfig()
     N, V = logits.shape
     if logits.stride(-1) != 1:
         logits = logits.contiguous()

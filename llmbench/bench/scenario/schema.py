@@ -320,9 +320,7 @@ class SLO(StrictModel):
 
 class Telemetry(StrictModel):
     enabled: bool = True
-    # NVML's utilisation and power are themselves averages over a sixth of a second or more, and every
-    # sample holds up the engine a little (telemetry.py): 200 ms loses nothing of theirs.
-    period_ms: float = Field(default=200.0, gt=0)
+    period_ms: float = Field(default=200.0, gt=0)  # telemetry.py says why 200
 
 
 class Profile(StrictModel):
