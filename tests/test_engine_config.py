@@ -116,12 +116,13 @@ def message(**options) -> str:
         (
             {"tuning": {"skinny_rows": 1}},
             "tuning.skinny_rows: unknown tuning knob; valid: compile_mode, cuda_graph_buckets, "
-            "decode_longest_first, decode_split_tokens, kv_cache_scale, skinny_fusion, skinny_matmul_rows, tp_all_reduce, tp_fuse_matmul, tp_fuse_norm",
+            "decode_longest_first, decode_split_tokens, graph_sampling, kv_cache_scale, skinny_fusion, "
+            "skinny_matmul_rows, tp_all_reduce, tp_fuse_matmul, tp_fuse_norm",
         ),
         (
             {"tuning": 5},
             "tuning: expected a mapping of tuning knobs (cuda_graph_buckets, decode_split_tokens, decode_longest_first, "
-            "skinny_matmul_rows, skinny_fusion, tp_all_reduce, tp_fuse_norm, tp_fuse_matmul, compile_mode, kv_cache_scale), got 5",
+            "graph_sampling, skinny_matmul_rows, skinny_fusion, tp_all_reduce, tp_fuse_norm, tp_fuse_matmul, compile_mode, kv_cache_scale), got 5",
         ),
         (
             {"skinny_matmul_rows": 1},
@@ -228,6 +229,9 @@ def test_on_an_h200_the_fast_paths_are_chosen():
     assert r.tuning.skinny_matmul_rows == 1 and r.tuning.tp_all_reduce == "none"
     assert r.tuning.decode_longest_first  # the Triton decode kernel's default
     assert not resolved(h200s(), attention_backend="sdpa").tuning.decode_longest_first
+    assert r.tuning.graph_sampling  # the draw inside the decode graphs, where there are graphs
+    assert not resolved(h200s(), cuda_graph=False).tuning.graph_sampling
+    assert not resolved(CPU).tuning.graph_sampling
     assert r.max_model_len == 8192
 
 
@@ -342,6 +346,18 @@ def test_the_cpu_at_tp2_uses_gloo_without_fusions():
             {"tuning": {"decode_longest_first": True}},
             "tuning.decode_longest_first=True orders the Triton decode kernel's work: it needs "
             "attention_backend 'triton'",
+        ),
+        (
+            CPU,
+            {"tuning": {"graph_sampling": True}},
+            "tuning.graph_sampling=True draws decode steps' tokens inside their CUDA Graphs: it needs "
+            "cuda_graph=True, triton_kernels=True (the draw is a Triton kernel)",
+        ),
+        (
+            h200s(),
+            {"triton_kernels": False, "tuning": {"graph_sampling": True}},
+            "tuning.graph_sampling=True draws decode steps' tokens inside their CUDA Graphs: it needs "
+            "triton_kernels=True (the draw is a Triton kernel)",
         ),
         (
             CPU,

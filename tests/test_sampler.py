@@ -131,6 +131,17 @@ def test_an_all_greedy_engine_takes_the_argmax_path() -> None:
     assert not sampler.active
 
 
+def test_an_engine_draws_inside_its_graphs_only_while_no_request_asks_for_a_cut() -> None:
+    sampler, _ = _sampler([SamplingParams(temperature=0.6), SamplingParams(temperature=0.0)])
+    assert sampler.draws_in_graph
+    for cut in (dict(top_k=5), dict(top_p=0.9), dict(min_p=0.1)):
+        p = SamplingParams(temperature=0.6, **cut)
+        sampler.add("cut", p)
+        assert not sampler.draws_in_graph, cut
+        sampler.forget("cut", p)
+        assert sampler.draws_in_graph, cut
+
+
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 10_000), k=st.integers(1, 10))
 def test_top_k_floor_keeps_exactly_the_k_largest(seed: int, k: int) -> None:

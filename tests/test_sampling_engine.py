@@ -80,3 +80,42 @@ def test_request_seeds_follow_the_scenario_sampling_seed():
     assert seed(temperature=0.6) == seed(temperature=0.6, seed=3)  # default base: the scenario's seed
     assert seed(temperature=0.6, seed=4) != seed(temperature=0.6) != seed("8", temperature=0.6)
     assert seed(temperature=0.6, seed="engine") is None  # the engine derives its own
+
+
+@pytest.mark.gpu  # CUDA Graphs need a GPU
+@pytest.mark.parametrize("with_cut", [False, True], ids=["temperature", "with-top-p"])
+def test_the_graphs_draw_the_tokens_the_sampler_draws(with_cut):
+    # Temperature and greedy requests (and, with_cut, one with top-p, which keeps every draw outside the
+    # graphs): the same tokens with the draw inside the decode graphs or after them.
+    params = [
+        SamplingParams(temperature=0.9, seed=77, max_tokens=12, ignore_eos=True),
+        SamplingParams(temperature=0.0, max_tokens=10, ignore_eos=True),
+        SamplingParams(temperature=1.3, max_tokens=14, ignore_eos=True),  # unseeded
+        # with_cut: the longest request, so that every step has a row with a cut
+        SamplingParams(
+            temperature=0.6,
+            top_p=0.9 if with_cut else 1.0,
+            seed=3,
+            max_tokens=16 if with_cut else 9,
+            ignore_eos=True,
+        ),
+    ]
+    prompts = [MINE, *OTHERS[:3]]
+    runs, outside = [], []
+    for in_graph in (False, True):
+        llm = _llm(device="cuda", cuda_graph=True, tuning={"graph_sampling": in_graph})
+        calls = []
+
+        def counted(*args, calls=calls, sample=llm.engine.sampler.sample):
+            calls.append(1)
+            return sample(*args)
+
+        llm.engine.sampler.sample = counted
+        runs.append([o.token_ids for o in llm.generate(prompts, params)])
+        outside.append(len(calls))
+    assert runs[0] == runs[1]
+    assert len(set(runs[0][0])) > 6  # it really samples
+    if with_cut:
+        assert outside[1] == outside[0]
+    else:  # only steps that are not replayed (prefills) sample outside the graphs
+        assert outside[1] < outside[0] / 2

@@ -74,6 +74,9 @@ class Tuning:
     decode_longest_first: Triton decode attention takes a large batch's sequences longest context
         first, so that a batch of mixed lengths does not end with a few long ones running alone.
         auto: on with attention_backend 'triton'.
+    graph_sampling: the draw of a decode step's tokens (greedy and temperature rows; a step whose
+        requests ask for top-k, top-p or min-p samples after the graph) inside its CUDA Graph, so that it
+        costs no launches on the host. auto: on with cuda_graph and triton_kernels.
     skinny_matmul_rows: linear layers take the skinny Triton matmul for inputs of up to this many rows
         (0..8; decode at small batches), cuBLAS above; 0: cuBLAS always. auto: 1 with triton_kernels, else 0.
     skinny_fusion: what the skinny matmul does on its input's loads: 'all' (the RMSNorm before it, with
@@ -95,6 +98,7 @@ class Tuning:
     cuda_graph_buckets: tuple[int, ...] | None = None
     decode_split_tokens: int = 0
     decode_longest_first: bool | None = None
+    graph_sampling: bool | None = None
     skinny_matmul_rows: int | None = None
     skinny_fusion: str = AUTO
     tp_all_reduce: str = AUTO
@@ -271,7 +275,12 @@ def knob_names() -> tuple[str, ...]:
 
 def flippable_knobs() -> tuple[str, ...]:
     """Tuning knobs that are on/off switches: ``ablate --toggle tuning.NAME`` flips them like toggles."""
-    return ("tuning.decode_longest_first", "tuning.tp_fuse_norm", "tuning.tp_fuse_matmul")
+    return (
+        "tuning.decode_longest_first",
+        "tuning.graph_sampling",
+        "tuning.tp_fuse_norm",
+        "tuning.tp_fuse_matmul",
+    )
 
 
 def _check_one(

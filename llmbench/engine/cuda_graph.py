@@ -3,6 +3,11 @@
 A decode batch of n sequences runs in the graph of the smallest bucket >= n; the padded rows write no
 K/V (slot -1), attend over one token of block 0 (zeroed at allocation) and their logits are dropped.
 All buckets share one memory pool, captured largest first so the smaller graphs reuse its memory.
+
+With a ``draw`` (Tuning.graph_sampling) each graph ends in the sampling draw of its rows, from static
+buffers of per-row scales and seed keys that a step fills (or zeroes, for a greedy step): the step's ids
+come out of the replay, with no launch of their own on the host. A step that needs a cut before its draw
+(top-k, top-p, min-p) samples from the logits after the replay instead, and the graph's draw goes unused.
 """
 
 from __future__ import annotations
@@ -26,8 +31,11 @@ class CUDAGraphRunner:
         max_seq_len: int,
         device: torch.device,
         ordered: Callable[[int], bool] | None = None,
+        draw: Callable[..., torch.Tensor] | None = None,
     ) -> None:
         self.forward = forward  # (input_ids, positions, meta) -> logits (B, V)
+        # (logits, scale, threshold, seed_keys, positions) -> ids: kernels/sample.py's signature
+        self.draw = draw
         self.buckets = sorted(set(buckets))
         self.max_bs = self.buckets[-1]
         self.max_seq_len = max_seq_len
@@ -43,8 +51,12 @@ class CUDAGraphRunner:
         self.ordered = ordered or (lambda batch: False)
         self.identity = torch.arange(n, dtype=torch.int64, device=device)
         self.order = self.identity.clone()
+        # the draw's rows: log2(e) / T (0: greedy) and (seed key, position of the sampled token)
+        self.scale = torch.zeros(n, dtype=torch.float32, device=device)
+        self.sample_keys = torch.zeros(2, n, dtype=torch.int64, device=device)
+        self._scale_is_zero = True
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.outputs: dict[int, torch.Tensor] = {}
+        self.outputs: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}
         self.capture_time = 0.0
         self.memory_bytes = 0
 
@@ -61,6 +73,18 @@ class CUDAGraphRunner:
             decode_order=self.order[:bs] if self.ordered(bs) else None,
         )
 
+    @property
+    def draws(self) -> bool:
+        return self.draw is not None
+
+    def step(self, bs: int, meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """What a graph of bucket ``bs`` does, from the static buffers: the logits, and the ids drawn."""
+        logits = self.forward(self.input_ids[:bs], self.positions[:bs], meta)
+        if self.draw is None:
+            return logits, None
+        keys = self.sample_keys[:, :bs]
+        return logits, self.draw(logits, self.scale[:bs], None, keys[0], keys[1])
+
     @torch.inference_mode()
     def capture(self) -> None:
         start = time.perf_counter()
@@ -69,13 +93,11 @@ class CUDAGraphRunner:
         pool = None
         for bs in reversed(self.buckets):
             meta = self._meta(bs)
-            self.forward(
-                self.input_ids[:bs], self.positions[:bs], meta
-            )  # warm-up: kernels compiled, autotuned
+            self.step(bs, meta)  # warm-up: kernels compiled, autotuned
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):
-                self.outputs[bs] = self.forward(self.input_ids[:bs], self.positions[:bs], meta)
+                self.outputs[bs] = self.step(bs, meta)
             if pool is None:
                 pool = graph.pool()
             self.graphs[bs] = graph
@@ -106,7 +128,11 @@ class CUDAGraphRunner:
         seq_lens: torch.Tensor,  # (n,) int32
         block_tables: torch.Tensor,  # (n, max_blocks_per_seq) int32
         order: torch.Tensor | None = None,  # (n,) int64: the rows longest first, where that pays
-    ) -> tuple[torch.Tensor, int]:
+        draw: bool = False,  # return the ids the graph draws (needs a ``draw``)
+        sample_rows: tuple[torch.Tensor, torch.Tensor]
+        | None = None,  # (n,) scales, (2, n) keys; None: greedy
+    ) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+        """The rows' logits (n, V), their ids if ``draw`` (else None), and the bucket replayed."""
         n = input_ids.shape[0]
         bs = self.bucket_for(n)
         assert bs is not None, "batch larger than the largest CUDA Graph bucket"
@@ -124,5 +150,15 @@ class CUDAGraphRunner:
             self.block_tables[n:bs].zero_()
             if ordered:
                 self.order[n:bs].copy_(self.identity[n:bs])
+        if draw:
+            assert self.draw is not None, "a draw asked of graphs captured without one"
+            if sample_rows is not None:
+                self.scale[:n].copy_(sample_rows[0], non_blocking=True)
+                self.sample_keys[:, :n].copy_(sample_rows[1], non_blocking=True)
+                self._scale_is_zero = False
+            elif not self._scale_is_zero:  # greedy rows: scale 0 (padded rows' ids are dropped)
+                self.scale.zero_()
+                self._scale_is_zero = True
         self.graphs[bs].replay()
-        return self.outputs[bs][:n], bs
+        logits, ids = self.outputs[bs]
+        return logits[:n], ids[:n] if draw and ids is not None else None, bs

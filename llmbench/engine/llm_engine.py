@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import time
 
+import torch
+
 from llmbench.engine import step_counters, tp_lifecycle
 from llmbench.engine.async_scheduling import InFlight, mark_pending, sampling_rows, set_token_fill
 from llmbench.engine.block_manager import BlockManager, SlabAllocator
@@ -189,11 +191,12 @@ class LLMEngine:
         with phase("build_inputs"):
             arrays = build_step(batch.seqs, batch.num_new_tokens, self.config.block_size, self.tables)
             self.sampler.attach(arrays, batch)
-        logits, stats.graph_bucket, stats.graph_padding, rows = self._execute(arrays)
+        executed = self._execute(arrays)
+        stats.graph_bucket, stats.graph_padding = executed.graph_bucket, executed.graph_padding
         with phase("bookkeeping"):
             sampling = self.scheduler.advance(batch)
         with phase("sample"):
-            ids = self.sampler.sample(logits, rows)
+            ids = self._sample(executed)
         with phase("copy_to_host"):
             tokens = ids.tolist()
         now = time.perf_counter()  # tokens are on the host now
@@ -206,15 +209,23 @@ class LLMEngine:
             return self._end(out)
 
     def _execute(self, arrays: StepArrays) -> Executed:
-        """The step on every rank (rank 0 sends it to the others first)."""
+        """The step on every rank (rank 0 sends it to the others first; it alone samples, so it alone
+        asks its CUDA Graph for the draw)."""
+        draw = self.sampler.draws_in_graph
         if self.workers is None:
-            return self.runner.execute(arrays)
+            return self.runner.execute(arrays, draw)
         try:
             with phase("tp_send"):
                 self.workers.step(arrays)
-            return self.runner.execute(arrays)
+            return self.runner.execute(arrays, draw)
         except BaseException as e:
             tp_lifecycle.fail(self, e)
+
+    def _sample(self, executed: Executed) -> torch.Tensor:
+        """The step's ids on the device: drawn by its CUDA Graph, or now from its logits."""
+        if executed.ids is not None:
+            return executed.ids
+        return self.sampler.sample(executed.logits, executed.sample_rows)
 
     # -- traces (engine/tracer.py): every rank records the same steps into a file of its own -----------
 
@@ -277,9 +288,10 @@ class LLMEngine:
                 set_token_fill(batch, arrays)
                 sampling = sampling_rows(batch)
                 self.sampler.attach(arrays, batch, sampling)
-            logits, stats.graph_bucket, stats.graph_padding, rows = self._execute(arrays)
+            executed = self._execute(arrays)
+            stats.graph_bucket, stats.graph_padding = executed.graph_bucket, executed.graph_padding
             with phase("sample"):
-                ids = self.sampler.sample(logits, rows)
+                ids = self._sample(executed)
                 try:
                     self.runner.share_sampled(ids, len(sampling))  # the other ranks receive them likewise
                 except BaseException as e:

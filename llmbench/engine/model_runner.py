@@ -20,10 +20,12 @@ from llmbench.engine.cuda_graph import CUDAGraphRunner
 from llmbench.engine.outputs import StartupStats
 from llmbench.engine.ranges import enable_nvtx, phase
 from llmbench.engine.resolve import ResolvedConfig
+from llmbench.engine.sampler import SCALE
 from llmbench.engine.staging import Staging
 from llmbench.engine.step_inputs import StepArrays
 from llmbench.engine.tracer import Tracer
 from llmbench.engine.work import RankWeights, rank_weights
+from llmbench.kernels import sample as draw_kernel
 from llmbench.kernels import triton_decode
 from llmbench.kernels.kv_quant import is_fp8, kv_dtype
 from llmbench.layers.attention.backends import make_backend
@@ -55,6 +57,7 @@ class Executed(NamedTuple):
     graph_bucket: int | None
     graph_padding: int
     sample_rows: tuple[torch.Tensor, torch.Tensor] | None  # for Sampler.sample
+    ids: torch.Tensor | None = None  # (N,) int64: the rows' tokens, drawn inside the step's CUDA Graph
 
 
 class ModelRunner:
@@ -179,6 +182,7 @@ class ModelRunner:
                 max_model_len,
                 self.device,
                 ordered=self._order_pays if config.tuning.decode_longest_first else None,
+                draw=draw_kernel.sample if config.tuning.graph_sampling else None,
             )
             self.graphs.capture()
             self.startup.graph_capture_time = self.graphs.capture_time
@@ -303,9 +307,10 @@ class ModelRunner:
         return StepInputs(input_ids, positions, meta, logits_indices, sample_rows)
 
     @torch.inference_mode()
-    def execute(self, step: StepArrays) -> Executed:
+    def execute(self, step: StepArrays, draw: bool = False) -> Executed:
         """Run a step; return the logits of the sampling rows (N, V) in the model dtype, the graph bucket
-        (or None) and its padding, and the device copies of the step's sampling rows.
+        (or None) and its padding, the device copies of the step's sampling rows, and with ``draw`` (the
+        step's rows need no cut: ``Sampler.draws_in_graph``) their ids where the step's CUDA Graph drew them.
 
         Rows named by ``step.fill_rows`` (asynchronous scheduling) take their token from the previous
         step's samples (``share_sampled``), still on the device: no wait for the host.
@@ -325,18 +330,23 @@ class ModelRunner:
             self.kv_calibrate = False
         if use_graph:
             assert self.graphs is not None
+            every_row = len(step.logits_indices) == n  # every row samples (the usual decode step does)
+            draw = draw and every_row and self.graphs.draws
+            rows = inputs.sample_rows
             with phase("graph_replay"):
-                logits, bucket = self.graphs.run(
+                logits, ids, bucket = self.graphs.run(
                     inputs.input_ids,
                     inputs.positions,
                     inputs.meta.slot_mapping,
                     inputs.meta.seq_lens,
                     inputs.meta.block_tables,
                     inputs.meta.decode_order,
+                    draw=draw,
+                    sample_rows=None if rows is None else (rows[0][SCALE], rows[1]),
                 )
-                if len(step.logits_indices) != n:  # not every row samples (the usual decode step does)
+                if not every_row:
                     logits = logits[inputs.logits_indices]
-                return Executed(logits, bucket, bucket - n, inputs.sample_rows)
+                return Executed(logits, bucket, bucket - n, rows, ids)
         with phase("forward"):
             hidden = self._forward(inputs.input_ids, inputs.positions, inputs.meta, self.kv_caches)
             logits = self.model.compute_logits(hidden[inputs.logits_indices])

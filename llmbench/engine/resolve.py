@@ -42,6 +42,7 @@ class ResolvedTuning:
     cuda_graph_buckets: tuple[int, ...]  # () when cuda_graph is off
     decode_split_tokens: int  # 0: equal slices per sequence, chosen per step
     decode_longest_first: bool
+    graph_sampling: bool
     skinny_matmul_rows: int  # 0: cuBLAS always
     skinny_fusion: str  # "all" | "silu" | "none"
     tp_all_reduce: str  # "nccl" (gloo on the CPU) | "symm_mem" | "none" (tp=1)
@@ -185,6 +186,12 @@ def _resolve_tuning(
         "tuning.decode_longest_first=True orders the Triton decode kernel's work",
         ("attention_backend 'triton'", backend == "triton"),
     )
+    graph_sampling = _switch(
+        t.graph_sampling,
+        "tuning.graph_sampling=True draws decode steps' tokens inside their CUDA Graphs",
+        ("cuda_graph=True", cuda_graph),
+        ("triton_kernels=True (the draw is a Triton kernel)", triton_kernels),
+    )
     all_reduce = _all_reduce(t.tp_all_reduce, config.tp, device, facts)
     fuse_norm = _switch(
         t.tp_fuse_norm,
@@ -221,6 +228,7 @@ def _resolve_tuning(
         cuda_graph_buckets=tuple(sorted(set(buckets))) if cuda_graph else (),
         decode_split_tokens=t.decode_split_tokens,
         decode_longest_first=longest_first,
+        graph_sampling=graph_sampling,
         skinny_matmul_rows=skinny_rows,
         skinny_fusion=fusion,
         tp_all_reduce=all_reduce,

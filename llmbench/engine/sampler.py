@@ -13,13 +13,11 @@ travel in the step's single host-to-device upload, ``StepArrays.sample_params`` 
 
 Which of steps 1-2 run is decided on the host from counts of the requests in the engine (never a wait
 for the device); a row without a cut gets -inf, so running a step for another row changes nothing in it.
-While no request in the engine samples, a step is one argmax, as it always was.
+While no request in the engine samples, a step outside a CUDA Graph is one argmax.
 
-Sampling stays outside the decode CUDA Graphs. A temperature-only step is two kernel launches (the draw
-and the pick of each row's winner among its slices); inside the graph they would save that launch time
-on the host, which asynchronous scheduling already overlaps with the device, at the price of static
-per-bucket buffers for the settings, a fixed k for top-k and one captured variant per combination of
-cuts in every bucket.
+A decode step replayed from a CUDA Graph draws inside the graph when its rows need no cut
+(``draws_in_graph``; Tuning.graph_sampling, engine/cuda_graph.py): the draw then costs the host no
+launches. A step whose requests ask for a cut samples here, from the graph's logits.
 """
 
 from __future__ import annotations
@@ -112,6 +110,12 @@ class Sampler:
     def active(self) -> bool:
         """Whether any request in the engine samples (otherwise every step is an argmax)."""
         return self._num_sampled > 0
+
+    @property
+    def draws_in_graph(self) -> bool:
+        """Whether a step's draw may be the CUDA Graph's: none of the engine's requests asks for a cut
+        (top-k, top-p, min-p), which needs a shape (the batch's largest k) or a kernel the graph has not."""
+        return not (self._top_k or self._num_top_p or self._num_min_p)
 
     def attach(
         self, arrays: StepArrays, batch: ScheduledBatch, sampling: list[Sequence] | None = None

@@ -1,0 +1,66 @@
+"""The draw inside the decode CUDA Graphs (Tuning.graph_sampling): what a replay is given to draw with.
+Capturing needs a GPU (tests/test_sampling_engine.py runs the engine so); here each "replay" runs the
+captured step eagerly from the same static buffers, as the graph would."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+
+from llmbench.engine.cuda_graph import CUDAGraphRunner
+from llmbench.engine.sampler import LOG2E
+from llmbench.kernels import sample as draw
+
+V = 64
+
+
+def _runner() -> tuple[CUDAGraphRunner, torch.Tensor]:
+    torch.manual_seed(0)
+    table = torch.randn(100, V) * 0.1  # an input id's logits; flat, so that draws stray from the argmax
+
+    def forward(input_ids, positions, meta):
+        return table[input_ids]
+
+    runner = CUDAGraphRunner(forward, [2, 4], 4, 32, torch.device("cpu"), draw=draw.sample_ref)
+    for bs in runner.buckets:
+        meta = runner._meta(bs)
+
+        def replay(bs=bs, meta=meta):
+            runner.outputs[bs] = runner.step(bs, meta)
+
+        runner.graphs[bs] = SimpleNamespace(replay=replay)
+    return runner, table
+
+
+def _run(runner: CUDAGraphRunner, ids: torch.Tensor, rows=None, draw_ids: bool = True):
+    n = ids.shape[0]
+    zeros = torch.zeros(n, dtype=torch.long)
+    return runner.run(
+        ids, zeros, zeros - 1, torch.ones(n, dtype=torch.int32), torch.zeros(n, 4, dtype=torch.int32),
+        draw=draw_ids, sample_rows=rows,
+    )  # fmt: skip
+
+
+def test_a_replay_draws_with_its_step_rows_and_a_greedy_step_after_it_takes_the_argmax() -> None:
+    runner, table = _runner()
+    ids = torch.tensor([3, 7, 11])
+    scale = torch.tensor([LOG2E / 0.6, 0.0, LOG2E / 1.3])  # the middle row greedy
+    draws = []
+    for keys in (torch.tensor([[5, 6, 7], [10, 11, 12]]), torch.tensor([[8, 6, 9], [40, 41, 42]])):
+        logits, got, bucket = _run(runner, ids, (scale, keys))
+        assert bucket == 4 and logits.shape == (3, V)
+        assert got.tolist() == draw.sample_ref(table[ids], scale, None, keys[0], keys[1]).tolist()
+        draws.append(got.tolist())
+    argmax = table[ids].argmax(-1).tolist()
+    assert draws[0][1] == draws[1][1] == argmax[1]
+    assert draws[0] != draws[1] and draws[0] != argmax  # the rows' keys and scales reached the draw
+    _, got, _ = _run(runner, ids)  # greedy: the scales left by the last step are zeroed
+    assert got.tolist() == argmax
+
+
+def test_a_replay_without_the_draw_gives_logits_only() -> None:
+    runner, table = _runner()
+    logits, got, bucket = _run(runner, torch.tensor([1, 2]), draw_ids=False)
+    assert got is None and bucket == 2
+    assert torch.equal(logits, table[torch.tensor([1, 2])])
