@@ -14,6 +14,7 @@ import torch
 from llmbench import LLM, SamplingParams
 from llmbench.bench.derived import (
     decode_bytes,
+    decode_model,
     prefill_flops,
     rank_weights_of,
     step_summary,
@@ -132,6 +133,59 @@ def test_step_summary_means_the_per_step_utilisations():
     s = step_summary(steps, u)
     assert s["decode_bw_util_mean"] == pytest.approx(np.mean(u.decode_bw))
     assert s["decode_step_mean"] == pytest.approx(0.003) and s["kv_usage_max"] == pytest.approx(0.75)
+
+
+# -- the decode step model ------------------------------------------------------------------------
+
+FIXED, PER_SEQ, RATE = 1.5e-3, 2e-6, 4e12  # s a step, s a sequence, K/V bytes/s
+
+
+def modelled_steps(seqs, contexts, noise=20e-6, kv_per_token=100_000, seed=0):
+    """Decode steps whose times follow the step model, plus Gaussian noise; their KV bytes by token."""
+    rng = np.random.default_rng(seed)
+    steps, kv = [], []
+    for n, c in zip(seqs, contexts, strict=True):
+        t = FIXED + PER_SEQ * n + c * kv_per_token / RATE + rng.normal(0, noise)
+        steps.append(step("decode", t, decode=n, rows=n, context=c)._replace(num_seqs=n))
+        kv.append(c * kv_per_token)
+    return steps, np.array(kv, dtype=float)
+
+
+def test_the_step_model_recovers_the_fixed_part_and_the_kv_rate():
+    seqs = np.linspace(256, 1, 600).round().astype(int)  # a shrinking batch, as in an offline run
+    contexts = seqs * np.linspace(500, 1500, 600).astype(int)  # whose contexts grow
+    steps, kv = modelled_steps(seqs, contexts)
+    fit = decode_model(steps, kv)
+    assert fit["decode_fixed"] == pytest.approx(FIXED, rel=0.02)
+    assert fit["decode_kv_rate"] == pytest.approx(RATE, rel=0.02)
+    # through step_utilisation: the K/V bytes are the steps' contexts at the model's bytes per token
+    u = step_utilisation(steps, {"rank_weights": weights(kv_bytes_per_token=100_000)}, None)
+    assert np.allclose(u.kv_bytes, kv) and step_summary(steps, u)["decode_kv_rate"] == fit["decode_kv_rate"]
+
+
+def test_one_sequence_leaves_out_the_sequences_term():
+    contexts = np.arange(100, 100 + 4 * 256, 4) * 100  # one long sequence's growing context
+    steps, kv = modelled_steps(np.ones(256, dtype=int), contexts, noise=2e-6)
+    fit = decode_model(steps, kv)
+    assert fit["decode_fixed"] == pytest.approx(FIXED + PER_SEQ, rel=0.02)
+    assert fit["decode_kv_rate"] == pytest.approx(RATE, rel=0.05)
+
+
+def test_the_rate_is_left_out_where_the_contexts_cannot_show_it():
+    seqs = np.full(100, 8)
+    few, kv = modelled_steps(seqs[:10], np.arange(10) * 1000 + 1000)
+    assert all(math.isnan(v) for v in decode_model(few, kv).values())  # too few steps for a fit
+    same, kv = modelled_steps(seqs, np.full(100, 4000))  # contexts that never change
+    assert all(math.isnan(v) for v in decode_model(same, kv).values())
+    # contexts that vary a little under noise that hides their cost: neither figure (whichever sign the
+    # noise gives the slope; the intercept then swings with it)
+    for seed in range(10):
+        noisy, kv = modelled_steps(seqs, 4000 + np.arange(100) % 7, noise=200e-6, seed=seed)
+        assert all(math.isnan(v) for v in decode_model(noisy, kv).values()), seed
+    # prefill and mixed steps take no part: the same steps as mixed ones give nothing
+    clear, kv = modelled_steps(seqs, np.arange(100) * 100 + 1000)
+    assert not math.isnan(decode_model(clear, kv)["decode_kv_rate"])
+    assert all(math.isnan(v) for v in decode_model([s._replace(kind="mixed") for s in clear], kv).values())
 
 
 # -- one rank's parameters, read from the rank ---------------------------------------------------

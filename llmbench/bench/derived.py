@@ -22,6 +22,17 @@ prefill FLOPs per GPU per step (prefill steps only):
 decode bandwidth utilisation = decode bytes / step time / one GPU's memory bandwidth peak
 prefill FLOP utilisation     = prefill FLOPs / step time / one GPU's matmul FLOP/s peak
 
+The decode step model: over one repeat's decode steps, the least-squares fit
+
+    step time = fixed + per sequence x sequences + K/V bytes read / KV read rate
+
+splits a decode step into what it costs whatever its batch and contexts (``decode_fixed``: the weights'
+read, the launches, the kernels' ramps and tails) and the rate at which it reads the K/V its contexts
+hold (``decode_kv_rate``, bytes/s per GPU). Which of the two a variant moves says where it acts. The fit
+needs at least 20 decode steps; the sequences' term is left out where every step has the same number;
+both figures are given only where the K/V coefficient is positive and at least 5 standard errors from
+zero: the contexts must vary enough for their cost to show, or the fixed part is as unsure as the rate.
+
 Mixed steps (prefill chunks with decodes, under chunked_prefill) get neither figure: their time is shared
 between a bandwidth-bound and a compute-bound part and neither ceiling describes it; their counts are in
 the steps table. Left out everywhere: elementwise work (norms, RoPE, activations), the K/V the step
@@ -48,6 +59,11 @@ class StepUtilisation(NamedTuple):
     prefill_flops: np.ndarray
     decode_bytes: np.ndarray  # per GPU, NaN where it does not apply; known without a peak
     prefill_flop_count: np.ndarray
+    kv_bytes: np.ndarray  # per GPU: the K/V a decode step reads (part of decode_bytes), NaN elsewhere
+
+
+MIN_FIT_STEPS = 20  # decode steps the step model needs
+MIN_RATE_T = 5.0  # the KV coefficient's size in standard errors below which no rate is given
 
 
 def decode_bytes(step: StepRecord, w: RankWeights) -> float:
@@ -78,13 +94,14 @@ def rank_weights_of(model_info: Any) -> RankWeights | None:
 
 def step_utilisation(steps: list[StepRecord], model_info: Any, peak: PeakUsed | None) -> StepUtilisation:
     n = len(steps)
-    out = StepUtilisation(*(np.full(n, math.nan) for _ in range(4)))
+    out = StepUtilisation(*(np.full(n, math.nan) for _ in range(5)))
     w = rank_weights_of(model_info)
     if w is None:  # a peer backend has no engine steps nor a breakdown of its weights
         return out
     for i, s in enumerate(steps):
         if s.kind == "decode":
             out.decode_bytes[i] = decode_bytes(s, w)
+            out.kv_bytes[i] = s.context_tokens * w.kv_bytes_per_token
             if peak is not None and s.duration > 0:
                 out.decode_bw[i] = out.decode_bytes[i] / s.duration / peak.mem_bandwidth
         elif s.kind == "prefill":
@@ -116,7 +133,31 @@ def step_summary(steps: list[StepRecord], util: StepUtilisation) -> dict[str, fl
         "decode_bw_util_mean": _nanmean(util.decode_bw),
         "prefill_flop_util_mean": _nanmean(util.prefill_flops),
         "kv_usage_max": float(max(used)) if used else nan,
+        **decode_model(steps, util.kv_bytes),
     }
+
+
+def decode_model(steps: list[StepRecord], kv_bytes: np.ndarray) -> dict[str, float]:
+    """The decode step model's figures (module docstring); NaN where the steps cannot give them."""
+    out = {"decode_fixed": math.nan, "decode_kv_rate": math.nan}
+    rows = [i for i, s in enumerate(steps) if s.kind == "decode" and np.isfinite(kv_bytes[i])]
+    if len(rows) < MIN_FIT_STEPS:
+        return out
+    t = np.array([steps[i].duration for i in rows])
+    seqs = np.array([steps[i].num_seqs for i in rows], dtype=float)
+    kv = kv_bytes[rows] / 1e9  # GB: columns of similar size
+    columns = [np.ones_like(t), kv] + ([seqs] if np.ptp(seqs) > 0 else [])
+    x = np.stack(columns, axis=1)
+    coef, _, rank, _ = np.linalg.lstsq(x, t, rcond=None)
+    if rank < x.shape[1] or len(t) <= x.shape[1]:
+        return out
+    resid = t - x @ coef
+    cov = resid @ resid / (len(t) - x.shape[1]) * np.linalg.inv(x.T @ x)
+    slope, se = coef[1], math.sqrt(cov[1, 1])
+    if slope > 0 and slope >= MIN_RATE_T * se:  # else the intercept is as unsure as the slope
+        out["decode_fixed"] = float(coef[0])
+        out["decode_kv_rate"] = float(1e9 / slope)
+    return out
 
 
 def _nanmean(x: np.ndarray) -> float:

@@ -90,6 +90,8 @@ METRICS: dict[str, MetricInfo] = {
     "num_steps": MetricInfo("engine steps", "count", ""),
     "decode_step_mean": MetricInfo("decode step mean", "s", "lower"),
     "decode_bw_util_mean": MetricInfo("decode bandwidth util", "fraction", "higher"),
+    "decode_fixed": MetricInfo("decode step, fixed part", "s", "lower"),
+    "decode_kv_rate": MetricInfo("decode KV read rate", "bytes/s", "higher"),
     "prefill_flop_util_mean": MetricInfo("prefill FLOP util", "fraction", "higher"),
     "kv_usage_max": MetricInfo("KV blocks used max", "fraction", ""),
     "prefix_cache_hit_rate": MetricInfo("prefix cache hit rate", "fraction", "higher"),

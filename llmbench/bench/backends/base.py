@@ -23,6 +23,8 @@ ENGINE_ONLY = (
     "num_steps",
     "decode_step_mean",
     "decode_bw_util_mean",
+    "decode_fixed",
+    "decode_kv_rate",
     "prefill_flop_util_mean",
     "kv_usage_max",
     "prefix_cache_hit_rate",

@@ -40,6 +40,8 @@ DELTA_METRICS = (
     "e2e_p50",
     "output_throughput",
     "decode_step_mean",  # the per-step cost of what a variant changes (a sampling setting, a kernel)
+    "decode_fixed",  # ... and which part of it: the step's fixed part, or the rate it reads K/V at
+    "decode_kv_rate",
     "peak_memory",
     "energy_per_token",
 )

@@ -19,16 +19,16 @@ SUMMARY_METRICS = (
     "ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p99", "itl_p50", "itl_p99", "e2e_p50", "e2e_p99",
     "queue_p50", "client_queue_p50", "client_queue_p99", "output_throughput", "total_throughput",
     "request_throughput", "goodput", "slo_attainment", "num_completed", "num_failed", "num_output_mismatch",
-    "duration", "arrival_lag_p99", "decode_step_mean", "decode_bw_util_mean", "prefill_flop_util_mean",
-    "kv_usage_max", "kv_capacity_tokens", "kv_capacity_seqs", "limit_kv_share", "limit_seqs_share",
-    "limit_tokens_share", "prefix_cache_hit_rate", "preemptions", "gpu_util_mean", "power_mean", "energy_per_token",
+    "duration", "arrival_lag_p99", "decode_step_mean", "decode_bw_util_mean", "decode_fixed", "decode_kv_rate",
+    "prefill_flop_util_mean", "kv_usage_max", "kv_capacity_tokens", "kv_capacity_seqs", "limit_kv_share",
+    "limit_seqs_share", "limit_tokens_share", "prefix_cache_hit_rate", "preemptions", "gpu_util_mean", "power_mean", "energy_per_token",
     "peak_memory", "cpu_util_mean",
 )  # fmt: skip
 
 
 def display_unit(metric: str) -> str:
     unit = METRICS[metric].unit if metric in METRICS else ""
-    return {"s": "ms", "fraction": "%", "bytes": "GiB", "count": ""}.get(unit, unit)
+    return {"s": "ms", "fraction": "%", "bytes": "GiB", "bytes/s": "GB/s", "count": ""}.get(unit, unit)
 
 
 def display_value(metric: str, value: Any) -> float:
@@ -43,6 +43,8 @@ def display_value(metric: str, value: Any) -> float:
         return v * 100
     if unit == "bytes":
         return v / 2**30
+    if unit == "bytes/s":
+        return v / 1e9
     return v
 
 
