@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -85,7 +86,7 @@ def test_html_report_is_self_contained_with_plots(runs, tmp_path):
     )
     assert res.exit_code == 0, res.output
     html = target.read_text()
-    assert html.count("data:image/png;base64,") >= 3  # CDFs, throughput, telemetry
+    assert html.count("data:image/png;base64,") >= 4  # CDFs, throughput, telemetry, decode steps
     assert "<table>" in html and 'class="num"' in html
     assert "http://" not in html and "https://" not in html
 
@@ -381,3 +382,17 @@ def test_each_ablation_is_compared_with_its_own_baseline(tmp_path):
         assert f"· {name} ·" in title and title.endswith(f"baseline @ {name}")
     rows = [line for line in res.stdout.splitlines() if line.startswith("| baseline @")]
     assert not rows, "a baseline of one ablation was listed as a variant of the other"
+
+
+def test_the_decode_step_plot_takes_each_variant_s_decode_steps(runs):
+    from llmbench.bench.report.frame import load_groups
+    from llmbench.bench.report.html import decode_step_points
+
+    groups, _ = load_groups([runs["baseline"]])
+    (group,) = groups
+    steps = group.runs[0].table("steps")
+    decode = steps[steps["kind"] == "decode"]
+    x, y = decode_step_points(group)
+    assert 0 < x.size == len(decode) < len(steps)  # prefills left out
+    assert np.allclose(x, decode["context_tokens"] / 1e3)
+    assert np.allclose(y, (decode["end"] - decode["start"]) * 1e3)

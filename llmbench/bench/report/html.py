@@ -1,8 +1,10 @@
 """A self-contained HTML report: the report's tables plus matplotlib plots embedded as base64 PNG.
 
 Plots per scenario: latency CDFs (TTFT, TPOT, E2E) per variant, output throughput per variant with 95%
-intervals, and telemetry over time (GPU utilisation and power with NVML; process CPU % and RSS without).
-The page loads nothing from anywhere.
+intervals, telemetry over time (GPU utilisation and power with NVML; process CPU % and RSS without), and
+each decode step's time against the context it read (the decode step model's data: a variant that moves
+the fixed part shifts the cloud, one that moves the K/V read rate tilts it). The page loads nothing from
+anywhere.
 """
 
 from __future__ import annotations
@@ -140,6 +142,42 @@ def telemetry_plot(groups: list[Group]) -> str:
     return _png(fig)
 
 
+MAX_STEP_POINTS = 4000  # decode steps drawn per variant (evenly thinned beyond)
+
+
+def decode_step_points(group: Group) -> tuple[np.ndarray, np.ndarray]:
+    """The decode steps of a group's first run: context tokens read (thousands) and step time (ms)."""
+    df = group.runs[0].table("steps")
+    if df.empty or "context_tokens" not in df:
+        return np.empty(0), np.empty(0)
+    d = df[(df["kind"] == "decode") & (df["end"] > df["start"])]
+    if len(d) > MAX_STEP_POINTS:
+        d = d.iloc[np.linspace(0, len(d) - 1, MAX_STEP_POINTS).astype(int)]
+    return d["context_tokens"].to_numpy() / 1e3, (d["end"] - d["start"]).to_numpy() * 1e3
+
+
+def decode_step_plot(groups: list[Group]) -> str:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    plotted = False
+    for g in groups:
+        x, y = decode_step_points(g)
+        if x.size:
+            ax.scatter(x, y, s=4, alpha=0.4, label=g.label)
+            plotted = True
+    if not plotted:
+        plt.close(fig)
+        return ""
+    ax.set_xlabel("context tokens read by the step (thousands, summed over its sequences)")
+    ax.set_ylabel("decode step (ms)")
+    ax.set_title("decode steps: time against the K/V they read (first run of each variant)")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize="small", markerscale=3)
+    ax.grid(alpha=0.3)
+    return _png(fig)
+
+
 def render_html(sections: list[tuple[str, list[View], list[Group]]], problems: list[str]) -> str:
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>llmbench report</title><style>{_CSS}</style></head><body>"
@@ -157,6 +195,7 @@ def render_html(sections: list[tuple[str, list[View], list[Group]]], problems: l
             latency_cdfs(groups),
             throughput_bars(groups),
             telemetry_plot(groups),
+            decode_step_plot(groups),
             profile_bars(groups),
         ):
             if plot:
