@@ -91,8 +91,8 @@ class Launch:
         self.signature: dict[str, str] = {}
         self.constexprs: dict[tuple[int, ...], Any] = {}
         # What a launch on a GPU tells the compiler (Triton's specialisation): 16-byte aligned pointers
-        # and integers divisible by 16, except those the kernel asks not to specialise on. It decides,
-        # for one, whether loads are vectorised.
+        # and integers divisible by 16, except those the kernel asks not to specialise on (or, pointers,
+        # not on their alignment). It decides, for one, whether loads are vectorised.
         self.attrs: dict[tuple[int, ...], list] = {}
         for i, p in enumerate(params):
             value = values[p.name]
@@ -106,7 +106,11 @@ class Launch:
                     if isinstance(value, torch.Tensor)
                     else not isinstance(value, bool) and isinstance(value, int) and value % 16 == 0
                 )
-                if aligned and not p.do_not_specialize:
+                if (
+                    aligned
+                    and not p.do_not_specialize
+                    and not getattr(p, "do_not_specialize_on_alignment", False)
+                ):
                     self.attrs[(i,)] = [["tt.divisibility", 16]]
 
     @property

@@ -16,7 +16,7 @@ import torch
 pytest.importorskip("triton")
 
 from llmbench.kernels import sample as draw  # noqa: E402
-from llmbench.kernels._triton import cdiv, tl  # noqa: E402
+from llmbench.kernels._triton import aligns_on_request, cdiv, tl  # noqa: E402
 from llmbench.kernels.sample import DEFAULT_CONFIG, SampleConfig, sample, sample_ref, uniforms_ref  # noqa: E402
 from llmbench.kernels.sample_cut import cut_threshold, cut_threshold_ref  # noqa: E402
 
@@ -161,3 +161,36 @@ def test_cut_kernel_keeps_what_the_reference_keeps(n: int, v: int, spread: float
         tokens = ((logits.float() >= got[:, None]) != (logits.float() >= want[:, None])).sum(dim=-1)
         print(f"cut {n}x{v} spread {spread}: rows keep {tokens.tolist()} other tokens")
         assert tokens.max().item() <= (0 if INTERPRET else 2)
+
+
+def _launch_key(kernel, name: str, t: torch.Tensor):
+    """What ``kernel`` specialises a launch on for pointer argument ``name`` = ``t``, as the compiled
+    (not interpreted) form of the same kernel would."""
+    from triton.backends.compiler import BaseBackend
+    from triton.runtime.jit import JITFunction, native_specialize_impl
+
+    jitted = kernel if isinstance(kernel, JITFunction) else JITFunction(kernel.fn, **kernel.kwargs)
+    (kp,) = [p for p in jitted.params if p.name == name]
+    return native_specialize_impl(
+        BaseBackend, t, False, not kp.do_not_specialize, not kp.do_not_specialize_on_alignment
+    )
+
+
+@pytest.mark.skipif(not aligns_on_request(), reason="this Triton specialises every pointer on its alignment")
+def test_rows_at_any_offset_of_a_step_upload_launch_the_same_compiled_draw_and_cut() -> None:
+    # (2, N) keys with N odd: the positions' row starts 8 bytes past a 16-byte boundary. A kernel that
+    # specialised on it would compile again inside a measured step the first time N is odd.
+    from llmbench.kernels import sample_cut
+
+    keys = torch.zeros(2, 3, dtype=torch.int64)
+    assert keys[0].data_ptr() % 16 == 0 and keys[1].data_ptr() % 16 == 8
+    for kernel, names in (
+        (draw._sample_kernel, draw.ROW_POINTERS),
+        (sample_cut._cut_kernel, sample_cut.ROW_POINTERS),
+    ):
+        for name in names:
+            assert _launch_key(kernel, name, keys[0]) == _launch_key(kernel, name, keys[1]), name
+    # and the check sees a pointer that is specialised: the logits
+    assert _launch_key(draw._sample_kernel, "logits_ptr", keys[0]) != _launch_key(
+        draw._sample_kernel, "logits_ptr", keys[1]
+    )

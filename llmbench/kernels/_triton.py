@@ -25,21 +25,40 @@ except ImportError:  # the references still work; the Triton versions raise in r
     HAS_TRITON = False
 
 
-def jit(fn: Callable[..., Any] | None = None, *, do_not_specialize: tuple[str, ...] = ()) -> Any:
+def jit(
+    fn: Callable[..., Any] | None = None,
+    *,
+    do_not_specialize: tuple[str, ...] = (),
+    unaligned: tuple[str, ...] = (),
+) -> Any:
     """``triton.jit`` when Triton is installed, else the plain function.
 
     ``do_not_specialize`` names integer arguments that change from step to step (batch size, block-table
     width): Triton would otherwise compile a new variant the first time one of them is 1 or a multiple of
-    16, and that compile (about a second) would land inside a measured step."""
+    16, and that compile (about a second) would land inside a measured step. ``unaligned`` names pointer
+    arguments that may point into the middle of a buffer (the rows of a step's upload, whose offsets
+    follow the number of rows): Triton would compile a variant for each alignment to 16 bytes they come
+    with. (A Triton without ``do_not_specialize_on_alignment`` still specialises them.)"""
 
     def wrap(f: Callable[..., Any]) -> Any:
         if not HAS_TRITON:
             return f
-        return (
-            triton.jit(f, do_not_specialize=list(do_not_specialize)) if do_not_specialize else triton.jit(f)
-        )
+        options: dict[str, Any] = {}
+        if do_not_specialize:
+            options["do_not_specialize"] = list(do_not_specialize)
+        if unaligned and aligns_on_request():
+            options["do_not_specialize_on_alignment"] = list(unaligned)
+        return triton.jit(f, **options)
 
     return wrap(fn) if fn is not None else wrap
+
+
+@cache
+def aligns_on_request() -> bool:
+    """Whether this Triton can leave a pointer's alignment out of a kernel's specialisation."""
+    import inspect
+
+    return "do_not_specialize_on_alignment" in inspect.signature(triton.jit).parameters
 
 
 def require_triton(name: str) -> None:

@@ -44,6 +44,9 @@ _TWO_POW_M24 = 2.0**-24
 # The reference works on this many logits at a time (about 150 MB of temporaries, as much as the model
 # runner's peak-memory profile allows for the float copy of a step's logits).
 REF_CHUNK_ELEMENTS = 1 << 22
+# The draw's per-row arguments: rows of the (4, N) settings and (2, N) keys a step uploads, at offsets that
+# follow N (engine/sampler.py), so never specialised on alignment.
+ROW_POINTERS = ("scale_ptr", "thr_ptr", "key_ptr", "pos_ptr")
 
 
 def mix32_int(x: int) -> int:
@@ -141,7 +144,7 @@ def _neg_log2_uniform(u, SERIES: tl.constexpr, APPROX: tl.constexpr):
         return -_lg2(u, APPROX)
 
 
-@jit(do_not_specialize=("V", "stride", "blocks_per_prog"))
+@jit(do_not_specialize=("V", "stride", "blocks_per_prog"), unaligned=ROW_POINTERS)
 def _sample_kernel(
     logits_ptr, scale_ptr, thr_ptr, key_ptr, pos_ptr, best_ptr, idx_ptr,
     V, stride, blocks_per_prog,

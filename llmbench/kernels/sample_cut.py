@@ -30,6 +30,8 @@ import torch
 from llmbench.kernels._triton import jit, require_triton, tl
 from llmbench.kernels.sample import REF_CHUNK_ELEMENTS
 
+# the per-row settings: rows of a step's uploaded (4, N) array, at offsets that follow N (sample.py)
+ROW_POINTERS = ("scale_ptr", "floor_ptr", "top_p_ptr", "min_p_ptr")
 MAX_SEARCH_PASSES = 64  # float32 neighbours are told apart well before; the cap only bounds a bad input
 
 
@@ -68,7 +70,7 @@ def cut_threshold_ref(
     return thr
 
 
-@jit(do_not_specialize=("V", "stride"))
+@jit(do_not_specialize=("V", "stride"), unaligned=ROW_POINTERS)
 def _cut_kernel(
     logits_ptr, scale_ptr, floor_ptr, top_p_ptr, min_p_ptr, out_ptr,
     V, stride,
