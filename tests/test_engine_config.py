@@ -10,7 +10,8 @@ import pytest
 
 from llmbench.engine.config import ConfigError, EngineConfig, Tuning, check_option, nest, with_option
 from llmbench.engine.facts import Facts, ModelFacts
-from llmbench.engine.resolve import default_buckets, resolve
+from llmbench.engine.resolve import resolve
+from llmbench.engine.resolve_tuning import default_buckets
 from llmbench.models.presets import PRESETS
 
 

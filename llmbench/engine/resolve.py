@@ -7,7 +7,7 @@ Its ``ResolvedConfig`` holds concrete values only: it is what the engine, its te
 the model are built from (none of them decides anything again) and what results record.
 
 To find where a toggle is decided, read ``resolve``: one line per toggle, then the tuning knobs
-(``_resolve_tuning``); the helpers below it only check.
+(``resolve_tuning.py``); the helpers below it only check.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from llmbench.engine.config import ConfigError, EngineConfig, Tuning
 from llmbench.engine.facts import Facts, ModelFacts, read_facts
 from llmbench.engine.option_checks import AUTO
+from llmbench.engine.resolve_tuning import ResolvedTuning, auto, resolve_tuning
 
 if TYPE_CHECKING:
     import torch
@@ -27,31 +28,7 @@ if TYPE_CHECKING:
     from llmbench.models.config import ModelConfig
 
 DEFAULT_MAX_MODEL_LEN = 8192  # when not set: enough for the shipped scenarios, cheap to reserve
-SKINNY_MATMUL_ROWS = 1  # where the skinny kernel beat cuBLAS on every layer of the H200 sweep
-# skinny_fusion "auto" fuses the RMSNorms into the matmul up to this hidden size: each program of the
-# fused kernel sums the whole row's squares for itself, which paid at hidden size 1024 (qwen3-0.6b, -2.7%
-# per token on an H200) and cost at 4096 (qwen3-8b, +1.6%).
-NORM_FUSION_MAX_HIDDEN = 2048
 GRAPH_SAFE_BACKENDS = ("triton", "flash_attn")  # attention whose decode launches CUDA Graphs can capture
-
-
-@dataclass(frozen=True)
-class ResolvedTuning:
-    """``Tuning`` with every choice made (see its docstring for the meanings)."""
-
-    cuda_graph_buckets: tuple[int, ...]  # () when cuda_graph is off
-    decode_split_tokens: int  # 0: equal slices per sequence, chosen per step
-    decode_longest_first: bool
-    graph_sampling: bool
-    skinny_matmul_rows: int  # 0: cuBLAS always
-    skinny_fusion: str  # "all" | "silu" | "none"
-    tp_all_reduce: str  # "nccl" (gloo on the CPU) | "symm_mem" | "none" (tp=1)
-    tp_fuse_norm: bool
-    tp_fuse_matmul: bool
-    compile_mode: str
-    # a float8 KV cache's fixed scale; None: set per layer and head from the first prefill (a measurement,
-    # like the KV pool's size)
-    kv_cache_scale: float | None
 
 
 @dataclass(frozen=True)
@@ -105,31 +82,31 @@ def resolve(config: EngineConfig, facts: Facts) -> ResolvedConfig:
     device = _device(config.device, facts)
     cuda = device.startswith("cuda")
     triton_runs = facts.triton and (cuda or facts.triton_interpret)  # on CUDA, or interpreted
-    dtype = _auto(config.dtype, "bfloat16" if cuda else "float32")
-    backend = _auto(
+    dtype = auto(config.dtype, "bfloat16" if cuda else "float32")
+    backend = auto(
         config.attention_backend, "triton" if cuda and facts.triton else ("torch" if cuda else "sdpa")
     )
-    kv_cache_dtype = _auto(config.kv_cache_dtype, dtype)
+    kv_cache_dtype = auto(config.kv_cache_dtype, dtype)
     _check_kv_cache(kv_cache_dtype, dtype, backend, config.tuning)
     _check_attention_backend(backend, config, facts, cuda, triton_runs, dtype)
-    triton_kernels = _auto(config.triton_kernels, cuda and facts.triton)
+    triton_kernels = auto(config.triton_kernels, cuda and facts.triton)
     if triton_kernels and not triton_runs:
         raise ConfigError(
             "triton_kernels=True needs the triton package and a CUDA device (or TRITON_INTERPRET=1 on the CPU)"
         )
-    cuda_graph = _auto(config.cuda_graph, cuda and backend in GRAPH_SAFE_BACKENDS)
+    cuda_graph = auto(config.cuda_graph, cuda and backend in GRAPH_SAFE_BACKENDS)
     _check_cuda_graph(cuda_graph, cuda, backend)
-    prefix_cache = _auto(config.prefix_cache, config.paged_kv)
+    prefix_cache = auto(config.prefix_cache, config.paged_kv)
     if prefix_cache and not config.paged_kv:
         raise ConfigError("prefix_cache=True shares KV blocks between requests: it needs paged_kv=True")
-    async_scheduling = _auto(config.async_scheduling, cuda)  # on the CPU nothing would overlap
+    async_scheduling = auto(config.async_scheduling, cuda)  # on the CPU nothing would overlap
     _check_tp(config.tp, facts)
     max_model_len = _max_model_len(config.max_model_len, facts.model)
     if backend in GRAPH_SAFE_BACKENDS and config.block_size & (config.block_size - 1):
         raise ConfigError(
             f"block_size must be a power of two with attention_backend={backend!r}, got {config.block_size}"
         )
-    tuning = _resolve_tuning(
+    tuning = resolve_tuning(
         config,
         facts,
         device=device,
@@ -164,103 +141,7 @@ def resolve(config: EngineConfig, facts: Facts) -> ResolvedConfig:
     )
 
 
-def _resolve_tuning(
-    config: EngineConfig, facts: Facts, *, device: str, backend: str, triton_kernels: bool, cuda_graph: bool
-) -> ResolvedTuning:
-    """The tuning knobs, given the toggles they tune."""
-    t: Tuning = config.tuning
-    cuda = device.startswith("cuda")
-    skinny_rows = _auto(t.skinny_matmul_rows, SKINNY_MATMUL_ROWS if triton_kernels else 0)
-    if skinny_rows and not triton_kernels:
-        raise ConfigError(
-            f"tuning.skinny_matmul_rows={skinny_rows} asks for a Triton kernel: it needs triton_kernels=True "
-            "(or tuning.skinny_matmul_rows=0)"
-        )
-    if t.decode_split_tokens and backend != "triton":
-        raise ConfigError(
-            "tuning.decode_split_tokens tunes the Triton decode kernel: it needs attention_backend='triton', "
-            f"got {backend!r}"
-        )
-    longest_first = _switch(
-        t.decode_longest_first,
-        "tuning.decode_longest_first=True orders the Triton decode kernel's work",
-        ("attention_backend 'triton'", backend == "triton"),
-    )
-    graph_sampling = _switch(
-        t.graph_sampling,
-        "tuning.graph_sampling=True draws decode steps' tokens inside their CUDA Graphs",
-        ("cuda_graph=True", cuda_graph),
-        ("triton_kernels=True (the draw is a Triton kernel)", triton_kernels),
-    )
-    all_reduce = _all_reduce(t.tp_all_reduce, config.tp, device, facts)
-    fuse_norm = _switch(
-        t.tp_fuse_norm,
-        "tuning.tp_fuse_norm=True does each tensor-parallel all-reduce with the RMSNorm after it in one "
-        "Triton kernel over the GPUs' shared memory",
-        ("tp > 1", config.tp > 1),
-        ("a CUDA device", cuda),
-        ("triton_kernels=True", triton_kernels),
-        ("the one-shot all-reduce (tuning.tp_all_reduce 'symm_mem' or 'auto')", all_reduce == "symm_mem"),
-        ("torch_compile=False", not config.torch_compile),
-        (
-            "tuning.skinny_fusion other than 'all' (that fuses the norms into the matmuls)",
-            t.skinny_fusion != "all",
-        ),
-    )
-    fuse_matmul = _switch(
-        t.tp_fuse_matmul,
-        "tuning.tp_fuse_matmul=True sums each row-parallel product of a one-row decode step over the GPUs "
-        "in the product's own kernel",
-        ("tuning.tp_fuse_norm (the all-reduce fused with the norm, and what that needs)", fuse_norm),
-        ("tuning.skinny_matmul_rows >= 1 (the skinny matmul, whose kernel it extends)", skinny_rows >= 1),
-    )
-    fusion = t.skinny_fusion
-    if fusion == AUTO:  # the norms go with the all-reduce instead where tp_fuse_norm takes them
-        small = facts.model.hidden_size <= NORM_FUSION_MAX_HIDDEN
-        fusion = "none" if not skinny_rows else ("all" if small and not fuse_norm else "silu")
-    elif fusion != "none" and not skinny_rows:
-        raise ConfigError(
-            f"tuning.skinny_fusion={fusion!r} fuses into the skinny matmul, which is off "
-            "(tuning.skinny_matmul_rows=0 or triton_kernels=False)"
-        )
-    buckets = t.cuda_graph_buckets or default_buckets(config.max_num_seqs)
-    return ResolvedTuning(
-        cuda_graph_buckets=tuple(sorted(set(buckets))) if cuda_graph else (),
-        decode_split_tokens=t.decode_split_tokens,
-        decode_longest_first=longest_first,
-        graph_sampling=graph_sampling,
-        skinny_matmul_rows=skinny_rows,
-        skinny_fusion=fusion,
-        tp_all_reduce=all_reduce,
-        tp_fuse_norm=fuse_norm,
-        tp_fuse_matmul=fuse_matmul,
-        compile_mode=t.compile_mode,
-        kv_cache_scale=t.kv_cache_scale,
-    )
-
-
-def default_buckets(max_num_seqs: int) -> list[int]:
-    """CUDA Graph batch sizes: fine steps where padding would cost most (small batches), then every 16."""
-    small = [b for b in (1, 2, 4, 8) if b <= max_num_seqs]
-    return sorted(set(small + list(range(16, max_num_seqs + 1, 16)) + [max_num_seqs]))
-
-
-# -- checks (each called from resolve or _resolve_tuning only) -----------------------------------------
-
-
-def _auto(asked: Any, default: Any) -> Any:
-    return default if asked is None or asked == AUTO else asked
-
-
-def _switch(asked: bool | None, what: str, *needs: tuple[str, bool]) -> bool:
-    """An automatic switch: on where all it needs is there; asked for where something is missing, an
-    error naming each missing condition in order."""
-    missing = [name for name, met in needs if not met]
-    if asked is None:
-        return not missing
-    if asked and missing:
-        raise ConfigError(f"{what}: it needs {', '.join(missing)}")
-    return asked
+# -- checks (each called from resolve only) -----------------------------------------
 
 
 def _device(asked: str, facts: Facts) -> str:
@@ -356,35 +237,6 @@ def _max_model_len(asked: int | None, model: ModelFacts) -> int:
             f"max_model_len={asked} exceeds the model's max_position_embeddings ({model.max_position_embeddings})"
         )
     return asked
-
-
-def _all_reduce(asked: str, tp: int, device: str, facts: Facts) -> str:
-    """ "none" at tp=1; the one-shot "symm_mem" where the ranks can share GPU memory; "nccl" otherwise."""
-    cuda = device.startswith("cuda")
-    if asked == "symm_mem":
-        if not (cuda and tp > 1):
-            raise ConfigError(
-                "tuning.tp_all_reduce='symm_mem' reads the other GPUs' memory over NVLink: it needs tp > 1 on "
-                f"CUDA devices (got tp={tp} on {device!r})"
-            )
-        if facts.launcher == "torchrun" and not facts.ranks_share_memory:
-            raise ConfigError(
-                f"tuning.tp_all_reduce='symm_mem' needs every rank on one host (NVLink); torchrun placed "
-                f"{facts.local_world_size} of {facts.world_size} ranks here: use tuning.tp_all_reduce='nccl' "
-                "across hosts"
-            )
-        if not facts.ranks_share_memory:
-            raise ConfigError(
-                "tuning.tp_all_reduce='symm_mem' can be set up once per process (PyTorch numbers its "
-                "symmetric-memory exchanges per process, and this engine's new ranks would start again from "
-                "the first): start this engine in a new process, or use tuning.tp_all_reduce='nccl' or 'auto'"
-            )
-        return "symm_mem"
-    if tp == 1:
-        return "none"
-    if asked == "nccl":
-        return "nccl"
-    return "symm_mem" if cuda and facts.ranks_share_memory else "nccl"
 
 
 def find_model(model: str) -> tuple[ModelConfig, Path | None]:
