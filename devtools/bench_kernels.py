@@ -46,6 +46,7 @@ from llmbench.kernels.triton_decode import (  # noqa: E402
     decode_attention,
     default_decode_config,
     longest_first,
+    v_by_token,
 )
 from llmbench.kernels.triton_prefill import PrefillConfig, prefill_attention  # noqa: E402
 
@@ -281,11 +282,12 @@ def decode_case(
     env: Env, B: int, context: int, block_size: int, Hq: int, Hk: int, D: int,
     config: DecodeConfig | None = None, num_splits: int | None = None, with_ref_time: bool = False, check_it: bool = True,
     mixed: bool = False, split_tokens: int | None = None, kv_dtype: torch.dtype | None = None,
-    ordered: bool = False,
+    ordered: bool = False, v_tokens: bool = False,
 ) -> list[Row]:  # fmt: skip
     """``mixed``: context lengths uniform in [context/10, context] (a served batch) instead of all equal;
     bandwidth then counts the K/V actually read. ``kv_dtype``: a float8 cache (see ``paged_cache``).
-    ``ordered``: programs take the sequences longest first (``longest_first``), as the engine does."""
+    ``ordered``: programs take the sequences longest first (``longest_first``), as the engine does.
+    ``v_tokens``: the V cache laid out by token (``v_by_token``)."""
     explicit = config is not None  # the tile config goes into the row's name
     config = config or default_decode_config(D, env.dtype, kv_dtype is not None)
     gen = torch.Generator().manual_seed(B)
@@ -301,6 +303,8 @@ def decode_case(
 
     def make() -> tuple[tuple, dict, Callable[[], torch.Tensor]]:
         k_cache, v_cache, block_tables, scales = paged_cache(env, B, context, block_size, Hk, D, kv_dtype)
+        if v_tokens:
+            v_cache = v_by_token(v_cache)
         q = env.t(B, Hq, D)
         seq_lens = lens.to(device=env.device, dtype=torch.int32)
         args = (q, k_cache, v_cache, block_tables, seq_lens, D**-0.5)
@@ -329,6 +333,7 @@ def decode_case(
     ctx = f"ctx {context // 10}-{context}" if mixed else f"ctx={context}"
     cut = f"slices of {split_tokens}" if split_tokens else f"splits {splits}"
     shape = f"B={B} {ctx} {Hq}/{Hk}x{D} page {block_size} {cut}" + (" longest first" if ordered else "")
+    shape += " V by token" if v_tokens else ""
     cfg = f" n{config.block_n}w{config.num_warps}s{config.num_stages}"
     cfg += f" V words {config.v_words}" if kv_dtype is not None and config.v_words != "off" else ""
     if kv_dtype is not None:
@@ -413,6 +418,12 @@ def tune(env: Env, kinds: list[str]) -> list[Row]:
                         cfg = DecodeConfig(block_n, num_warps, num_stages, "fp16", v_words)
                         attempt(f"decode-fp8 {cfg}", decode_case, B, ctx, 16, 16, 8, 128, config=cfg,
                                 kv_dtype=FP8, check_it=v_words != "off")  # fmt: skip
+        for block_n in (32, 64, 128):  # V laid out by token (checked: a new path)
+            for num_warps in (2, 4, 8):
+                for num_stages in (2, 3):
+                    cfg = DecodeConfig(block_n, num_warps, num_stages, "fp16")
+                    attempt(f"decode-fp8 {cfg} V by token", decode_case, B, ctx, 16, 16, 8, 128, config=cfg,
+                            kv_dtype=FP8, v_tokens=True)  # fmt: skip
     if "splits" in kinds:
         for batch, choices in (
             (B, (1, 2)),
@@ -499,6 +510,7 @@ def main() -> None:
         main_rows += decode_case(env, 5, 100, 8, 4, 2, 64, num_splits=2, mixed=True)
         main_rows += decode_case(env, 5, 100, 8, 4, 2, 64, split_tokens=32, mixed=True)
         main_rows += decode_case(env, 4, 100, 16, 4, 2, 64, kv_dtype=FP8)
+        main_rows += decode_case(env, 4, 100, 16, 4, 2, 64, kv_dtype=FP8, v_tokens=True)
         main_rows += decode_case(
             env, 4, 100, 16, 4, 2, 64, kv_dtype=FP8, config=DecodeConfig(32, 4, 2, "fp16")
         )
@@ -512,6 +524,8 @@ def main() -> None:
             main_rows += prologue_case(env, T, 16, 8, 128)
         main_rows += decode_case(env, 64, 4096, 16, 16, 8, 128, with_ref_time=True)
         main_rows += decode_case(env, 64, 4096, 16, 16, 8, 128, kv_dtype=FP8)  # the same over a float8 cache
+        main_rows += decode_case(env, 64, 4096, 16, 16, 8, 128, kv_dtype=FP8, v_tokens=True)  # V by token
+        main_rows += decode_case(env, 64, 4096, 16, 16, 8, 128, v_tokens=True)
         # the float8 tiles converted to bf16, in 64-token tiles: the form before the fp8 tuning
         main_rows += decode_case(env, 64, 4096, 16, 16, 8, 128, kv_dtype=FP8, config=DecodeConfig(64, 4, 3))
         main_rows += decode_case(env, 64, 4096, 128, 16, 8, 128)

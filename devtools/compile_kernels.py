@@ -52,7 +52,7 @@ from llmbench.kernels.skinny_matmul import (  # noqa: E402
     skinny_norm_matmul,
     skinny_silu_matmul,
 )
-from llmbench.kernels.triton_decode import decode_attention  # noqa: E402
+from llmbench.kernels.triton_decode import decode_attention, v_by_token  # noqa: E402
 from llmbench.kernels.triton_prefill import prefill_attention  # noqa: E402
 
 TRITON_DTYPES = {
@@ -90,13 +90,16 @@ class Launch:
         self.options = {k: v for k, v in kwargs.items() if k in LAUNCH_OPTIONS}
         self.signature: dict[str, str] = {}
         self.constexprs: dict[tuple[int, ...], Any] = {}
-        # What a launch on a GPU tells the compiler (Triton's specialisation): 16-byte aligned pointers
-        # and integers divisible by 16, except those the kernel asks not to specialise on (or, pointers,
-        # not on their alignment). It decides, for one, whether loads are vectorised.
+        # What a launch on a GPU tells the compiler (Triton's specialisation): integers equal to 1 as
+        # constants, 16-byte aligned pointers and integers divisible by 16, except those the kernel asks
+        # not to specialise on (or, pointers, not on their alignment). It decides, for one, whether loads
+        # are vectorised.
         self.attrs: dict[tuple[int, ...], list] = {}
         for i, p in enumerate(params):
             value = values[p.name]
-            if p.is_constexpr:
+            one = type(value) is int and value == 1 and not p.do_not_specialize
+            if p.is_constexpr or one:
+                # an integer 1 is a constant to a launch's compile too (Triton's specialisation)
                 self.signature[p.name] = "constexpr"
                 self.constexprs[(i,)] = value
             else:
@@ -234,8 +237,9 @@ def fp8_kv_calls() -> None:
                                cache, cache, slots, hq, hk, *scales)  # fmt: skip
             for B in (1, 256):
                 tables = t(B, 4096 // PAGE_SIZE, dt=torch.int32)
-                decode_attention(t(B, hq, d), cache, cache, tables, t(B, dt=torch.int64), d**-0.5,
-                                 k_scale=scales[0], v_scale=scales[1])  # fmt: skip
+                for v_cache in (cache, v_by_token(cache)):  # the pool's V layout, and by token
+                    decode_attention(t(B, hq, d), cache, v_cache, tables, t(B, dt=torch.int64), d**-0.5,
+                                     k_scale=scales[0], v_scale=scales[1])  # fmt: skip
             for B, query_len in ((1, 2048), (64, 1)):
                 starts = torch.arange(B + 1, dtype=torch.int32) * query_len
                 prefill_attention(t(B * query_len, hq, d), cache, cache, t(B, 4096 // PAGE_SIZE, dt=torch.int32),

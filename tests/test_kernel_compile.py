@@ -81,3 +81,44 @@ def test_bad_options_are_a_clear_error() -> None:
     done = _run(str(SCRIPT), "--dtype", "bf17")
     assert done.returncode == 2
     assert "--dtype takes bf16, fp32 or fp16" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_v_cache_laid_out_by_token_reaches_the_float8_dot_without_byte_loads(tmp_path: Path) -> None:
+    # The reason for v_by_token: compiled for sm_90, the float8 decode kernel reads a V tile of the pool's
+    # layout from shared memory a byte at a time; laid out by token, through ldmatrix.
+    code = """
+import re
+import compile_kernels as ck
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from llmbench.kernels.triton_decode import decode_attention, v_by_token
+
+t = lambda *shape, dt=torch.bfloat16: torch.zeros(shape, dtype=dt)
+
+def calls():
+    cache, scale = t(64, 16, 8, 128, dt=torch.float8_e4m3fn), t(8, dt=torch.float32)
+    for v in (cache, v_by_token(cache)):
+        decode_attention(t(64, 16, 128), cache, v, t(64, 256, dt=torch.int32), t(64, dt=torch.int64), 0.1,
+                         num_splits=1, k_scale=scale, v_scale=scale)
+
+for launch in ck.capture(calls):
+    if launch.kernel.fn.__name__ == "_decode_kernel":
+        ptx = triton.compile(ASTSource(launch.kernel, launch.signature, constexprs=launch.constexprs,
+                                       attrs=launch.attrs), target=GPUTarget("cuda", 90, 32),
+                             options=launch.options).asm["ptx"]
+        by_token = dict((launch.kernel.params[i[0]].name, v) for i, v in launch.constexprs.items())["V_BY_TOKEN"]
+        print("token" if by_token else "pool", len(re.findall(r"ld\\.shared\\.b8", ptx)),
+              len(re.findall(r"ldmatrix", ptx)))
+"""
+    probe = tmp_path / "probe.py"
+    probe.write_text(code)
+    done = _run(str(probe))
+    assert done.returncode == 0, done.stderr[-3000:]
+    counts = {
+        name: (int(b8), int(ldm))
+        for name, b8, ldm in (line.split() for line in done.stdout.split("\n") if line)
+    }
+    assert counts["token"][0] == 0 and counts["token"][1] > counts["pool"][1], counts
+    assert counts["pool"][0] > 0, counts  # if Triton learns to read the pool's layout so, v_by_token is moot

@@ -17,7 +17,7 @@ from llmbench.kernels.paged_attention import (
     paged_attention_prefill,
     paged_attention_prefill_ref,
 )
-from llmbench.kernels.triton_decode import decode_attention, default_decode_config
+from llmbench.kernels.triton_decode import decode_attention, default_decode_config, v_by_token
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = "cpu" if INTERPRET else ("cuda" if torch.cuda.is_available() else None)
@@ -190,6 +190,34 @@ def test_fp8_decode_matches_reference(
     )
     ref = paged_attention_decode_ref(q, k_cache, v_cache, tables, sl, D**-0.5, **scales)
     close(f"fp8 decode {dtype} splits={num_splits} to {fp8_to}", out, ref, model)
+
+
+@needs_triton
+@pytest.mark.parametrize("cache", [*FP8, None], ids=["e4m3", "e5m2", "model dtype"])
+@pytest.mark.parametrize("num_splits", [1, 3])
+@pytest.mark.parametrize("Hq,Hk,D,block_size", [(4, 2, 64, 8), (6, 2, 80, 16)])
+def test_decode_reads_a_v_cache_laid_out_by_token(
+    cache: torch.dtype | None, num_splits: int, Hq: int, Hk: int, D: int, block_size: int
+) -> None:
+    # The same V values in the (blocks, Hk, D, page) layout: the same attention as the reference's over the
+    # pool's own layout, whole pages and ragged last tiles alike.
+    seq_lens = [1, block_size - 1, block_size + 1, 3 * block_size + 5]
+    k_cache, v_cache, k_scale, v_scale, tables, real_k, real_v = fp8_paged_cache(
+        seq_lens, block_size, Hk, D, cache or FP8[0]
+    )
+    scales = dict(k_scale=k_scale, v_scale=v_scale)
+    if cache is None:  # float32 caches: no scales
+        k_cache, v_cache, scales = real_k, real_v, {}
+    by_token = v_by_token(v_cache)
+    assert torch.equal(by_token, v_cache) and by_token.stride(1) == 1  # same values, tokens contiguous
+    q = torch.randn(len(seq_lens), Hq, D, device=DEVICE)
+    sl = torch.tensor(seq_lens, device=DEVICE, dtype=torch.int32)
+    config = default_decode_config(D, q.dtype)._replace(block_n=16)  # several pages a tile at page 8
+    out = decode_attention(
+        q, k_cache, by_token, tables, sl, D**-0.5, num_splits=num_splits, config=config, **scales
+    )
+    ref = paged_attention_decode_ref(q, k_cache, v_cache, tables, sl, D**-0.5, **scales)
+    close(f"decode, V by token, {cache} splits={num_splits}", out, ref, torch.float32)
 
 
 @needs_triton

@@ -30,7 +30,9 @@ Design (decode is memory bound: every K/V byte of the context is read once, ever
   V tile as 32-bit words (4 values each) instead and converts it to float16 in the load's own layout
   (``_fp8_words_to_f16``), so that it reaches the dot through shared memory as float16. On an H200 that
   pays with 4 warps a program (217 against 244 µs at the headline shape) but the default, 2 warps
-  reading V as float8, is faster still (195 µs).
+  reading V as float8, is faster still (195 µs). The kernel also takes a V cache whose pages hold each
+  head's dimensions token-contiguous (``v_by_token``; not the engine's pool layout): there the float8 V
+  tile is the second dot's operand contiguous along the axis it sums, the layout 8-bit MMA operands need.
 """
 
 from __future__ import annotations
@@ -133,13 +135,13 @@ def _decode_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, order_ptr,
     out_ptr, part_out_ptr, part_lse_ptr, k_scale_ptr, v_scale_ptr,
     qk_scale, num_splits, split_tokens,
-    stride_qb, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+    stride_qb, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_vd,
     stride_bt, stride_ob, stride_oh,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
     SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr,
     DEQUANT: tl.constexpr, FP8_TO_F16: tl.constexpr, ORDERED: tl.constexpr,
-    V_WORDS: tl.constexpr, E5M2: tl.constexpr, CVT_ASM: tl.constexpr,
+    V_WORDS: tl.constexpr, E5M2: tl.constexpr, CVT_ASM: tl.constexpr, V_BY_TOKEN: tl.constexpr,
 ):  # fmt: skip
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
@@ -156,6 +158,8 @@ def _decode_kernel(
     else:
         split_len = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
     start = split * split_len
+    if V_BY_TOKEN:  # whole tiles (split_tokens is a multiple of BLOCK_N): a page's tokens are contiguous
+        start = tl.multiple_of(start, BLOCK_N)
     end = tl.minimum(start + split_len, seq_len)
 
     g = tl.arange(0, BLOCK_G)
@@ -196,9 +200,15 @@ def _decode_kernel(
                 v_cache_ptr + v_row[:, None] + tl.arange(0, BLOCK_D // 4)[None, :], mask=p_mask[:, None], other=0
             )  # (BLOCK_N, BLOCK_D / 4)  # fmt: skip
             v = _fp8_words_to_f16(words, E5M2, CVT_ASM, BLOCK_N, BLOCK_D)
+        elif V_BY_TOKEN:  # loaded (BLOCK_D, BLOCK_N), tokens contiguous: the dot's operand along its sum
+            v = tl.trans(
+                tl.load(
+                    v_cache_ptr + v_row[None, :] + d[:, None] * stride_vd, mask=tl.trans(kv_mask), other=0.0
+                )
+            )  # (BLOCK_N, BLOCK_D)
         else:
             v = tl.load(
-                v_cache_ptr + v_row[:, None] + d[None, :], mask=kv_mask, other=0.0
+                v_cache_ptr + v_row[:, None] + d[None, :] * stride_vd, mask=kv_mask, other=0.0
             )  # (BLOCK_N, BLOCK_D)
         if DEQUANT:  # float8 -> q's dtype, exactly: every float8 value is a bf16, fp16 and fp32 value
             k = k.to(q.dtype)
@@ -286,8 +296,9 @@ def decode_attention(
             f"expected q (B, Hq, D) and caches (num_blocks, page_size, Hk, D) with Hq % Hk == 0; got "
             f"{tuple(q.shape)}, {tuple(k_cache.shape)}, {tuple(v_cache.shape)}"
         )
-    if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
-        raise ValueError("caches must be contiguous in head_dim")
+    v_by_token = v_cache.stride(1) == 1 and v_cache.stride(-1) != 1  # v_by_token()'s layout
+    if k_cache.stride(-1) != 1 or (v_cache.stride(-1) != 1 and not v_by_token):
+        raise ValueError("caches must be contiguous in head_dim (V may instead be contiguous in its tokens)")
     q = q if q.stride(-1) == 1 else q.contiguous()
     if config is None:
         config = default_decode_config(D, q.dtype, dequant)
@@ -316,8 +327,8 @@ def decode_attention(
     if order is not None and order.shape != (B,):
         raise ValueError(f"order must be a permutation of the {B} rows, got shape {tuple(order.shape)}")
     # A float8 V read as int32 words (module docstring); its strides count words.
-    v_words = dequant and config.v_words != "off" and D == block_d and D % 4 == 0
-    v_strides = [s // 4 if v_words else s for s in v_cache.stride()[:3]]
+    v_words = dequant and config.v_words != "off" and D == block_d and D % 4 == 0 and not v_by_token
+    v_strides = [s // 4 if v_words else s for s in v_cache.stride()]
     _decode_kernel[(Hk, num_splits, B)](
         q, k_cache, v_cache.view(torch.int32) if v_words else v_cache, block_tables, seq_lens,
         seq_lens if order is None else order,
@@ -332,6 +343,7 @@ def decode_attention(
         num_warps=config.num_warps, num_stages=config.num_stages,
         DEQUANT=dequant, FP8_TO_F16=dequant and config.fp8_to == "fp16" and q.dtype != torch.float32, ORDERED=order is not None,
         V_WORDS=v_words, E5M2=k_cache.dtype == torch.float8_e5m2, CVT_ASM=v_words and config.v_words == "ptx" and runs_ptx(q),
+        V_BY_TOKEN=v_by_token,
     )  # fmt: skip
     if split:
         _decode_reduce_kernel[(B, Hq)](
@@ -339,6 +351,14 @@ def decode_attention(
             HEAD_DIM=D, BLOCK_S=next_power_of_2(num_splits), BLOCK_D=block_d, num_warps=4,
         )  # fmt: skip
     return out
+
+
+def v_by_token(v_cache: torch.Tensor) -> torch.Tensor:
+    """A copy of a (num_blocks, page_size, Hk, D) V cache laid out (num_blocks, Hk, D, page_size) in memory,
+    seen with the same indices: a page's tokens contiguous for each head and dimension, so that a float8 V
+    tile is the second dot's operand along its summed axis, as the tensor cores read it (module docstring;
+    ``decode_attention`` takes either layout)."""
+    return v_cache.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
 
 
 def paged_attention_decode(
