@@ -240,6 +240,7 @@ def test_fp8_prefill_matches_reference(model: torch.dtype, dtype: torch.dtype) -
 def test_fp8_decode_stays_near_the_unquantised_attention() -> None:
     # The scales are applied: attention over the float8 cache is within quantisation error of attention
     # over the float32 values it was quantised from (a dropped scale would be off by orders of magnitude).
+    torch.manual_seed(0)
     seq_lens, block_size, Hk, D = [37, 5], 8, 2, 64
     k_cache, v_cache, k_scale, v_scale, tables, real_k, real_v = fp8_paged_cache(
         seq_lens, block_size, Hk, D, FP8[0]
@@ -250,4 +251,6 @@ def test_fp8_decode_stays_near_the_unquantised_attention() -> None:
     exact = paged_attention_decode_ref(q, real_k, real_v, tables, sl, D**-0.5)
     err = (out - exact).abs().max().item() / exact.abs().max().item()
     print(f"fp8 decode against unquantised K/V: largest relative difference {err:.3g}")
-    assert err < 0.1  # e4m3 rounds each element by up to 1/16
+    # e4m3 rounds each element by up to 1/16: over random data the largest difference, relative to the
+    # largest output, reaches about 0.1 (0.103 at worst over 60 seeds)
+    assert err < 0.25
