@@ -57,6 +57,10 @@ def test_a_replay_draws_with_its_step_rows_and_a_greedy_step_after_it_takes_the_
     assert draws[0] != draws[1] and draws[0] != argmax  # the rows' keys and scales reached the draw
     _, got, _ = _run(runner, ids)  # greedy: the scales left by the last step are zeroed
     assert got.tolist() == argmax
+    # a step that samples after the graph (a cut) leaves the graph's unread draw in its cheapest form
+    _run(runner, ids, (scale, keys))
+    _, got, _ = _run(runner, ids, draw_ids=False)
+    assert got is None and not runner.scale.any()
 
 
 def test_a_replay_without_the_draw_gives_logits_only() -> None:

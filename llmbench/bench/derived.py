@@ -149,7 +149,7 @@ def decode_model(steps: list[StepRecord], kv_bytes: np.ndarray) -> dict[str, flo
     columns = [np.ones_like(t), kv] + ([seqs] if np.ptp(seqs) > 0 else [])
     x = np.stack(columns, axis=1)
     coef, _, rank, _ = np.linalg.lstsq(x, t, rcond=None)
-    if rank < x.shape[1] or len(t) <= x.shape[1]:
+    if rank < x.shape[1]:  # a column that never varies apart from the others: nothing to split
         return out
     resid = t - x @ coef
     cov = resid @ resid / (len(t) - x.shape[1]) * np.linalg.inv(x.T @ x)

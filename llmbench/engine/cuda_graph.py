@@ -129,10 +129,10 @@ class CUDAGraphRunner:
         block_tables: torch.Tensor,  # (n, max_blocks_per_seq) int32
         order: torch.Tensor | None = None,  # (n,) int64: the rows longest first, where that pays
         draw: bool = False,  # return the ids the graph draws (needs a ``draw``)
-        sample_rows: tuple[torch.Tensor, torch.Tensor]
-        | None = None,  # (n,) scales, (2, n) keys; None: greedy
+        sample_rows: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, int]:
-        """The rows' logits (n, V), their ids if ``draw`` (else None), and the bucket replayed."""
+        """The rows' logits (n, V), their ids if ``draw`` (else None), and the bucket replayed.
+        ``sample_rows``: the draw's (n,) scales and (2, n) seed keys and positions; None: greedy rows."""
         n = input_ids.shape[0]
         bs = self.bucket_for(n)
         assert bs is not None, "batch larger than the largest CUDA Graph bucket"
@@ -150,15 +150,15 @@ class CUDAGraphRunner:
             self.block_tables[n:bs].zero_()
             if ordered:
                 self.order[n:bs].copy_(self.identity[n:bs])
-        if draw:
-            assert self.draw is not None, "a draw asked of graphs captured without one"
-            if sample_rows is not None:
-                self.scale[:n].copy_(sample_rows[0], non_blocking=True)
-                self.sample_keys[:, :n].copy_(sample_rows[1], non_blocking=True)
-                self._scale_is_zero = False
-            elif not self._scale_is_zero:  # greedy rows: scale 0 (padded rows' ids are dropped)
-                self.scale.zero_()
-                self._scale_is_zero = True
+        assert self.draw is not None or not draw, "a draw asked of graphs captured without one"
+        if draw and sample_rows is not None:
+            self.scale[:n].copy_(sample_rows[0], non_blocking=True)
+            self.sample_keys[:, :n].copy_(sample_rows[1], non_blocking=True)
+            self._scale_is_zero = False
+        elif self.draw is not None and not self._scale_is_zero:
+            # greedy rows (padded rows' ids are dropped), or a draw no one reads: the argmax, its cheapest form
+            self.scale.zero_()
+            self._scale_is_zero = True
         self.graphs[bs].replay()
         logits, ids = self.outputs[bs]
-        return logits[:n], ids[:n] if draw and ids is not None else None, bs
+        return logits[:n], ids[:n] if draw else None, bs

@@ -296,8 +296,8 @@ def decode_attention(
             f"expected q (B, Hq, D) and caches (num_blocks, page_size, Hk, D) with Hq % Hk == 0; got "
             f"{tuple(q.shape)}, {tuple(k_cache.shape)}, {tuple(v_cache.shape)}"
         )
-    v_by_token = v_cache.stride(1) == 1 and v_cache.stride(-1) != 1  # v_by_token()'s layout
-    if k_cache.stride(-1) != 1 or (v_cache.stride(-1) != 1 and not v_by_token):
+    by_token = v_cache.stride(1) == 1 and v_cache.stride(-1) != 1  # v_by_token()'s layout
+    if k_cache.stride(-1) != 1 or (v_cache.stride(-1) != 1 and not by_token):
         raise ValueError("caches must be contiguous in head_dim (V may instead be contiguous in its tokens)")
     q = q if q.stride(-1) == 1 else q.contiguous()
     if config is None:
@@ -327,7 +327,7 @@ def decode_attention(
     if order is not None and order.shape != (B,):
         raise ValueError(f"order must be a permutation of the {B} rows, got shape {tuple(order.shape)}")
     # A float8 V read as int32 words (module docstring); its strides count words.
-    v_words = dequant and config.v_words != "off" and D == block_d and D % 4 == 0 and not v_by_token
+    v_words = dequant and config.v_words != "off" and D == block_d and D % 4 == 0 and not by_token
     v_strides = [s // 4 if v_words else s for s in v_cache.stride()]
     _decode_kernel[(Hk, num_splits, B)](
         q, k_cache, v_cache.view(torch.int32) if v_words else v_cache, block_tables, seq_lens,
@@ -343,7 +343,7 @@ def decode_attention(
         num_warps=config.num_warps, num_stages=config.num_stages,
         DEQUANT=dequant, FP8_TO_F16=dequant and config.fp8_to == "fp16" and q.dtype != torch.float32, ORDERED=order is not None,
         V_WORDS=v_words, E5M2=k_cache.dtype == torch.float8_e5m2, CVT_ASM=v_words and config.v_words == "ptx" and runs_ptx(q),
-        V_BY_TOKEN=v_by_token,
+        V_BY_TOKEN=by_token,
     )  # fmt: skip
     if split:
         _decode_reduce_kernel[(B, Hq)](
