@@ -12,6 +12,7 @@ reference reading the same float8 bytes; their bandwidth counts one byte per cac
     python devtools/bench_kernels.py --json out.json  # also write the rows
     python devtools/bench_kernels.py --tune           # sweep decode / prefill tile configs first
     python devtools/bench_kernels.py --tune decode-fp8 # the decode sweep over a float8 cache
+    python devtools/bench_kernels.py --tune decode-fp8 --tune-only --json FILE   # that sweep alone
     python devtools/bench_kernels.py --smoke          # tiny shapes on CPU (TRITON_INTERPRET=1): tests the script
 """
 
@@ -35,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from llmbench.kernels.activation import silu_and_mul, silu_and_mul_ref  # noqa: E402
 from llmbench.kernels.attention_prologue import attention_prologue, attention_prologue_ref  # noqa: E402
+from llmbench.kernels.kv_layout import v_by_token  # noqa: E402
 from llmbench.kernels.kv_quant import kv_scales_from, quantize_ref  # noqa: E402
 from llmbench.kernels.kv_store import store_kv, store_kv_ref  # noqa: E402
 from llmbench.kernels.paged_attention import paged_attention_decode_ref, paged_attention_prefill_ref  # noqa: E402
@@ -46,7 +48,6 @@ from llmbench.kernels.triton_decode import (  # noqa: E402
     decode_attention,
     default_decode_config,
     longest_first,
-    v_by_token,
 )
 from llmbench.kernels.triton_prefill import PrefillConfig, prefill_attention  # noqa: E402
 
@@ -264,9 +265,12 @@ def prologue_case(env: Env, T: int, Hq: int, Hk: int, D: int) -> list[Row]:
     ]
 
 
-def paged_cache(env: Env, B: int, context: int, block_size: int, Hk: int, D: int, kv_dtype=None):
+def paged_cache(
+    env: Env, B: int, context: int, block_size: int, Hk: int, D: int, kv_dtype=None, v_as_k: bool = False
+):
     """Caches and shuffled block tables, and the scales: a float8 ``kv_dtype`` quantises random bf16
-    caches with per-head scales from their own values (None: bf16 caches, no scales)."""
+    caches with per-head scales from their own values, V laid out by token as in the engine's pool
+    (``v_as_k``: laid out as K instead); None: bf16 caches, no scales."""
     per_seq = -(-context // block_size)
     k_cache, v_cache = env.t(B * per_seq, block_size, Hk, D), env.t(B * per_seq, block_size, Hk, D)
     block_tables = torch.randperm(B * per_seq, device=env.device).view(B, per_seq).to(torch.int32)  # shuffled
@@ -275,21 +279,22 @@ def paged_cache(env: Env, B: int, context: int, block_size: int, Hk: int, D: int
     k_scale, v_scale = kv_scales_from(k_cache.flatten(0, 1), v_cache.flatten(0, 1), kv_dtype)
     k8 = quantize_ref(k_cache.flatten(0, 1), k_scale, kv_dtype).view(k_cache.shape)
     v8 = quantize_ref(v_cache.flatten(0, 1), v_scale, kv_dtype).view(v_cache.shape)
-    return k8, v8, block_tables, {"k_scale": k_scale, "v_scale": v_scale}
+    return k8, v8 if v_as_k else v_by_token(v8), block_tables, {"k_scale": k_scale, "v_scale": v_scale}
 
 
 def decode_case(
     env: Env, B: int, context: int, block_size: int, Hq: int, Hk: int, D: int,
     config: DecodeConfig | None = None, num_splits: int | None = None, with_ref_time: bool = False, check_it: bool = True,
     mixed: bool = False, split_tokens: int | None = None, kv_dtype: torch.dtype | None = None,
-    ordered: bool = False, v_tokens: bool = False,
+    ordered: bool = False, v_as_k: bool = False,
 ) -> list[Row]:  # fmt: skip
     """``mixed``: context lengths uniform in [context/10, context] (a served batch) instead of all equal;
     bandwidth then counts the K/V actually read. ``kv_dtype``: a float8 cache (see ``paged_cache``).
     ``ordered``: programs take the sequences longest first (``longest_first``), as the engine does.
-    ``v_tokens``: the V cache laid out by token (``v_by_token``)."""
+    ``v_as_k``: a float8 V laid out as K, not by token (``kv_layout.py``)."""
     explicit = config is not None  # the tile config goes into the row's name
-    config = config or default_decode_config(D, env.dtype, kv_dtype is not None)
+    fp8 = kv_dtype is not None
+    config = config or default_decode_config(D, env.dtype, fp8, v_tokens=fp8 and not v_as_k)
     gen = torch.Generator().manual_seed(B)
     lens = (
         torch.randint(max(1, context // 10), context + 1, (B,), generator=gen)
@@ -302,9 +307,9 @@ def decode_case(
         splits = -(-max_context // split_tokens)
 
     def make() -> tuple[tuple, dict, Callable[[], torch.Tensor]]:
-        k_cache, v_cache, block_tables, scales = paged_cache(env, B, context, block_size, Hk, D, kv_dtype)
-        if v_tokens:
-            v_cache = v_by_token(v_cache)
+        k_cache, v_cache, block_tables, scales = paged_cache(
+            env, B, context, block_size, Hk, D, kv_dtype, v_as_k
+        )
         q = env.t(B, Hq, D)
         seq_lens = lens.to(device=env.device, dtype=torch.int32)
         args = (q, k_cache, v_cache, block_tables, seq_lens, D**-0.5)
@@ -333,9 +338,8 @@ def decode_case(
     ctx = f"ctx {context // 10}-{context}" if mixed else f"ctx={context}"
     cut = f"slices of {split_tokens}" if split_tokens else f"splits {splits}"
     shape = f"B={B} {ctx} {Hq}/{Hk}x{D} page {block_size} {cut}" + (" longest first" if ordered else "")
-    shape += " V by token" if v_tokens else ""
+    shape += " V as K" if fp8 and v_as_k else ""
     cfg = f" n{config.block_n}w{config.num_warps}s{config.num_stages}"
-    cfg += f" V words {config.v_words}" if kv_dtype is not None and config.v_words != "off" else ""
     if kv_dtype is not None:
         kv_name += " to fp16" if config.fp8_to == "fp16" else ""
     rows = [
@@ -362,8 +366,11 @@ def decode_case(
 def prefill_case(
     env: Env, T: int, context: int, block_size: int, Hq: int, Hk: int, D: int,
     config: PrefillConfig | None = None, check_it: bool = True, kv_dtype: torch.dtype | None = None,
+    v_as_k: bool = False,
 ) -> list[Row]:  # fmt: skip
-    k_cache, v_cache, block_tables, scales = paged_cache(env, 1, context + T, block_size, Hk, D, kv_dtype)
+    k_cache, v_cache, block_tables, scales = paged_cache(
+        env, 1, context + T, block_size, Hk, D, kv_dtype, v_as_k
+    )
     q = env.t(T, Hq, D)
     qsl = torch.tensor([0, T], device=env.device, dtype=torch.int32)
     seq_lens = torch.tensor([context + T], device=env.device, dtype=torch.int32)
@@ -388,7 +395,9 @@ def prefill_case(
             else ""
         )
     )
-    shape = f"T={T} ctx={context} {Hq}/{Hk}x{D} page {block_size}"
+    shape = f"T={T} ctx={context} {Hq}/{Hk}x{D} page {block_size}" + (
+        " V as K" if kv_dtype and v_as_k else ""
+    )
     return [row(name, shape, time_us(env, run), moved, rel, flops)]
 
 
@@ -410,20 +419,14 @@ def tune(env: Env, kinds: list[str]) -> list[Row]:
                     for num_stages in (2, 3, 4):
                         cfg = DecodeConfig(block_n, num_warps, num_stages)
                         attempt(f"decode {cfg}", decode_case, B, ctx, block_size, 16, 8, 128, config=cfg)
-    if "decode-fp8" in kinds:  # page 16; tiles to float16; V as float8 or as words (checked: new paths)
-        for v_words in ("off", "triton", "ptx"):
+    if "decode-fp8" in kinds:  # page 16; tiles to float16; V by token (the pool's) and laid out as K
+        for v_as_k in (False, True):
             for block_n in (32, 64, 128):
-                for num_warps in (2, 4, 8):
-                    for num_stages in (2, 3):
-                        cfg = DecodeConfig(block_n, num_warps, num_stages, "fp16", v_words)
-                        attempt(f"decode-fp8 {cfg}", decode_case, B, ctx, 16, 16, 8, 128, config=cfg,
-                                kv_dtype=FP8, check_it=v_words != "off")  # fmt: skip
-        for block_n in (32, 64, 128):  # V laid out by token (checked: a new path)
-            for num_warps in (2, 4, 8):
-                for num_stages in (2, 3):
-                    cfg = DecodeConfig(block_n, num_warps, num_stages, "fp16")
-                    attempt(f"decode-fp8 {cfg} V by token", decode_case, B, ctx, 16, 16, 8, 128, config=cfg,
-                            kv_dtype=FP8, v_tokens=True)  # fmt: skip
+                for num_warps in (1, 2, 4):
+                    for num_stages in (2, 3, 4):
+                        cfg = DecodeConfig(block_n, num_warps, num_stages, "fp16")
+                        attempt(f"decode-fp8 {cfg} {v_as_k=}", decode_case, B, ctx, 16, 16, 8, 128, config=cfg,
+                                kv_dtype=FP8, v_as_k=v_as_k)  # fmt: skip
     if "splits" in kinds:
         for batch, choices in (
             (B, (1, 2)),
@@ -450,7 +453,7 @@ def print_table(rows: list[Row]) -> None:
          "" if r.tflops is None else f"{r.tflops:.1f}", "" if r.max_rel_diff is None else f"{r.max_rel_diff:.1e}")
         for r in rows
     ]  # fmt: skip
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
+    widths = [max([len(h), *(len(c[i]) for c in cells)]) for i, h in enumerate(head)]
     fmt = lambda c: "  ".join(
         v.ljust(w) if i < 3 else v.rjust(w) for i, (v, w) in enumerate(zip(c, widths, strict=True))
     )
@@ -470,6 +473,9 @@ def main() -> None:
         help="first sweep tile configs (decode, decode over a float8 cache, prefill) or split-KV counts (splits); "
         "repeatable, a few minutes each",
     )  # fmt: skip
+    parser.add_argument(
+        "--tune-only", action="store_true", help="with --tune: the sweeps alone, no other rows"
+    )
     parser.add_argument(
         "--smoke",
         action="store_true",
@@ -503,14 +509,16 @@ def main() -> None:
         tuned = tune(env, args.tune)
         print_table(tuned)
         rows += tuned
-    if args.smoke:  # same code paths, shapes the interpreter finishes in seconds
+    if args.tune and args.tune_only:
+        main_rows: list[Row] = []
+    elif args.smoke:  # same code paths, shapes the interpreter finishes in seconds
         main_rows = small_kernels(env, 8, 64, 32, 4, 2, 64) + prologue_case(env, 3, 4, 2, 64)
         main_rows += decode_case(env, 4, 100, 16, 4, 2, 64, with_ref_time=True)
         main_rows += decode_case(env, 1, 100, 8, 4, 2, 64)
         main_rows += decode_case(env, 5, 100, 8, 4, 2, 64, num_splits=2, mixed=True)
         main_rows += decode_case(env, 5, 100, 8, 4, 2, 64, split_tokens=32, mixed=True)
         main_rows += decode_case(env, 4, 100, 16, 4, 2, 64, kv_dtype=FP8)
-        main_rows += decode_case(env, 4, 100, 16, 4, 2, 64, kv_dtype=FP8, v_tokens=True)
+        main_rows += decode_case(env, 4, 100, 16, 4, 2, 64, kv_dtype=FP8, v_as_k=True)
         main_rows += decode_case(
             env, 4, 100, 16, 4, 2, 64, kv_dtype=FP8, config=DecodeConfig(32, 4, 2, "fp16")
         )
@@ -518,14 +526,14 @@ def main() -> None:
         main_rows += decode_case(env, 5, 100, 8, 4, 2, 64, mixed=True, ordered=True)
         main_rows += prefill_case(env, 40, 0, 16, 4, 2, 64) + prefill_case(env, 20, 30, 16, 4, 2, 64)
         main_rows += prefill_case(env, 20, 30, 16, 4, 2, 64, kv_dtype=FP8)
+        main_rows += prefill_case(env, 20, 30, 16, 4, 2, 64, kv_dtype=FP8, v_as_k=True)
     else:
         main_rows = small_kernels(env, T=8192, H=4096, inter=12288, Hq=32, Hk=8, D=128)
         for T in (1, 256, 8192):  # batch-1 decode, a large decode batch, a prefill chunk (Qwen3-0.6B heads)
             main_rows += prologue_case(env, T, 16, 8, 128)
         main_rows += decode_case(env, 64, 4096, 16, 16, 8, 128, with_ref_time=True)
         main_rows += decode_case(env, 64, 4096, 16, 16, 8, 128, kv_dtype=FP8)  # the same over a float8 cache
-        main_rows += decode_case(env, 64, 4096, 16, 16, 8, 128, kv_dtype=FP8, v_tokens=True)  # V by token
-        main_rows += decode_case(env, 64, 4096, 16, 16, 8, 128, v_tokens=True)
+        main_rows += decode_case(env, 64, 4096, 16, 16, 8, 128, kv_dtype=FP8, v_as_k=True)  # V laid out as K
         # the float8 tiles converted to bf16, in 64-token tiles: the form before the fp8 tuning
         main_rows += decode_case(env, 64, 4096, 16, 16, 8, 128, kv_dtype=FP8, config=DecodeConfig(64, 4, 3))
         main_rows += decode_case(env, 64, 4096, 128, 16, 8, 128)
@@ -547,9 +555,11 @@ def main() -> None:
         main_rows += prefill_case(env, 2048, 0, 16, 32, 8, 128)  # Qwen3-8B heads
         main_rows += prefill_case(env, 2048, 2048, 16, 32, 8, 128)  # a second chunk after a prefix
         main_rows += prefill_case(env, 2048, 2048, 16, 32, 8, 128, kv_dtype=FP8)
+        main_rows += prefill_case(env, 2048, 2048, 16, 32, 8, 128, kv_dtype=FP8, v_as_k=True)
     rows += main_rows
-    print()
-    print_table(main_rows)
+    if main_rows:
+        print()
+        print_table(main_rows)
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1))
         print(f"wrote {args.json}")

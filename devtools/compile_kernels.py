@@ -41,6 +41,7 @@ from llmbench.kernels._triton import runs_ptx  # noqa: E402
 from llmbench.kernels.activation import silu_and_mul  # noqa: E402
 from llmbench.kernels.allreduce_norm import allreduce_norm  # noqa: E402
 from llmbench.kernels.attention_prologue import attention_prologue  # noqa: E402
+from llmbench.kernels.kv_layout import v_by_token  # noqa: E402
 from llmbench.kernels.kv_store import store_kv  # noqa: E402
 from llmbench.kernels.rmsnorm import rms_norm  # noqa: E402
 from llmbench.kernels.rotary import apply_rotary  # noqa: E402
@@ -52,7 +53,7 @@ from llmbench.kernels.skinny_matmul import (  # noqa: E402
     skinny_norm_matmul,
     skinny_silu_matmul,
 )
-from llmbench.kernels.triton_decode import decode_attention, v_by_token  # noqa: E402
+from llmbench.kernels.triton_decode import decode_attention  # noqa: E402
 from llmbench.kernels.triton_prefill import prefill_attention  # noqa: E402
 
 TRITON_DTYPES = {
@@ -232,19 +233,19 @@ def fp8_kv_calls() -> None:
         norm = (t(d), t(d)) if qk_norm else (None, None)
         for fp8 in (torch.float8_e4m3fn, torch.float8_e5m2):
             cache = t(64, PAGE_SIZE, hk, d, dt=fp8)
-            store_kv(t(T, hk, d), t(T, hk, d), cache, cache, slots, *scales)
-            attention_prologue(t(T, (hq + 2 * hk) * d), positions, t(4096, d, dt=torch.float32), *norm, 1e-6,
-                               cache, cache, slots, hq, hk, *scales)  # fmt: skip
-            for B in (1, 256):
-                tables = t(B, 4096 // PAGE_SIZE, dt=torch.int32)
-                for v_cache in (cache, v_by_token(cache)):  # the pool's V layout, and by token
+            for v_cache in (v_by_token(cache), cache):  # the pool's layout (V by token), and V laid out as K
+                store_kv(t(T, hk, d), t(T, hk, d), cache, v_cache, slots, *scales)
+                attention_prologue(t(T, (hq + 2 * hk) * d), positions, t(4096, d, dt=torch.float32), *norm, 1e-6,
+                                   cache, v_cache, slots, hq, hk, *scales)  # fmt: skip
+                for B in (1, 256):
+                    tables = t(B, 4096 // PAGE_SIZE, dt=torch.int32)
                     decode_attention(t(B, hq, d), cache, v_cache, tables, t(B, dt=torch.int64), d**-0.5,
                                      k_scale=scales[0], v_scale=scales[1])  # fmt: skip
-            for B, query_len in ((1, 2048), (64, 1)):
-                starts = torch.arange(B + 1, dtype=torch.int32) * query_len
-                prefill_attention(t(B * query_len, hq, d), cache, cache, t(B, 4096 // PAGE_SIZE, dt=torch.int32),
-                                  starts, t(B, dt=torch.int64), query_len, d**-0.5, k_scale=scales[0],
-                                  v_scale=scales[1])  # fmt: skip
+                for B, query_len in ((1, 2048), (64, 1)):
+                    starts = torch.arange(B + 1, dtype=torch.int32) * query_len
+                    prefill_attention(t(B * query_len, hq, d), cache, v_cache, t(B, 4096 // PAGE_SIZE, dt=torch.int32),
+                                      starts, t(B, dt=torch.int64), query_len, d**-0.5, k_scale=scales[0],
+                                      v_scale=scales[1])  # fmt: skip
 
 
 def sampler_calls() -> None:

@@ -84,8 +84,9 @@ def test_bad_options_are_a_clear_error() -> None:
 
 
 def test_a_v_cache_laid_out_by_token_reaches_the_float8_dot_without_byte_loads(tmp_path: Path) -> None:
-    # The reason for v_by_token: compiled for sm_90, the float8 decode kernel reads a V tile of the pool's
-    # layout from shared memory a byte at a time; laid out by token, through ldmatrix.
+    # The reason the float8 pool holds V by token (kernels/kv_layout.py): compiled for sm_90, the decode
+    # kernel reads a float8 V tile laid out as K from shared memory a byte at a time; by token, through
+    # ldmatrix, and (the chunked load) from global memory in 16-byte vectors, as does the prefill kernel.
     code = """
 import re
 import compile_kernels as ck
@@ -93,7 +94,9 @@ import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from llmbench.kernels.triton_decode import decode_attention, v_by_token
+from llmbench.kernels.kv_layout import v_by_token
+from llmbench.kernels.triton_decode import decode_attention
+from llmbench.kernels.triton_prefill import prefill_attention
 
 t = lambda *shape, dt=torch.bfloat16: torch.zeros(shape, dtype=dt)
 
@@ -102,23 +105,29 @@ def calls():
     for v in (cache, v_by_token(cache)):
         decode_attention(t(64, 16, 128), cache, v, t(64, 256, dt=torch.int32), t(64, dt=torch.int64), 0.1,
                          num_splits=1, k_scale=scale, v_scale=scale)
+        prefill_attention(t(2048, 16, 128), cache, v, t(1, 256, dt=torch.int32),
+                          torch.tensor([0, 2048], dtype=torch.int32), t(1, dt=torch.int64), 2048, 0.1,
+                          k_scale=scale, v_scale=scale)
 
 for launch in ck.capture(calls):
-    if launch.kernel.fn.__name__ == "_decode_kernel":
-        ptx = triton.compile(ASTSource(launch.kernel, launch.signature, constexprs=launch.constexprs,
-                                       attrs=launch.attrs), target=GPUTarget("cuda", 90, 32),
-                             options=launch.options).asm["ptx"]
-        by_token = dict((launch.kernel.params[i[0]].name, v) for i, v in launch.constexprs.items())["V_BY_TOKEN"]
-        print("token" if by_token else "pool", len(re.findall(r"ld\\.shared\\.b8", ptx)),
-              len(re.findall(r"ldmatrix", ptx)))
+    ptx = triton.compile(ASTSource(launch.kernel, launch.signature, constexprs=launch.constexprs,
+                                   attrs=launch.attrs), target=GPUTarget("cuda", 90, 32),
+                         options=launch.options).asm["ptx"]
+    by_token = dict((launch.kernel.params[i[0]].name, v) for i, v in launch.constexprs.items())["V_BY_TOKEN"]
+    print(launch.kernel.fn.__name__, "token" if by_token else "pool", len(re.findall(r"ld\\.shared\\.b8", ptx)),
+          len(re.findall(r"ld\\.global(?:\\.\\w+)*\\.b8", ptx)), len(re.findall(r"ldmatrix", ptx)))
 """
     probe = tmp_path / "probe.py"
     probe.write_text(code)
     done = _run(str(probe))
     assert done.returncode == 0, done.stderr[-3000:]
     counts = {
-        name: (int(b8), int(ldm))
-        for name, b8, ldm in (line.split() for line in done.stdout.split("\n") if line)
+        (kernel, layout): (int(b8), int(global_b8), int(ldm))
+        for kernel, layout, b8, global_b8, ldm in (line.split() for line in done.stdout.split("\n") if line)
     }
-    assert counts["token"][0] == 0 and counts["token"][1] > counts["pool"][1], counts
-    assert counts["pool"][0] > 0, counts  # if Triton learns to read the pool's layout so, v_by_token is moot
+    for kernel in ("_decode_kernel", "_prefill_kernel"):
+        assert counts[(kernel, "token")][:2] == (0, 0), counts  # no byte loads at all by token
+    token, pool = counts[("_decode_kernel", "token")], counts[("_decode_kernel", "pool")]
+    assert token[2] > pool[2], counts  # V through ldmatrix instead
+    # if Triton learns to read the K layout without byte loads, the layout is moot for decode
+    assert pool[0] > 0, counts

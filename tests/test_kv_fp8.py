@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from llmbench.kernels.attention_prologue import attention_prologue, attention_prologue_ref
+from llmbench.kernels.kv_layout import by_token, v_by_token
 from llmbench.kernels.kv_quant import HEADROOM, dequantize_ref, kv_scales_from, quantize_ref
 from llmbench.kernels.kv_store import store_kv, store_kv_ref
 from llmbench.kernels.paged_attention import (
@@ -17,7 +18,7 @@ from llmbench.kernels.paged_attention import (
     paged_attention_prefill,
     paged_attention_prefill_ref,
 )
-from llmbench.kernels.triton_decode import decode_attention, default_decode_config, v_by_token
+from llmbench.kernels.triton_decode import decode_attention, default_decode_config
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = "cpu" if INTERPRET else ("cuda" if torch.cuda.is_available() else None)
@@ -25,6 +26,8 @@ FP8 = [torch.float8_e4m3fn, torch.float8_e5m2]
 needs_triton = pytest.mark.skipif(DEVICE is None, reason="Triton kernels need CUDA or TRITON_INTERPRET=1")
 # The model dtypes the kernels run at: float32 on the CPU (fast under the interpreter), bf16 on a GPU.
 MODEL_DTYPES = [torch.float32, torch.bfloat16] if DEVICE == "cuda" else [torch.float32]
+# A float8 pool holds V by token (kernels/kv_layout.py); the kernels read V laid out as K as well.
+V_LAYOUTS = pytest.mark.parametrize("v_as_k", [False, True], ids=["V by token", "V as K"])
 
 
 def bytes_differ(a: torch.Tensor, b: torch.Tensor) -> int:
@@ -86,11 +89,12 @@ def test_a_float8_cache_without_scales_is_an_error() -> None:
 @needs_triton
 @pytest.mark.parametrize("dtype", FP8, ids=["e4m3", "e5m2"])
 @pytest.mark.parametrize("src", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
-def test_fp8_store_writes_the_reference_bytes(dtype: torch.dtype, src: torch.dtype) -> None:
+@V_LAYOUTS
+def test_fp8_store_writes_the_reference_bytes(dtype: torch.dtype, src: torch.dtype, v_as_k: bool) -> None:
     # odd heads, head_dim padded to 128; on a GPU, enough values that a last-bit difference shows
     num_blocks, block_size, Hk, D, T = (5, 8, 3, 80, 9) if DEVICE == "cpu" else (1200, 8, 3, 80, 8191)
     k_cache = torch.zeros(num_blocks, block_size, Hk, D, device=DEVICE).to(dtype)
-    v_cache = torch.zeros_like(k_cache)
+    v_cache = k_cache.clone() if v_as_k else v_by_token(k_cache)
     k_ref, v_ref = k_cache.clone(), v_cache.clone()
     kv = (torch.randn(T, 2, Hk, D, device=DEVICE) * 2).to(src)  # k and v as strided views
     kv[1, 0, 0, :3] = 1e5  # past the range: clipped
@@ -104,12 +108,14 @@ def test_fp8_store_writes_the_reference_bytes(dtype: torch.dtype, src: torch.dty
     print(f"store_kv {dtype} from {src}: {differ} bytes differ from the reference")
     assert differ == 0
     assert (k_cache.view(torch.uint8) != 0).sum() > 0.9 * (T - 2) * Hk * D  # the slots were written
+    assert (v_cache.view(torch.uint8) != 0).sum() > 0.9 * (T - 2) * Hk * D
 
 
 @needs_triton
 @pytest.mark.parametrize("dtype", FP8, ids=["e4m3", "e5m2"])
 @pytest.mark.parametrize("qk_norm", [True, False])
-def test_fp8_prologue_writes_the_reference_bytes(dtype: torch.dtype, qk_norm: bool) -> None:
+@V_LAYOUTS
+def test_fp8_prologue_writes_the_reference_bytes(dtype: torch.dtype, qk_norm: bool, v_as_k: bool) -> None:
     Hq, Hk, D, block_size, T, num_blocks = 6, 2, 80, 8, 7, 6
     model = MODEL_DTYPES[-1]
     kw = dict(device=DEVICE, dtype=model)
@@ -118,7 +124,7 @@ def test_fp8_prologue_writes_the_reference_bytes(dtype: torch.dtype, qk_norm: bo
     cos_sin_cache = torch.randn(512, D, device=DEVICE)
     q_w, k_w = (torch.randn(D, **kw), torch.randn(D, **kw)) if qk_norm else (None, None)
     k_cache = torch.zeros(num_blocks, block_size, Hk, D, device=DEVICE).to(dtype)
-    v_cache = torch.zeros_like(k_cache)
+    v_cache = k_cache.clone() if v_as_k else v_by_token(k_cache)
     k_ref, v_ref = k_cache.clone(), v_cache.clone()
     slots = torch.randperm(num_blocks * block_size, device=DEVICE)[:T]
     slots[T // 2] = -1
@@ -128,7 +134,7 @@ def test_fp8_prologue_writes_the_reference_bytes(dtype: torch.dtype, qk_norm: bo
     q_ref = attention_prologue_ref(qkv, *args, k_ref, v_ref, slots, Hq, Hk, *scales)
     differ = bytes_differ(k_cache, k_ref) + bytes_differ(v_cache, v_ref)
     print(f"prologue {dtype}: {differ} cache bytes differ; max |q - q_ref| {(q - q_ref).abs().max():.3g}")
-    assert differ == 0
+    assert differ == 0 and (v_cache.view(torch.uint8) != 0).sum() > 0.9 * (T - 1) * Hk * D
     assert torch.allclose(q.float(), q_ref.float(), atol=2e-2 if model == torch.bfloat16 else 2e-5)
 
 
@@ -136,10 +142,10 @@ def test_fp8_prologue_writes_the_reference_bytes(dtype: torch.dtype, qk_norm: bo
 
 
 def fp8_paged_cache(
-    seq_lens: list[int], block_size: int, Hk: int, D: int, dtype: torch.dtype
+    seq_lens: list[int], block_size: int, Hk: int, D: int, dtype: torch.dtype, v_as_k: bool = False
 ) -> tuple[torch.Tensor, ...]:
-    """Random float8 caches (every slot finite), their scales, shuffled block tables, and the float32
-    caches they were quantised from."""
+    """Random float8 caches (every slot finite), V laid out by token as in the pool (``v_as_k``: as K),
+    their scales, shuffled block tables, and the float32 caches they were quantised from."""
     max_blocks = max(-(-n // block_size) for n in seq_lens) + 2
     num_blocks = len(seq_lens) * max_blocks + 3
     real = torch.randn(2, num_blocks, block_size, Hk, D, device=DEVICE) * 3
@@ -148,6 +154,7 @@ def fp8_paged_cache(
     v_cache = quantize_ref(real[1].flatten(0, 1), v_scale, dtype).view(num_blocks, block_size, Hk, D)
     perm = torch.randperm(num_blocks, device=DEVICE)[: len(seq_lens) * max_blocks]
     tables = perm.view(len(seq_lens), max_blocks).to(torch.int32)
+    v_cache = v_cache if v_as_k else v_by_token(v_cache)
     return k_cache, v_cache, k_scale, v_scale, tables, real[0], real[1]
 
 
@@ -163,8 +170,9 @@ def close(name: str, out: torch.Tensor, ref: torch.Tensor, model: torch.dtype) -
 @pytest.mark.parametrize("model", MODEL_DTYPES + ([torch.float16] if DEVICE == "cpu" else []), ids=str)
 @pytest.mark.parametrize("dtype", FP8, ids=["e4m3", "e5m2"])
 @pytest.mark.parametrize("num_splits", [1, 3])
-@pytest.mark.parametrize("fp8_to", ["q", "fp16", "q, V as words by triton", "fp16, V as words by ptx"])
+@pytest.mark.parametrize("fp8_to", ["q", "fp16"])
 @pytest.mark.parametrize("Hq,Hk,D,block_size", [(4, 2, 64, 8), (6, 2, 80, 16), (8, 1, 128, 8)])
+@V_LAYOUTS
 def test_fp8_decode_matches_reference(
     model: torch.dtype,
     dtype: torch.dtype,
@@ -174,22 +182,23 @@ def test_fp8_decode_matches_reference(
     Hk: int,
     D: int,
     block_size: int,
+    v_as_k: bool,
 ) -> None:
-    # The tiles converted to q's dtype or to float16 (q too, when it is 16-bit) before the dots; V read
-    # as int32 words or as float8 (D=80: never as words, the tile is wider than the head).
+    # The tiles converted to q's dtype or to float16 (q too, when it is 16-bit) before the dots (D=80: a
+    # tile wider than the head).
     seq_lens = [1, block_size - 1, block_size + 1, 3 * block_size + 5]
-    k_cache, v_cache, k_scale, v_scale, tables, _, _ = fp8_paged_cache(seq_lens, block_size, Hk, D, dtype)
+    k_cache, v_cache, k_scale, v_scale, tables, _, _ = fp8_paged_cache(
+        seq_lens, block_size, Hk, D, dtype, v_as_k
+    )
     q = torch.randn(len(seq_lens), Hq, D, device=DEVICE, dtype=model)
     sl = torch.tensor(seq_lens, device=DEVICE, dtype=torch.int32)
     scales = dict(k_scale=k_scale, v_scale=v_scale)
-    config = default_decode_config(D, model)._replace(
-        fp8_to=fp8_to.split(",")[0], v_words=fp8_to.split()[-1] if "words" in fp8_to else "off"
-    )
+    config = default_decode_config(D, model, fp8=True, v_tokens=not v_as_k)._replace(fp8_to=fp8_to)
     out = decode_attention(
         q, k_cache, v_cache, tables, sl, D**-0.5, num_splits=num_splits, config=config, **scales
     )
     ref = paged_attention_decode_ref(q, k_cache, v_cache, tables, sl, D**-0.5, **scales)
-    close(f"fp8 decode {dtype} splits={num_splits} to {fp8_to}", out, ref, model)
+    close(f"fp8 decode {dtype} splits={num_splits} to {fp8_to} {v_as_k=}", out, ref, model)
 
 
 @needs_triton
@@ -203,18 +212,19 @@ def test_decode_reads_a_v_cache_laid_out_by_token(
     # pool's own layout, whole pages and ragged last tiles alike.
     seq_lens = [1, block_size - 1, block_size + 1, 3 * block_size + 5]
     k_cache, v_cache, k_scale, v_scale, tables, real_k, real_v = fp8_paged_cache(
-        seq_lens, block_size, Hk, D, cache or FP8[0]
+        seq_lens, block_size, Hk, D, cache or FP8[0], v_as_k=True
     )
     scales = dict(k_scale=k_scale, v_scale=v_scale)
     if cache is None:  # float32 caches: no scales
         k_cache, v_cache, scales = real_k, real_v, {}
-    by_token = v_by_token(v_cache)
-    assert torch.equal(by_token, v_cache) and by_token.stride(1) == 1  # same values, tokens contiguous
+    v_tokens = v_by_token(v_cache)
+    assert torch.equal(v_tokens, v_cache) and v_tokens.stride(1) == 1  # same values, tokens contiguous
+    assert by_token(v_tokens) and not by_token(v_cache)
     q = torch.randn(len(seq_lens), Hq, D, device=DEVICE)
     sl = torch.tensor(seq_lens, device=DEVICE, dtype=torch.int32)
     config = default_decode_config(D, q.dtype)._replace(block_n=16)  # several pages a tile at page 8
     out = decode_attention(
-        q, k_cache, by_token, tables, sl, D**-0.5, num_splits=num_splits, config=config, **scales
+        q, k_cache, v_tokens, tables, sl, D**-0.5, num_splits=num_splits, config=config, **scales
     )
     ref = paged_attention_decode_ref(q, k_cache, v_cache, tables, sl, D**-0.5, **scales)
     close(f"decode, V by token, {cache} splits={num_splits}", out, ref, torch.float32)
@@ -223,17 +233,25 @@ def test_decode_reads_a_v_cache_laid_out_by_token(
 @needs_triton
 @pytest.mark.parametrize("model", MODEL_DTYPES, ids=str)
 @pytest.mark.parametrize("dtype", FP8, ids=["e4m3", "e5m2"])
-def test_fp8_prefill_matches_reference(model: torch.dtype, dtype: torch.dtype) -> None:
+@V_LAYOUTS
+def test_fp8_prefill_matches_reference(model: torch.dtype, dtype: torch.dtype, v_as_k: bool) -> None:
     # Decodes beside a fresh prompt and a chunk after earlier context, pages of 8.
     Hq, Hk, D, block_size = 6, 2, 80, 8
     query_lens, context_lens = [1, 19, 9], [7, 0, 13]
     seq_lens = [a + b for a, b in zip(query_lens, context_lens, strict=True)]
-    k_cache, v_cache, k_scale, v_scale, tables, _, _ = fp8_paged_cache(seq_lens, block_size, Hk, D, dtype)
+    k_cache, v_cache, k_scale, v_scale, tables, _, _ = fp8_paged_cache(
+        seq_lens, block_size, Hk, D, dtype, v_as_k
+    )
     q = torch.randn(sum(query_lens), Hq, D, device=DEVICE, dtype=model)
     qsl = torch.tensor([0, *torch.tensor(query_lens).cumsum(0).tolist()], device=DEVICE, dtype=torch.int32)
     sl = torch.tensor(seq_lens, device=DEVICE, dtype=torch.int32)
     args = (q, k_cache, v_cache, tables, qsl, sl, max(query_lens), D**-0.5, k_scale, v_scale)
-    close(f"fp8 prefill {dtype}", paged_attention_prefill(*args), paged_attention_prefill_ref(*args), model)
+    close(
+        f"fp8 prefill {dtype} {v_as_k=}",
+        paged_attention_prefill(*args),
+        paged_attention_prefill_ref(*args),
+        model,
+    )
 
 
 @needs_triton

@@ -11,6 +11,7 @@ from llmbench import LLM, SamplingParams
 from llmbench.engine.config import ConfigError, EngineConfig
 from llmbench.engine.facts import triton_usable
 from llmbench.engine.resolve import resolve_here
+from llmbench.kernels.kv_layout import by_token
 from llmbench.kernels.kv_quant import HEADROOM
 from llmbench.kernels.kv_store import store_kv_ref
 from llmbench.kernels.paged_attention import paged_attention_prefill_ref
@@ -101,6 +102,18 @@ def test_a_float8_pool_holds_twice_the_blocks_of_bf16_in_the_same_memory() -> No
     assert (bf16.kv_cache_dtype, fp8.kv_cache_dtype) == ("bfloat16", "fp8_e4m3")
 
 
+def test_a_float8_pool_starts_zeroed_with_v_laid_out_by_token() -> None:
+    # The attention kernels load whole pages of V (kernels/kv_layout.py): the tokens past a sequence's end
+    # must be finite, so the pool starts at zero; a bf16 pool keeps V laid out as K.
+    for dtype, v_tokens in (("fp8_e4m3", True), ("auto", False)):
+        llm = LLM("qwen3-tiny", device="cpu", kv_cache_dtype=dtype, num_kv_blocks=8)
+        runner = llm.engine.runner
+        for kv in runner.kv_caches:
+            assert kv.k.stride(-1) == 1 and by_token(kv.v) == v_tokens and kv.v.shape == kv.k.shape
+        if v_tokens:
+            assert not runner.kv_pool.view(torch.uint8).any()
+
+
 def test_scales_are_set_from_the_first_prefill_with_headroom_then_kept() -> None:
     llm = LLM(
         "qwen3-tiny", device="cpu", attention_backend="torch", kv_cache_dtype="fp8_e4m3", num_kv_blocks=32
@@ -111,7 +124,8 @@ def test_scales_are_set_from_the_first_prefill_with_headroom_then_kept() -> None
     scales = runner.kv_scales.clone()
     # The prompt's largest |K| and |V| of each layer and head were stored as max / HEADROOM exactly.
     n = len(PROMPTS[1])
-    stored = runner.kv_pool.flatten(2, 3)[:, :, :n].float().abs().amax(dim=(2, 4))  # (2, L, Hk)
+    first = [torch.stack([kv.k.flatten(0, 1)[:n], kv.v.flatten(0, 1)[:n]]) for kv in runner.kv_caches]
+    stored = torch.stack(first, dim=1).float().abs().amax(dim=(2, 4))  # (2, L, Hk)
     print(f"largest stored |x| per layer and head: {stored.unique().tolist()}")
     assert torch.equal(stored, torch.full_like(stored, torch.finfo(torch.float8_e4m3fn).max / HEADROOM))
     llm.generate(PROMPTS, GREEDY)

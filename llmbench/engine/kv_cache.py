@@ -9,6 +9,10 @@ activations, measured by a warm-up forward); on the CPU from ``kv_cache_memory``
 float32 per layer, KV head and K or V (``layers/attention/kv.py``); they are not counted in blocks. Each
 layer's scales are tensors of their own, not views at different offsets of one: torch.compile guards on
 a view's offset, and would compile a layer again wherever an offset happens to equal some size.
+
+A float8 pool holds its V pages laid out by token (``kernels/kv_layout.py``: what lets the attention
+kernels feed float8 V to the tensor cores without reading it a byte at a time) and is zeroed when made:
+the kernels load whole pages of V, and the tokens past a sequence's end must be finite.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import NamedTuple
 import torch
 
 from llmbench.engine.resolve import ResolvedConfig
+from llmbench.kernels.kv_layout import by_token_view
 from llmbench.kernels.kv_quant import is_fp8
 from llmbench.layers.attention.kv import LayerKV
 
@@ -55,7 +60,7 @@ def num_blocks_for(config: ResolvedConfig, max_model_len: int, bytes_per_block: 
 
 
 class KVPool(NamedTuple):
-    data: torch.Tensor  # (2, L, num_blocks, block_size, Hk, D): K then V
+    data: torch.Tensor  # K then V, (2, L, num_blocks, ...): each layer's pages, one block after another
     layers: list[LayerKV]  # per layer: views of the data, and a float8 pool's (Hk,) scales
 
 
@@ -69,12 +74,23 @@ def allocate(
     device,
     scale: float = 1.0,
 ) -> KVPool:
-    """One slab for the whole pool; a float8 one with every scale set to ``scale``."""
-    pool = torch.empty(2, num_layers, num_blocks, block_size, kv_heads, head_dim, dtype=dtype, device=device)
+    """One slab for the whole pool; a float8 one zeroed, V laid out by token, and every scale set to
+    ``scale``."""
     if not is_fp8(dtype):
+        pool = torch.empty(
+            2, num_layers, num_blocks, block_size, kv_heads, head_dim, dtype=dtype, device=device
+        )
         return KVPool(pool, [LayerKV(pool[0, i], pool[1, i]) for i in range(num_layers)])
+    pool = torch.zeros(
+        2, num_layers, num_blocks, block_size * kv_heads * head_dim, dtype=dtype, device=device
+    )
+
+    def layer(i: int) -> LayerKV:
+        k = pool[0, i].view(num_blocks, block_size, kv_heads, head_dim)
+        v = by_token_view(pool[1, i], block_size, kv_heads, head_dim)
+        return LayerKV(k, v, scales(), scales())
 
     def scales() -> torch.Tensor:
         return torch.full((kv_heads,), scale, dtype=torch.float32, device=device)
 
-    return KVPool(pool, [LayerKV(pool[0, i], pool[1, i], scales(), scales()) for i in range(num_layers)])
+    return KVPool(pool, [layer(i) for i in range(num_layers)])

@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from llmbench.kernels._triton import jit, next_power_of_2, require_triton, tl
+from llmbench.kernels.kv_layout import by_token
 from llmbench.kernels.kv_quant import check_scales, fp8_constants, quantize_fp8
 from llmbench.kernels.kv_store import store_kv_ref
 from llmbench.kernels.rmsnorm import rms_norm_ref
@@ -98,7 +99,7 @@ def _norm_rotate(
 @jit
 def _prologue_kernel(
     qkv_ptr, pos_ptr, cs_ptr, qw_ptr, kw_ptr, q_ptr, kc_ptr, vc_ptr, slot_ptr, ks_ptr, vs_ptr,
-    stride_t, stride_cs, stride_qt, stride_kcb, stride_kcs, stride_vcb, stride_vcs,
+    stride_t, stride_cs, stride_qt, stride_kcb, stride_kcs, stride_vcb, stride_vcs, stride_vch, stride_vcd,
     HQ, HK, HALF, BLOCK_SIZE, eps,
     HAS_NORM: tl.constexpr, BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr, BLOCK_HALF: tl.constexpr,
     QUANT: tl.constexpr, FP8_MAX: tl.constexpr, FP8_MANTISSA: tl.constexpr, FP8_MIN_NORMAL: tl.constexpr,
@@ -130,6 +131,9 @@ def _prologue_kernel(
         v_row = k_row + HK * D
         v1 = tl.load(v_row + k_offs, mask=k_mask)
         v2 = tl.load(v_row + k_offs + HALF, mask=k_mask)
+        # V's place in its page: (heads, dims) strides of either layout (kv_layout.py)
+        v_offs = tl.arange(0, BLOCK_HK)[:, None] * stride_vch + tl.arange(0, BLOCK_HALF)[None, :] * stride_vcd
+        v_half = HALF * stride_vcd
         if QUANT:  # k in the model dtype first, like the unfused RoPE's output; (BLOCK_HK, 1) scales
             kh = tl.arange(0, BLOCK_HK)[:, None]
             k_scale = tl.load(ks_ptr + kh, mask=kh < HK, other=1.0)
@@ -141,13 +145,13 @@ def _prologue_kernel(
             tl.store(kc + k_offs + HALF, k2q, mask=k_mask)
             v1q = quantize_fp8(v1, v_scale, FP8_MAX, FP8_MANTISSA, FP8_MIN_NORMAL).to(cache_dtype)
             v2q = quantize_fp8(v2, v_scale, FP8_MAX, FP8_MANTISSA, FP8_MIN_NORMAL).to(cache_dtype)
-            tl.store(vc + k_offs, v1q, mask=k_mask)
-            tl.store(vc + k_offs + HALF, v2q, mask=k_mask)
+            tl.store(vc + v_offs, v1q, mask=k_mask)
+            tl.store(vc + v_offs + v_half, v2q, mask=k_mask)
         else:
             tl.store(kc + k_offs, k1.to(dtype), mask=k_mask)
             tl.store(kc + k_offs + HALF, k2.to(dtype), mask=k_mask)
-            tl.store(vc + k_offs, v1, mask=k_mask)
-            tl.store(vc + k_offs + HALF, v2, mask=k_mask)
+            tl.store(vc + v_offs, v1, mask=k_mask)
+            tl.store(vc + v_offs + v_half, v2, mask=k_mask)
 
 
 def attention_prologue(
@@ -183,8 +187,10 @@ def attention_prologue(
             f"expected caches (num_blocks, block_size, {num_kv_heads}, D) with D even and cos_sin_cache (P, D); "
             f"got {tuple(k_cache.shape)}, {tuple(v_cache.shape)}, {tuple(cos_sin_cache.shape)}"
         )
-    if k_cache.stride(2) != D or k_cache.stride(3) != 1 or v_cache.stride() != k_cache.stride():
-        raise ValueError("caches must be contiguous in (kv_heads, head_dim)")
+    if k_cache.stride(2) != D or k_cache.stride(3) != 1:
+        raise ValueError("the K cache must be contiguous in (kv_heads, head_dim)")
+    if v_cache.stride() != k_cache.stride() and not by_token(v_cache):
+        raise ValueError("the V cache must be laid out as the K cache or by token (kv_layout.py)")
     has_norm = q_norm_weight is not None and k_norm_weight is not None
     q = torch.empty((T, num_heads, D), dtype=qkv.dtype, device=qkv.device)
     if T > 0:
@@ -194,7 +200,7 @@ def attention_prologue(
             qkv, positions, cos_sin_cache.contiguous(), qw, kw, q, k_cache, v_cache, slot_mapping,
             k_scale if quant else qkv, v_scale if quant else qkv,  # placeholders when QUANT is False
             qkv.stride(0), cos_sin_cache.stride(0), q.stride(0),
-            k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
+            k_cache.stride(0), k_cache.stride(1), *v_cache.stride(),
             num_heads, num_kv_heads, D // 2, k_cache.shape[1], eps,
             HAS_NORM=has_norm, BLOCK_HQ=next_power_of_2(num_heads), BLOCK_HK=next_power_of_2(num_kv_heads),
             BLOCK_HALF=next_power_of_2(D // 2), num_warps=4,

@@ -2,7 +2,8 @@
 
 ``store_kv_ref`` is plain torch; ``store_kv`` the Triton version with the same signature. Both write
 the caches in place and touch nothing but the slots named in ``slot_mapping``. Cache layout:
-``(num_blocks, block_size, Hk, D)``, slot = block_id * block_size + offset (``layers/attention/metadata.py``).
+``(num_blocks, block_size, Hk, D)``, slot = block_id * block_size + offset (``layers/attention/metadata.py``);
+V may be laid out by token in memory (``kv_layout.py``).
 A float8 cache takes per-head scales ``k_scale``, ``v_scale`` ``(Hk,)`` and stores ``x / scale`` quantised
 (``kv_quant.py``); both versions store the same bytes.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from llmbench.kernels._triton import jit, next_power_of_2, require_triton, tl
+from llmbench.kernels.kv_layout import by_token
 from llmbench.kernels.kv_quant import check_scales, fp8_constants, quantize_fp8, quantize_ref
 
 
@@ -31,15 +33,16 @@ def store_kv_ref(
     if check_scales("store_kv_ref", k_cache, k_scale, v_scale):
         k = quantize_ref(k, k_scale, k_cache.dtype)
         v = quantize_ref(v, v_scale, v_cache.dtype)
-    k_cache.view(-1, *k_cache.shape[2:])[slots] = k
-    v_cache.view(-1, *v_cache.shape[2:])[slots] = v
+    block_size = k_cache.shape[1]
+    k_cache[slots // block_size, slots % block_size] = k
+    v_cache[slots // block_size, slots % block_size] = v
 
 
 @jit
 def _store_kv_kernel(
     k_ptr, v_ptr, kc_ptr, vc_ptr, slot_ptr, ks_ptr, vs_ptr,
     stride_kt, stride_kh, stride_vt, stride_vh,
-    stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch,
+    stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch, stride_vcd,
     H, D, BLOCK_SIZE,
     BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, QUANT: tl.constexpr,
     FP8_MAX: tl.constexpr, FP8_MANTISSA: tl.constexpr, FP8_MIN_NORMAL: tl.constexpr,
@@ -63,7 +66,9 @@ def _store_kv_kernel(
         k = k.to(kc_ptr.dtype.element_ty)
         v = v.to(vc_ptr.dtype.element_ty)
         tl.store(kc_ptr + block * stride_kcb + offset * stride_kcs + h * stride_kch + d, k, mask=mask)
-        tl.store(vc_ptr + block * stride_vcb + offset * stride_vcs + h * stride_vch + d, v, mask=mask)
+        tl.store(
+            vc_ptr + block * stride_vcb + offset * stride_vcs + h * stride_vch + d * stride_vcd, v, mask=mask
+        )
 
 
 def store_kv(
@@ -84,8 +89,8 @@ def store_kv(
             f"expected k, v (T, Hk, D) and caches (num_blocks, block_size, Hk, D); got "
             f"{tuple(k.shape)}, {tuple(v.shape)}, {tuple(k_cache.shape)}, {tuple(v_cache.shape)}"
         )
-    if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
-        raise ValueError("caches must be contiguous in head_dim")
+    if k_cache.stride(-1) != 1 or (v_cache.stride(-1) != 1 and not by_token(v_cache)):
+        raise ValueError("caches must be contiguous in head_dim (V may instead be laid out by token)")
     k = k if k.stride(-1) == 1 else k.contiguous()
     v = v if v.stride(-1) == 1 else v.contiguous()
     if T > 0:
@@ -94,8 +99,7 @@ def store_kv(
             k_scale if quant else k, v_scale if quant else v,  # placeholders when QUANT is False
             k.stride(0), k.stride(1), v.stride(0), v.stride(1),
             k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-            v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-            H, D, k_cache.shape[1],
+            *v_cache.stride(), H, D, k_cache.shape[1],
             BLOCK_H=next_power_of_2(H), BLOCK_D=next_power_of_2(D), QUANT=quant,
             **fp8_constants(k_cache.dtype), num_warps=4,
         )  # fmt: skip

@@ -24,15 +24,9 @@ Design (decode is memory bound: every K/V byte of the context is read once, ever
   ``DecodeConfig.fp8_to`` (q's dtype, or float16, whose conversion from float8 is one instruction per
   pair on recent GPUs; q then goes to float16 too). Its scales are per KV head, so one program has one
   K scale and one V scale: the first multiplies the scores' scale, the second the output, and the
-  tiles' products are unchanged. V is the second dot's right operand, summed over tokens, while the
-  cache keeps a token's values contiguous: Triton reads such an 8-bit operand from shared memory one
-  byte at a time (sm_90 has no 8-bit transposing ``ldmatrix``). ``DecodeConfig.v_words`` loads a float8
-  V tile as 32-bit words (4 values each) instead and converts it to float16 in the load's own layout
-  (``_fp8_words_to_f16``), so that it reaches the dot through shared memory as float16. On an H200 that
-  pays with 4 warps a program (217 against 244 µs at the headline shape) but the default, 2 warps
-  reading V as float8, is faster still (195 µs). The kernel also takes a V cache whose pages hold each
-  head's dimensions token-contiguous (``v_by_token``; not the engine's pool layout): there the float8 V
-  tile is the second dot's operand contiguous along the axis it sums, the layout 8-bit MMA operands need.
+  tiles' products are unchanged. The float8 pool holds V by token (``kv_layout.py``: the second
+  product's operand contiguous along the tokens it sums, as 8-bit tensor-core operands need); the
+  kernel reads either layout.
 """
 
 from __future__ import annotations
@@ -42,7 +36,8 @@ from typing import NamedTuple
 
 import torch
 
-from llmbench.kernels._triton import jit, next_power_of_2, num_sms, require_triton, runs_ptx, tl
+from llmbench.kernels._triton import jit, next_power_of_2, num_sms, require_triton, tl
+from llmbench.kernels.kv_layout import by_token, load_v_by_token
 from llmbench.kernels.kv_quant import check_scales
 
 LOG2E = math.log2(math.e)
@@ -56,21 +51,21 @@ class DecodeConfig(NamedTuple):
     num_warps: int
     num_stages: int
     fp8_to: str = "q"  # a float8 cache's tiles become "q" (q's dtype) or "fp16" (16-bit q) before the dots
-    # a float8 V tile read as int32 words and converted before the layout change, by "ptx" (inline PTX; the
-    # interpreter takes "triton" instead) or "triton" (bytes through Triton's float8 type); "off": as float8
-    v_words: str = "off"
 
 
-def default_decode_config(head_dim: int, dtype: torch.dtype, fp8: bool = False) -> DecodeConfig:
-    """For q's ``dtype``, over a float8 cache if ``fp8``. Tuned on an H200 with devtools/bench_kernels.py
-    --tune decode / decode-fp8 (bf16, 16/8 heads x 128, B=64 x 4096): 64-token tiles, 4 warps, 3 stages
-    reach 97-98% of 4.25 TB/s at page sizes 16 and 128; over float8, 128-token tiles converted to float16
-    with 2 warps and 2 stages: 195 µs, against 206 µs at best with V read as words (``v_words``), 246 µs
-    with 4 warps and 336 µs for 64-token tiles converted to bfloat16."""
+def default_decode_config(
+    head_dim: int, dtype: torch.dtype, fp8: bool = False, v_tokens: bool = False
+) -> DecodeConfig:
+    """For q's ``dtype``, over a float8 cache if ``fp8`` (with V laid out by token if ``v_tokens``). Tuned
+    on an H200 with devtools/bench_kernels.py --tune decode / decode-fp8 (bf16, 16/8 heads x 128, B=64 x
+    4096): 64-token tiles, 4 warps, 3 stages reach 97-98% of 4.25 TB/s at page sizes 16 and 128; over
+    float8 by token, 128-token tiles converted to float16 with 2 warps and 3 stages: 150 µs (85%), against
+    158 with 2 stages, 162 for 64-token tiles and 212 or more with 4 warps; over float8 in the pool's
+    layout, 128-token tiles, 2 warps, 2 stages: 195 µs."""
     if dtype == torch.float32:
         return DecodeConfig(block_n=32, num_warps=4, num_stages=2)  # halves shared memory per stage
     if fp8:
-        return DecodeConfig(block_n=128, num_warps=2, num_stages=2, fp8_to="fp16")
+        return DecodeConfig(block_n=128, num_warps=2, num_stages=3 if v_tokens else 2, fp8_to="fp16")
     return DecodeConfig(block_n=64, num_warps=4, num_stages=3)
 
 
@@ -99,37 +94,6 @@ def order_pays(batch: int, num_kv_heads: int, device: torch.device) -> bool:
     return batch > 1 and batch * num_kv_heads > num_sms(device)
 
 
-@jit
-def _fp8_words_to_f16(words, E5M2: tl.constexpr, ASM: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr):
-    """(ROWS, COLS / 4) int32 words, each 4 float8 values (the first in the lowest byte), ->
-    (ROWS, COLS) float16, exactly. ``ASM``: two PTX conversions a word; else bytes through Triton's own
-    float8 type (the CPU interpreter runs no PTX)."""
-    if ASM:
-        if E5M2:
-            cvt: tl.constexpr = "cvt.rn.f16x2.e5m2x2"
-        else:
-            cvt: tl.constexpr = "cvt.rn.f16x2.e4m3x2"
-        lo2, hi2 = tl.inline_asm_elementwise(
-            "{ .reg .b16 a, b; mov.b32 {a, b}, $2; " + cvt + " $0, a; " + cvt + " $1, b; }",
-            "=r,=r,r", [words], dtype=(tl.int32, tl.int32), is_pure=True, pack=1,
-        )  # fmt: skip
-        pairs = tl.join(lo2, hi2)  # (ROWS, COLS / 4, 2) words: values (0, 1) and (2, 3), two float16 each
-        low = (pairs & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True)
-        high = (pairs >> 16).to(tl.int16).to(tl.float16, bitcast=True)
-        values = tl.join(low, high)  # (ROWS, COLS / 4, 2, 2): value 2 * pair + half
-    else:
-        if E5M2:
-            fp8: tl.constexpr = tl.float8e5
-        else:
-            fp8: tl.constexpr = tl.float8e4nv
-        b0 = (words & 0xFF).to(tl.uint8).to(fp8, bitcast=True).to(tl.float16)
-        b1 = ((words >> 8) & 0xFF).to(tl.uint8).to(fp8, bitcast=True).to(tl.float16)
-        b2 = ((words >> 16) & 0xFF).to(tl.uint8).to(fp8, bitcast=True).to(tl.float16)
-        b3 = ((words >> 24) & 0xFF).to(tl.uint8).to(fp8, bitcast=True).to(tl.float16)
-        values = tl.join(tl.join(b0, b2), tl.join(b1, b3))  # (ROWS, COLS / 4, 2, 2): value 2 * pair + half
-    return tl.reshape(values, [ROWS, COLS])
-
-
 @jit(do_not_specialize=("num_splits", "split_tokens", "stride_bt"))
 def _decode_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, order_ptr,
@@ -141,7 +105,7 @@ def _decode_kernel(
     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
     SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr,
     DEQUANT: tl.constexpr, FP8_TO_F16: tl.constexpr, ORDERED: tl.constexpr,
-    V_WORDS: tl.constexpr, E5M2: tl.constexpr, CVT_ASM: tl.constexpr, V_BY_TOKEN: tl.constexpr,
+    V_BY_TOKEN: tl.constexpr,
 ):  # fmt: skip
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
@@ -194,21 +158,15 @@ def _decode_kernel(
             k_cache_ptr + (page * stride_kb + slot * stride_ks + kv_head * stride_kh)[:, None] + d[None, :],
             mask=kv_mask, other=0.0,
         )  # (BLOCK_N, BLOCK_D)  # fmt: skip
-        v_row = page * stride_vb + slot * stride_vs + kv_head * stride_vh
-        if V_WORDS:  # a float8 V as int32 words (strides in words), converted in the load's layout
-            words = tl.load(
-                v_cache_ptr + v_row[:, None] + tl.arange(0, BLOCK_D // 4)[None, :], mask=p_mask[:, None], other=0
-            )  # (BLOCK_N, BLOCK_D / 4)  # fmt: skip
-            v = _fp8_words_to_f16(words, E5M2, CVT_ASM, BLOCK_N, BLOCK_D)
-        elif V_BY_TOKEN:  # loaded (BLOCK_D, BLOCK_N), tokens contiguous: the dot's operand along its sum
-            v = tl.trans(
-                tl.load(
-                    v_cache_ptr + v_row[None, :] + d[:, None] * stride_vd, mask=tl.trans(kv_mask), other=0.0
-                )
-            )  # (BLOCK_N, BLOCK_D)
+        if V_BY_TOKEN:  # tokens contiguous: the dot's operand along its sum (module docstring)
+            v = load_v_by_token(
+                v_cache_ptr + kv_head * stride_vh, bt_row, tile, end, stride_vb, stride_vd, d,
+                HEAD_DIM, PAGE_SIZE, BLOCK_N, BLOCK_D,
+            )  # fmt: skip
         else:
+            v_row = page * stride_vb + slot * stride_vs + kv_head * stride_vh
             v = tl.load(
-                v_cache_ptr + v_row[:, None] + d[None, :] * stride_vd, mask=kv_mask, other=0.0
+                v_cache_ptr + v_row[:, None] + d[None, :], mask=kv_mask, other=0.0
             )  # (BLOCK_N, BLOCK_D)
         if DEQUANT:  # float8 -> q's dtype, exactly: every float8 value is a bf16, fp16 and fp32 value
             k = k.to(q.dtype)
@@ -296,12 +254,12 @@ def decode_attention(
             f"expected q (B, Hq, D) and caches (num_blocks, page_size, Hk, D) with Hq % Hk == 0; got "
             f"{tuple(q.shape)}, {tuple(k_cache.shape)}, {tuple(v_cache.shape)}"
         )
-    by_token = v_cache.stride(1) == 1 and v_cache.stride(-1) != 1  # v_by_token()'s layout
-    if k_cache.stride(-1) != 1 or (v_cache.stride(-1) != 1 and not by_token):
+    v_tokens = by_token(v_cache)
+    if k_cache.stride(-1) != 1 or (v_cache.stride(-1) != 1 and not v_tokens):
         raise ValueError("caches must be contiguous in head_dim (V may instead be contiguous in its tokens)")
     q = q if q.stride(-1) == 1 else q.contiguous()
     if config is None:
-        config = default_decode_config(D, q.dtype, dequant)
+        config = default_decode_config(D, q.dtype, dequant, v_tokens)
         if split_tokens and split_tokens % config.block_n and split_tokens % SLICE_TILE == 0:
             config = config._replace(block_n=SLICE_TILE)  # tiles wider than the slices: take 64
     max_context = block_tables.shape[1] * page_size  # an upper bound known without a host sync
@@ -326,24 +284,20 @@ def decode_attention(
         part_out = part_lse = out  # placeholders, never touched when SPLIT is False
     if order is not None and order.shape != (B,):
         raise ValueError(f"order must be a permutation of the {B} rows, got shape {tuple(order.shape)}")
-    # A float8 V read as int32 words (module docstring); its strides count words.
-    v_words = dequant and config.v_words != "off" and D == block_d and D % 4 == 0 and not by_token
-    v_strides = [s // 4 if v_words else s for s in v_cache.stride()]
     _decode_kernel[(Hk, num_splits, B)](
-        q, k_cache, v_cache.view(torch.int32) if v_words else v_cache, block_tables, seq_lens,
+        q, k_cache, v_cache, block_tables, seq_lens,
         seq_lens if order is None else order,
         out, part_out, part_lse,
         k_scale if dequant else out, v_scale if dequant else out,  # placeholders when DEQUANT is False
         scale * LOG2E, num_splits, split_tokens or 0,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        *v_strides, block_tables.stride(0), out.stride(0), out.stride(1),
+        *v_cache.stride(), block_tables.stride(0), out.stride(0), out.stride(1),
         GROUP=group, HEAD_DIM=D, PAGE_SIZE=page_size,
         BLOCK_G=max(16, next_power_of_2(group)), BLOCK_D=max(16, block_d), BLOCK_N=config.block_n,
         SPLIT=split, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         num_warps=config.num_warps, num_stages=config.num_stages,
         DEQUANT=dequant, FP8_TO_F16=dequant and config.fp8_to == "fp16" and q.dtype != torch.float32, ORDERED=order is not None,
-        V_WORDS=v_words, E5M2=k_cache.dtype == torch.float8_e5m2, CVT_ASM=v_words and config.v_words == "ptx" and runs_ptx(q),
-        V_BY_TOKEN=by_token,
+        V_BY_TOKEN=v_tokens,
     )  # fmt: skip
     if split:
         _decode_reduce_kernel[(B, Hq)](
@@ -351,14 +305,6 @@ def decode_attention(
             HEAD_DIM=D, BLOCK_S=next_power_of_2(num_splits), BLOCK_D=block_d, num_warps=4,
         )  # fmt: skip
     return out
-
-
-def v_by_token(v_cache: torch.Tensor) -> torch.Tensor:
-    """A copy of a (num_blocks, page_size, Hk, D) V cache laid out (num_blocks, Hk, D, page_size) in memory,
-    seen with the same indices: a page's tokens contiguous for each head and dimension, so that a float8 V
-    tile is the second dot's operand along its summed axis, as the tensor cores read it (module docstring;
-    ``decode_attention`` takes either layout)."""
-    return v_cache.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
 
 
 def paged_attention_decode(

@@ -17,7 +17,8 @@ Design (prefill is compute bound):
 - Keys are walked in tiles of ``BLOCK_N`` with an online softmax in float32 (base 2): first the tiles
   every row of the query tile may see (no mask), then the diagonal tiles with the causal mask.
 - A float8 cache (``kv_quant.py``) is converted to q's dtype on load; a program's KV head has one K and
-  one V scale, applied to the scores' scale and to the output.
+  one V scale, applied to the scores' scale and to the output. The float8 pool holds V by token
+  (``kv_layout.py``); the kernel reads either layout.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import NamedTuple
 import torch
 
 from llmbench.kernels._triton import jit, next_power_of_2, require_triton, tl
+from llmbench.kernels.kv_layout import by_token, load_v_by_token
 from llmbench.kernels.kv_quant import check_scales
 
 LOG2E = math.log2(math.e)
@@ -71,12 +73,12 @@ def _find_seq(query_start_loc_ptr, num_seqs, pid, BLOCK_Q: tl.constexpr):
 @jit
 def _attend_tiles(
     q, m, l_sum, acc, k_base, v_base, bt_row, q_pos, start, end, kv_end, qk_scale,
-    stride_kb, stride_ks, stride_vb, stride_vs,
+    stride_kb, stride_ks, stride_vb, stride_vs, stride_vd,
     HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr, DEQUANT: tl.constexpr,
+    CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr, DEQUANT: tl.constexpr, V_BY_TOKEN: tl.constexpr,
 ):  # fmt: skip
     d = tl.arange(0, BLOCK_D)
-    for tile in range(start, end, BLOCK_N):
+    for tile in range(start, end, BLOCK_N):  # start: 0, or a multiple of BLOCK_N
         pos = tile + tl.arange(0, BLOCK_N)  # (BLOCK_N,) key positions
         p_mask = pos < kv_end
         page = tl.load(bt_row + pos // PAGE_SIZE, mask=p_mask, other=0).to(tl.int64)
@@ -88,9 +90,14 @@ def _attend_tiles(
         k = tl.load(
             k_base + (page * stride_kb + slot * stride_ks)[:, None] + d[None, :], mask=kv_mask, other=0.0
         )
-        v = tl.load(
-            v_base + (page * stride_vb + slot * stride_vs)[:, None] + d[None, :], mask=kv_mask, other=0.0
-        )
+        if V_BY_TOKEN:
+            v = load_v_by_token(
+                v_base, bt_row, tile, kv_end, stride_vb, stride_vd, d, HEAD_DIM, PAGE_SIZE, BLOCK_N, BLOCK_D
+            )
+        else:
+            v = tl.load(
+                v_base + (page * stride_vb + slot * stride_vs)[:, None] + d[None, :], mask=kv_mask, other=0.0
+            )
         if DEQUANT:  # float8 -> q's dtype, exactly; the scales are applied by the caller
             k = k.to(q.dtype)
             v = v.to(q.dtype)
@@ -110,11 +117,11 @@ def _attend_tiles(
 def _prefill_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, query_start_loc_ptr, seq_lens_ptr, out_ptr,
     k_scale_ptr, v_scale_ptr, qk_scale, num_seqs,
-    stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+    stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_vd,
     stride_bt, stride_ot, stride_oh,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, DEQUANT: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, DEQUANT: tl.constexpr, V_BY_TOKEN: tl.constexpr,
 ):  # fmt: skip
     # BLOCK_M rows = BLOCK_Q tokens x GROUP_PAD heads, token-major.
     # Reversed, so the causally heaviest tiles (a sequence's last) start first and the last wave is light.
@@ -154,13 +161,13 @@ def _prefill_kernel(
     full_end = (first_q_pos + 1) // BLOCK_N * BLOCK_N  # tiles before this are visible to every row
     m, l_sum, acc = _attend_tiles(
         q, m, l_sum, acc, k_base, v_base, bt_row, q_pos, 0, full_end, kv_end, qk_scale,
-        stride_kb, stride_ks, stride_vb, stride_vs,
-        HEAD_DIM, PAGE_SIZE, BLOCK_D, BLOCK_N, False, DOT_PRECISION, DEQUANT,
+        stride_kb, stride_ks, stride_vb, stride_vs, stride_vd,
+        HEAD_DIM, PAGE_SIZE, BLOCK_D, BLOCK_N, False, DOT_PRECISION, DEQUANT, V_BY_TOKEN,
     )  # fmt: skip
     m, l_sum, acc = _attend_tiles(
         q, m, l_sum, acc, k_base, v_base, bt_row, q_pos, full_end, kv_end, kv_end, qk_scale,
-        stride_kb, stride_ks, stride_vb, stride_vs,
-        HEAD_DIM, PAGE_SIZE, BLOCK_D, BLOCK_N, True, DOT_PRECISION, DEQUANT,
+        stride_kb, stride_ks, stride_vb, stride_vs, stride_vd,
+        HEAD_DIM, PAGE_SIZE, BLOCK_D, BLOCK_N, True, DOT_PRECISION, DEQUANT, V_BY_TOKEN,
     )  # fmt: skip
     o = acc / l_sum[:, None]  # l_sum >= 1 for real rows: the row maximum contributes exp2(0)
     if DEQUANT:  # float8 V: its head's scale
@@ -199,8 +206,9 @@ def prefill_attention(
             f"query_start_loc (B+1,); got {tuple(q.shape)}, {tuple(k_cache.shape)}, {tuple(v_cache.shape)}, "
             f"{tuple(query_start_loc.shape)} for B={B}"
         )
-    if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
-        raise ValueError("caches must be contiguous in head_dim")
+    v_tokens = by_token(v_cache)
+    if k_cache.stride(-1) != 1 or (v_cache.stride(-1) != 1 and not v_tokens):
+        raise ValueError("caches must be contiguous in head_dim (V may instead be laid out by token)")
     q = q if q.stride(-1) == 1 else q.contiguous()
     group = Hq // Hk
     group_pad = next_power_of_2(group)
@@ -216,12 +224,11 @@ def prefill_attention(
         k_scale if dequant else out, v_scale if dequant else out,  # placeholders when DEQUANT is False
         scale * LOG2E, B,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        block_tables.stride(0), out.stride(0), out.stride(1),
+        *v_cache.stride(), block_tables.stride(0), out.stride(0), out.stride(1),
         GROUP=group, GROUP_PAD=group_pad, HEAD_DIM=D, PAGE_SIZE=page_size,
         BLOCK_M=config.block_m, BLOCK_Q=block_q, BLOCK_D=max(16, next_power_of_2(D)), BLOCK_N=config.block_n,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", DEQUANT=dequant,
-        num_warps=config.num_warps, num_stages=config.num_stages,
+        V_BY_TOKEN=v_tokens, num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     return out
 

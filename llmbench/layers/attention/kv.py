@@ -1,7 +1,8 @@
 """One layer's share of the KV pool, as its attention layer receives it, and setting float8 scales.
 
 ``k``, ``v``: ``(num_blocks, block_size, Hk, D)`` views of the pool (``layers/attention/metadata.py``
-describes slots and block tables). A float8 pool (``EngineConfig.kv_cache_dtype``) comes with per-head
+describes slots and block tables); a float8 pool's ``v`` is laid out by token in memory
+(``kernels/kv_layout.py``), so code that writes or reads it indexes it, never ``view``s it flat. A float8 pool (``EngineConfig.kv_cache_dtype``) comes with per-head
 scales ``k_scale``, ``v_scale`` ``(Hk,)`` float32: views of one small tensor of the engine's, written in
 place (kernels read them from memory, so CUDA Graphs see the values set after their capture). A pool in
 the model dtype has None for both.

@@ -6,7 +6,8 @@ A step's tokens are laid out flat: sequence i owns query rows
 ``query_len`` positions of its context, so causality is ``key_pos <= seq_len - query_len + q_row``.
 
 KV cache layout, per layer: ``(num_blocks, block_size, num_kv_heads, head_dim)`` for K and for V
-(flash-attn's paged layout). ``slot_mapping[t] = block_id * block_size + offset`` is where token t's
+(flash-attn's paged layout; a float8 pool's V is seen so but laid out by token in memory:
+``kernels/kv_layout.py``). ``slot_mapping[t] = block_id * block_size + offset`` is where token t's
 K/V go; -1 marks a padded token whose K/V must not be written.
 """
 
