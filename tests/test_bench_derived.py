@@ -300,3 +300,48 @@ def test_model_info_in_meta_json_gives_back_the_breakdown():
     as_json = json.loads(json.dumps({"rank_weights": dataclasses.asdict(w)}))
     assert rank_weights_of(as_json) == w
     assert rank_weights_of({"rank_weights": {"layer_bytes": 1}}) is None  # another version's fields
+
+
+def test_the_host_and_device_figures_come_from_each_steps_wait() -> None:
+    # Decode steps of 4 and 6 ms whose host waited 3 and 1 ms, a mixed step of 20 ms it waited 0 in: the
+    # host's own time per decode step is (1 + 5) / 2 ms; it waited 4 of the 30 ms.
+    steps = [
+        step("decode", 0.004)._replace(device_wait=0.003),
+        step("decode", 0.006)._replace(device_wait=0.001),
+        step("mixed", 0.020, prefill=100, decode=1),
+    ]
+    out = step_summary(steps, step_utilisation(steps, weights_info(weights()), PEAK))
+    assert out["decode_host_time"] == pytest.approx(0.003)
+    assert out["device_wait_share"] == pytest.approx(4 / 30)
+    assert math.isnan(
+        step_summary([], step_utilisation([], weights_info(weights()), PEAK))["device_wait_share"]
+    )
+
+
+def test_a_step_records_how_long_the_host_waited_for_its_ids(monkeypatch) -> None:
+    # Asynchronous scheduling on the CPU, the device made slow: the host waits in every resolved step, and
+    # the wait is part of the step's time. Synchronous, the wait is part of the step too.
+    import time
+
+    import llmbench.engine.async_scheduling as scheduling
+
+    wait = scheduling.InFlight.wait
+
+    def slow(self):
+        time.sleep(0.02)
+        return wait(self)
+
+    monkeypatch.setattr(scheduling.InFlight, "wait", slow)
+    for async_ in (True, False):
+        llm = LLM("qwen3-tiny", async_scheduling=async_, num_kv_blocks=32, max_model_len=64)
+        engine = llm.engine
+        engine.add_request("a", [1, 2, 3], GREEDY)
+        stats = []
+        while engine.has_unfinished():
+            stats.append(engine.step().stats)
+        ran = [s for s in stats if s.kind != "idle"]
+        assert len(ran) >= GREEDY.max_tokens  # asynchronous: one more, the row scheduled past the end
+        for s in ran:
+            assert 0 <= s.device_wait <= s.duration
+            if async_:
+                assert s.device_wait >= 0.02

@@ -33,6 +33,12 @@ needs at least 20 decode steps; the sequences' term is left out where every step
 both figures are given only where the K/V coefficient is positive and at least 5 standard errors from
 zero: the contexts must vary enough for their cost to show, or the fixed part is as unsure as the rate.
 
+Host or device: each step records how long the host waited for its sampled ids with nothing else to do
+(``device_wait``; with asynchronous scheduling, after launching the next step). ``device_wait_share``,
+their sum over the repeat's step time, is high when the device bounds the run (faster kernels pay) and
+near 0 when the host does (the device waits for launches and bookkeeping); ``decode_host_time`` is a
+decode step's time less that wait: the host's own work per decode step.
+
 Mixed steps (prefill chunks with decodes, under chunked_prefill) get neither figure: their time is shared
 between a bandwidth-bound and a compute-bound part and neither ceiling describes it; their counts are in
 the steps table. Left out everywhere: elementwise work (norms, RoPE, activations), the K/V the step
@@ -127,9 +133,16 @@ def step_summary(steps: list[StepRecord], util: StepUtilisation) -> dict[str, fl
         for s in steps
         if s.kv_blocks_used + s.kv_blocks_free
     ]
+    total = sum(s.duration for s in steps)
     return {
         "num_steps": float(len(steps)),
         "decode_step_mean": float(np.mean(decode)) if decode else nan,
+        "decode_host_time": (
+            float(np.mean([s.duration - s.device_wait for s in steps if s.kind == "decode"]))
+            if decode
+            else nan
+        ),
+        "device_wait_share": sum(s.device_wait for s in steps) / total if total > 0 else nan,
         "decode_bw_util_mean": _nanmean(util.decode_bw),
         "prefill_flop_util_mean": _nanmean(util.prefill_flops),
         "kv_usage_max": float(max(used)) if used else nan,

@@ -82,7 +82,7 @@ def _step_record(s: Any, decode_context: int) -> StepRecord:
         s.step, s.kind, s.num_seqs, s.num_prefill_tokens, s.num_decode_tokens, s.graph_bucket, s.graph_padding,
         s.kv_blocks_used, s.kv_blocks_free, s.prefix_cache_hit_tokens, s.num_preemptions, s.start_time,
         s.end_time, decode_context, s.num_logits_rows, s.attention_pairs, s.context_tokens, s.triton_compiles,
-        s.graph_captures, s.recompiles, s.memory_growth, s.gc_time, s.batch_limit,
+        s.graph_captures, s.recompiles, s.memory_growth, s.gc_time, s.batch_limit, s.device_wait,
     )  # fmt: skip
 
 

@@ -92,6 +92,8 @@ METRICS: dict[str, MetricInfo] = {
     "decode_bw_util_mean": MetricInfo("decode bandwidth util", "fraction", "higher"),
     "decode_fixed": MetricInfo("decode step, fixed part", "s", "lower"),
     "decode_kv_rate": MetricInfo("decode KV read rate", "bytes/s", "higher"),
+    "decode_host_time": MetricInfo("decode step, host time", "s", "lower"),
+    "device_wait_share": MetricInfo("host waiting on the device", "fraction", ""),
     "prefill_flop_util_mean": MetricInfo("prefill FLOP util", "fraction", "higher"),
     "kv_usage_max": MetricInfo("KV blocks used max", "fraction", ""),
     "prefix_cache_hit_rate": MetricInfo("prefix cache hit rate", "fraction", "higher"),

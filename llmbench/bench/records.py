@@ -74,6 +74,7 @@ class StepRecord(NamedTuple):
     memory_growth: int = 0  # bytes: device memory in use on CUDA, resident set on a CPU
     gc_time: float = 0.0  # seconds in Python's garbage collector
     batch_limit: str = ""  # what kept more work out of the step (engine/scheduler.py); "" when not said
+    device_wait: float = 0.0  # seconds the host waited for the step's ids with nothing else to do
 
     @property
     def duration(self) -> float:

@@ -33,7 +33,7 @@ STEP_COLUMNS = (
     "start", "end", "duration", "decode_context_tokens", "decode_bw_util", "prefill_flop_util",
     "num_logits_rows", "attention_pairs", "context_tokens", "decode_bytes_per_gpu", "prefill_flops_per_gpu",
     "triton_compiles", "graph_captures", "recompiles", "memory_growth", "gc_time", "slow", "slow_causes",
-    "batch_limit",
+    "batch_limit", "device_wait",
 )  # fmt: skip
 
 

@@ -197,10 +197,12 @@ class LLMEngine:
             sampling = self.scheduler.advance(batch)
         with phase("sample"):
             ids = self._sample(executed)
+        waited = time.perf_counter()
         with phase("copy_to_host"):
             tokens = ids.tolist()
         now = time.perf_counter()  # tokens are on the host now
         stats.end_time = now
+        stats.device_wait = now - waited
         out = StepOutput(stats)
         with phase("bookkeeping"):
             for seq, tok in zip(sampling, tokens, strict=True):
@@ -308,10 +310,12 @@ class LLMEngine:
 
     def _resolve(self, prev: InFlight) -> StepOutput:
         """Wait for ``prev``'s sampled ids and deliver them."""
+        waited = time.perf_counter()
         with phase("copy_to_host"):
             tokens = prev.wait()
         now = time.perf_counter()  # tokens are on the host now
         stats = prev.stats
+        stats.device_wait = now - waited
         stats.start_time = max(stats.start_time, self._last_resolved)  # overlapped: from the last delivery
         stats.end_time = self._last_resolved = now
         out = StepOutput(stats)

@@ -53,6 +53,10 @@ class StepStats:
     recompiles: int = 0  # torch.compile graphs built
     memory_growth: int = 0  # bytes: device memory in use on CUDA, resident set on a CPU
     gc_time: float = 0.0  # seconds in Python's garbage collector
+    # Seconds the host waited for the step's sampled ids with nothing else to do (with asynchronous
+    # scheduling, after launching the next step): a step whose host waits is bound by the device, one
+    # whose host never waits by the host's own work.
+    device_wait: float = 0.0
     # What kept more work out of the step: "kv_blocks", "max_num_seqs", "max_num_batched_tokens",
     # "static_batch" or "none" (engine/scheduler.py)
     batch_limit: str = "none"

@@ -25,6 +25,8 @@ ENGINE_ONLY = (
     "decode_bw_util_mean",
     "decode_fixed",
     "decode_kv_rate",
+    "decode_host_time",
+    "device_wait_share",
     "prefill_flop_util_mean",
     "kv_usage_max",
     "prefix_cache_hit_rate",

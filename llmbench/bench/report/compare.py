@@ -42,6 +42,7 @@ DELTA_METRICS = (
     "decode_step_mean",  # the per-step cost of what a variant changes (a sampling setting, a kernel)
     "decode_fixed",  # ... and which part of it: the step's fixed part, or the rate it reads K/V at
     "decode_kv_rate",
+    "decode_host_time",  # the host's own work per decode step (a step the device waits for)
     "peak_memory",
     "energy_per_token",
 )

@@ -20,6 +20,7 @@ SUMMARY_METRICS = (
     "queue_p50", "client_queue_p50", "client_queue_p99", "output_throughput", "total_throughput",
     "request_throughput", "goodput", "slo_attainment", "num_completed", "num_failed", "num_output_mismatch",
     "duration", "arrival_lag_p99", "decode_step_mean", "decode_bw_util_mean", "decode_fixed", "decode_kv_rate",
+    "decode_host_time", "device_wait_share",
     "prefill_flop_util_mean", "kv_usage_max", "kv_capacity_tokens", "kv_capacity_seqs", "limit_kv_share",
     "limit_seqs_share", "limit_tokens_share", "prefix_cache_hit_rate", "preemptions", "gpu_util_mean",
     "power_mean", "energy_per_token", "peak_memory", "cpu_util_mean",
