@@ -84,6 +84,7 @@ def test_two_variants_are_profiled_compared_and_reported(tmp_path):
     assert res.exit_code == 0, res.output
     assert "baseline: where a step's time goes" in res.stdout
     assert "median, untraced" in res.stdout  # each variant's first repeat ran untraced, for reference
+    assert "host waiting on the device" in res.stdout  # and how long its host waited in those steps
     assert "attention_backend=torch against baseline: mean per step" in res.stdout
     (folder,) = list((tmp_path / "r" / "prof").iterdir())
     top = json.loads((folder / "profile.json").read_text())

@@ -86,6 +86,9 @@ def test_a_reference_repeat_runs_untraced_and_the_traced_steps_are_compared_with
     assert decode["traced_median"] == pytest.approx(statistics.median(s["engine_time"] for s in window_steps))
     slow_cut = profile["slow_factor"] * first.median()
     assert decode["untraced_median"] == pytest.approx(first[first <= slow_cut].median(), rel=1e-9)
+    waits = steps[(steps["repeat"] == 0) & (steps["kind"] == "decode")]["device_wait"]
+    assert window.reference_waits["decode"] == pytest.approx(list(waits), rel=1e-9)
+    assert decode["untraced_wait"] == pytest.approx(waits[first <= slow_cut].median(), rel=1e-9)
     assert "prefill" not in window.reference or len(window.reference["prefill"]) == 1
     assert profile["kinds"]["prefill"]["untraced_median"] is None  # one prefill step: too few to compare
 

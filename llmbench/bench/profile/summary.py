@@ -3,7 +3,9 @@
 Per step (rank 0): the breakdown, with the step's kind, size and the engine's own step time. Per kind:
 the mean per step over the window's steps that were not slow, and the median engine step time of those
 traced steps and of the untraced steps of the reference repeat (window.py), with a note when tracing
-slowed a kind by ``TRACING_NOTE`` or more. Per rank: the mean per step over all its
+slowed a kind by ``TRACING_NOTE`` or more, and the median time the host waited on the device in those
+untraced steps (``device_wait``: near the step time when the device bounds a kind, near 0 when the host
+does; the profiler's own cost on the host makes the traced steps' idle time no guide to that). Per rank: the mean per step over all its
 window steps (ranks > 0 serve rank 0's steps one for one). The top kernels (or, on a CPU, ops) of rank 0's
 window with achieved FLOP/s and bytes/s against the device's peaks, where known. Slow steps recorded around
 (``--slow-steps``) are listed with their causes and breakdown.
@@ -76,12 +78,17 @@ def _mean_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _untraced_median(durations: list[float], slow_factor: float) -> float | None:
-    """The median of the reference repeat's step times, its slow steps left out as the window's are."""
+def _untraced_medians(
+    durations: list[float], waits: list[float], slow_factor: float
+) -> tuple[float | None, float | None]:
+    """The medians of the reference repeat's step times and of the host's waits in them (None for a
+    profile that recorded none), its slow steps left out as the window's are."""
     if len(durations) < MIN_STEPS_OF_KIND:
-        return None
+        return None, None
     median = statistics.median(durations)
-    return statistics.median(d for d in durations if d <= slow_factor * median)
+    kept = [i for i, d in enumerate(durations) if d <= slow_factor * median]
+    wait = statistics.median(waits[i] for i in kept) if len(waits) == len(durations) else None
+    return statistics.median(durations[i] for i in kept), wait
 
 
 def _kernels(stats: list[KernelStat], peak: PeakUsed | None) -> list[dict[str, Any]]:
@@ -161,8 +168,12 @@ def summarise(
         if members:
             kinds[kind] = _mean_rows(members)
             traced = statistics.median(r["engine_time"] for r in members)
-            untraced = _untraced_median(record.get("reference", {}).get(kind, []), record["slow_factor"])
-            kinds[kind].update(traced_median=traced, untraced_median=untraced)
+            untraced, waited = _untraced_medians(
+                record.get("reference", {}).get(kind, []),
+                record.get("reference_waits", {}).get(kind, []),
+                record["slow_factor"],
+            )
+            kinds[kind].update(traced_median=traced, untraced_median=untraced, untraced_wait=waited)
             if untraced and traced >= TRACING_NOTE * untraced:
                 notes.append(
                     f"{kind} steps ran {traced / untraced:.2f}x slower traced than untraced (median engine "

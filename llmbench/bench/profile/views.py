@@ -35,6 +35,8 @@ def breakdown_view(profile: dict[str, Any]) -> View:
     if any(c.get("untraced_median") for c in columns):  # profiles with an untraced reference repeat
         rows.append(row("  median, traced", lambda c: c.get("traced_median")))
         rows.append(row("  median, untraced", lambda c: c.get("untraced_median")))
+    if any(c.get("untraced_wait") is not None for c in columns):  # and the host's wait in those steps
+        rows.append(row("    host waiting on the device", lambda c: c.get("untraced_wait")))
     rows.append(row(busy, lambda c: c["busy"]))
     for cat in CATEGORIES:
         if any(c["device"].get(cat) for c in columns):

@@ -78,6 +78,9 @@ class ProfileWindow:
         self._seen: dict[str, list[tuple[float, int]]] = {}  # (duration, tokens) of every step, by kind
         self._armed = not reference_repeat  # whether the window may open (the reference repeat is over)
         self.reference: dict[str, list[float]] = {}  # engine step times of the untraced steps before it
+        self.reference_waits: dict[
+            str, list[float]
+        ] = {}  # and how long the host waited in each (device_wait)
 
     def observe(self, engine: Any) -> _Observed:
         return _Observed(engine, self)
@@ -102,6 +105,7 @@ class ProfileWindow:
         if self._open is None:
             if not self._armed and stats.kind != "idle":
                 self.reference.setdefault(stats.kind, []).append(stats.duration)
+                self.reference_waits.setdefault(stats.kind, []).append(stats.device_wait)
             return
         in_window = not self.window_done and stats.kind != "idle"
         first = len(self.calls) == self._open  # the chunk's first step: it pays for the profiler's start
@@ -182,4 +186,5 @@ class ProfileWindow:
             "calls": self.calls,
             "chunks": self.chunks,
             "reference": self.reference,
+            "reference_waits": self.reference_waits,
         }
