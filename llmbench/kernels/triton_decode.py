@@ -122,8 +122,6 @@ def _decode_kernel(
     else:
         split_len = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
     start = split * split_len
-    if V_BY_TOKEN:  # whole tiles (split_tokens is a multiple of BLOCK_N): a page's tokens are contiguous
-        start = tl.multiple_of(start, BLOCK_N)
     end = tl.minimum(start + split_len, seq_len)
 
     g = tl.arange(0, BLOCK_G)
@@ -256,7 +254,7 @@ def decode_attention(
         )
     v_tokens = by_token(v_cache)
     if k_cache.stride(-1) != 1 or (v_cache.stride(-1) != 1 and not v_tokens):
-        raise ValueError("caches must be contiguous in head_dim (V may instead be contiguous in its tokens)")
+        raise ValueError("caches must be contiguous in head_dim (V may instead be laid out by token)")
     q = q if q.stride(-1) == 1 else q.contiguous()
     if config is None:
         config = default_decode_config(D, q.dtype, dequant, v_tokens)
