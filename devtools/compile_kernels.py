@@ -53,7 +53,6 @@ from llmbench.kernels.skinny_matmul import (  # noqa: E402
     skinny_norm_matmul,
     skinny_silu_matmul,
 )
-from llmbench.kernels.split_matmul import split_matmul  # noqa: E402
 from llmbench.kernels.triton_decode import decode_attention  # noqa: E402
 from llmbench.kernels.triton_prefill import prefill_attention  # noqa: E402
 
@@ -68,7 +67,7 @@ TRITON_DTYPES = {
     torch.float8_e4m3fn: "fp8e4nv",
     torch.float8_e5m2: "fp8e5",
 }
-LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "launch_pdl")
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas")
 
 # (name, q heads, kv heads, head_dim, hidden, intermediate, q/k norm): the presets' shapes, and the
 # per-GPU shards of qwen3-8b at tp=2 (GQA 4) and a llama-style model without q/k norm.
@@ -196,13 +195,6 @@ def engine_calls(dtype: torch.dtype = torch.bfloat16) -> None:
                 skinny_norm_matmul(
                     t(rows, hidden), None, t(hidden), 1e-6, t(qkv // world, hidden), squares=squares
                 )
-        for rows in (16, 64, 256):  # decode batches: the split-K matmul, wide and narrow, launched early or not
-            for pdl in (False, True):
-                split_matmul(t(rows, hidden), t(qkv, hidden), pdl=pdl)
-                split_matmul(t(rows, hq * d), t(hidden, hq * d), pdl=pdl)
-        # the kernels of a decode step launched early (tuning.pdl)
-        rms_norm(t(T, hidden), t(hidden), 1e-6, residual=t(T, hidden), pdl=True)
-        silu_and_mul(t(T, 2 * inter), pdl=True)
         cos_sin = t(4096, d, dt=torch.float32)
         positions = t(T, dt=torch.int64)
         apply_rotary(t(T, hq, d), t(T, hk, d), positions, cos_sin)
@@ -214,13 +206,10 @@ def engine_calls(dtype: torch.dtype = torch.bfloat16) -> None:
             attention_prologue(
                 t(T, (hq + 2 * hk) * d), positions, cos_sin, *norm, 1e-6, cache, cache, slots, hq, hk
             )
-            attention_prologue(t(T, (hq + 2 * hk) * d), positions, cos_sin, *norm, 1e-6, cache, cache, slots, hq, hk,
-                               pdl=True)  # fmt: skip
             for B in (1, 256):  # split-KV (a batch of one) and unsplit (a full batch)
                 tables = t(B, 4096 // page, dt=torch.int32)
                 lens = t(B, dt=torch.int64)
                 decode_attention(t(B, hq, d), cache, cache, tables, lens, d**-0.5)
-                decode_attention(t(B, hq, d), cache, cache, tables, lens, d**-0.5, pdl=True)
             if page == PAGE_SIZE:  # a full batch taken longest first (the engine's default there)
                 decode_attention(
                     t(256, hq, d), cache, cache, tables, lens, d**-0.5, order=t(256, dt=torch.int64)

@@ -49,13 +49,6 @@ from llmbench.kernels.skinny_matmul import (  # noqa: E402
     skinny_silu_matmul,
     skinny_silu_matmul_ref,
 )
-from llmbench.kernels.split_matmul import (  # noqa: E402
-    SplitTiles,
-    split_matmul,
-    split_matmul_ref,
-    split_tiles_for,
-)
-from llmbench.kernels.split_matmul import _counters as split_counters  # noqa: E402
 from llmbench.kernels.triton_decode import decode_attention, longest_first, order_pays  # noqa: E402
 from llmbench.kernels.triton_prefill import PrefillConfig, prefill_attention  # noqa: E402
 from llmbench.layers.attention.flash import FlashAttnBackend  # noqa: E402
@@ -209,73 +202,6 @@ def test_skinny_matmul_hands_larger_inputs_to_torch(setting: Setting) -> None:
 
 
 # --- the all-reduce fused with the RMSNorm after it (tensor parallelism) ---------------------------
-
-
-# --- the split-K matmul of decode batches ---------------------------------------------------------
-
-
-@pytest.mark.parametrize("rows", [9, 40, 130])
-@pytest.mark.parametrize("N,K,bias", [(64, 256, False), (100, 300, True), (33, 1024, False)])
-def test_split_matmul_matches_reference(setting: Setting, rows: int, N: int, K: int, bias: bool) -> None:
-    torch.manual_seed(rows + N)
-    x = torch.randn(rows, K, device=setting.device, dtype=setting.dtype)
-    weight = torch.randn(N, K, device=setting.device, dtype=setting.dtype) / K**0.5
-    b = torch.randn(N, device=setting.device, dtype=setting.dtype) if bias else None
-    check("split_matmul", split_matmul(x, weight, b), split_matmul_ref(x, weight, b), setting)
-
-
-@pytest.mark.parametrize(
-    "tiles",
-    [
-        SplitTiles(16, 32, 32, 1, 4, 2),  # no split: the product stored directly
-        SplitTiles(16, 32, 32, 3, 4, 2),  # K in 3 stretches of unequal use (the last one partly past K)
-        SplitTiles(32, 64, 64, 2, 4, 2),  # tiles larger than the rows and columns
-        SplitTiles(16, 16, 16, 8, 4, 2),  # many partials per tile
-    ],
-)
-def test_split_matmul_any_tiling_matches_reference_and_leaves_its_counters_at_zero(
-    setting: Setting, tiles: SplitTiles
-) -> None:
-    torch.manual_seed(1)
-    x = torch.randn(20, 200, device=setting.device, dtype=setting.dtype)
-    weight = torch.randn(70, 200, device=setting.device, dtype=setting.dtype) / 200**0.5
-    b = torch.randn(70, device=setting.device, dtype=setting.dtype)
-    first = split_matmul(x, weight, b, tiles=tiles)
-    check(f"split_matmul {tiles}", first, split_matmul_ref(x, weight, b), setting)
-    # a second call over the same counters: they were left at 0, and the sum's order is fixed
-    assert torch.equal(split_matmul(x, weight, b, tiles=tiles), first)
-    assert int(split_counters[torch.device(setting.device)].abs().sum()) == 0
-
-
-def test_split_matmul_reads_strided_rows_and_writes_into_a_given_output(setting: Setting) -> None:
-    torch.manual_seed(2)
-    wide = torch.randn(24, 300, device=setting.device, dtype=setting.dtype)
-    x = wide[:, :128]  # (24, 128), rows 300 apart: a slice of the q/k/v product, as a decode step has
-    weight = torch.randn(48, 128, device=setting.device, dtype=setting.dtype)
-    out = torch.empty(24, 48, device=setting.device, dtype=setting.dtype)
-    y = split_matmul(x, weight, out=out, tiles=SplitTiles(16, 16, 32, 2, 4, 2))
-    assert y.data_ptr() == out.data_ptr()
-    check("split_matmul strided", out, split_matmul_ref(x, weight), setting)
-
-
-def test_split_matmul_rejects_what_does_not_fit(setting: Setting) -> None:
-    x = torch.randn(16, 64, device=setting.device, dtype=setting.dtype)
-    with pytest.raises(ValueError, match="x has 64 input features, the weight 32"):
-        split_matmul(x, torch.randn(8, 32, device=setting.device, dtype=setting.dtype))
-    with pytest.raises(ValueError, match=r"out must be \(16, 8\)"):
-        split_matmul(
-            x,
-            torch.randn(8, 64, device=setting.device, dtype=setting.dtype),
-            out=torch.empty(16, 9, device=setting.device, dtype=setting.dtype),
-        )
-
-
-def test_split_tiles_fill_the_multiprocessors_without_splitting_k_thin() -> None:
-    for rows, n, k in [(16, 1024, 3072), (256, 1024, 2048), (512, 6144, 1024), (64, 4096, 4096)]:
-        t = split_tiles_for(rows, n, k, 132)
-        programs = -(-rows // t.block_m) * -(-n // t.block_n) * t.split_k
-        assert t.split_k == 1 or programs <= 2 * 132, (rows, n, k, t)
-        assert k // (t.block_k * t.split_k) >= 2, (rows, n, k, t)  # each program walks several steps of K
 
 
 def _addresses(tensors: list[torch.Tensor]) -> torch.Tensor:

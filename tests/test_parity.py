@@ -122,29 +122,6 @@ def test_greedy_matches_transformers_with_each_skinny_fusion(arch_model, fusion)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("arch_model", ["qwen3"], indirect=True)
-def test_greedy_matches_transformers_with_the_split_k_matmul(arch_model, monkeypatch):
-    # every linear layer of 2 to 64 rows through the split-K kernel: decode batches of the 7 prompts
-    if not triton_usable("cuda" if torch.cuda.is_available() else "cpu"):
-        pytest.skip("triton is not installed")
-    import llmbench.layers.linear as linear
-
-    rows = []
-    real = linear.split_matmul
-    monkeypatch.setattr(linear, "split_matmul", lambda x, *a, **k: rows.append(x.shape[0]) or real(x, *a, **k))
-    _, folder, expected = arch_model
-    got, llm = _generate(
-        folder,
-        attention_backend="triton",
-        triton_kernels=True,
-        tuning={"skinny_matmul_rows": 1, "split_matmul_rows": 64},
-    )
-    assert got == expected
-    assert llm.engine.runner.decode_plan.split_rows == 64
-    assert rows and min(rows) > 1 and max(rows) <= 64  # it ran, and only above the skinny kernel's rows
-
-
-@pytest.mark.slow
 def test_decode_in_fixed_length_slices_keeps_tokens(arch_model):
     if not triton_usable("cuda" if torch.cuda.is_available() else "cpu"):
         pytest.skip("triton is not installed")

@@ -82,12 +82,6 @@ class Tuning:
     skinny_fusion: what the skinny matmul does on its input's loads: 'all' (the RMSNorm before it, with
         the residual add, and the SiLU-and-multiply before the down projection), 'silu' (the latter only),
         'none'. auto: 'all' for hidden sizes up to 2048 (unless tp_fuse_norm takes the norms), else 'silu'.
-    split_matmul_rows: linear layers take the split-K Triton matmul (kernels/split_matmul.py) for inputs
-        of more rows than skinny_matmul_rows and up to this many (0..1024: decode batches), cuBLAS
-        above; 0: cuBLAS. auto: 0.
-    pdl: programmatic dependent launch: each Triton kernel of a step starts while the kernel before it
-        is finishing (the split-K matmul reads its weights into L2 meanwhile), and waits for it on the
-        GPU. Needs triton_kernels and a GPU of compute capability 9.0 or newer. auto: off.
     tp_all_reduce: the all-reduce between tensor-parallel ranks: 'nccl' (torch.distributed: NCCL on
         GPUs, gloo on the CPU) or 'symm_mem' (one-shot over NVLink for small messages, NCCL for the rest;
         GPUs of one host). auto: 'symm_mem' where the ranks can share GPU memory, else 'nccl'.
@@ -107,8 +101,6 @@ class Tuning:
     graph_sampling: bool | None = None
     skinny_matmul_rows: int | None = None
     skinny_fusion: str = AUTO
-    split_matmul_rows: int | None = None
-    pdl: bool | None = None
     tp_all_reduce: str = AUTO
     tp_fuse_norm: bool | None = None
     tp_fuse_matmul: bool | None = None

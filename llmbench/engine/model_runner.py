@@ -91,9 +91,7 @@ class ModelRunner:
         dtype = config.torch_dtype
 
         start = time.perf_counter()
-        backend = make_backend(
-            config.attention_backend, config.tuning.decode_split_tokens or None, pdl=config.tuning.pdl
-        )
+        backend = make_backend(config.attention_backend, config.tuning.decode_split_tokens or None)
         if config.torch_compile:
             # Attention reads Python-side metadata; keeping it out of the compiled graphs avoids a guard
             # (and a recompile) per batch shape. The rest of each layer is compiled between these breaks.
@@ -118,8 +116,7 @@ class ModelRunner:
             load_weights(self.model, iter_checkpoint(folder), str(folder))
         self.model.eval()
         # decode steps' kernels and fusions as resolved: the model, or it with fused seams (models/fused_decode.py)
-        t = config.tuning
-        self.decode_plan = DecodePlan.of(t.skinny_matmul_rows, t.skinny_fusion, t.split_matmul_rows, t.pdl)
+        self.decode_plan = DecodePlan.of(config.tuning.skinny_matmul_rows, config.tuning.skinny_fusion)
         self.runnable = fuse_decode(self.model, self.decode_plan, comm)
         self.startup.weights_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
         if self.device.type == "cuda":

@@ -20,7 +20,6 @@ TP_ALL_REDUCE = ("nccl", "symm_mem")
 SKINNY_FUSIONS = ("all", "silu", "none")
 KV_CACHE_DTYPES = ("fp8_e4m3", "fp8_e5m2")  # besides auto (the model's dtype): kernels/kv_quant.py
 SKINNY_MATMUL_MAX_ROWS = 8  # kernels/skinny_matmul.py MAX_ROWS: larger inputs always go to cuBLAS
-SPLIT_MATMUL_MAX_ROWS = 1024  # decode batches; kernels/split_matmul.py COUNTERS bounds the tiles
 DECODE_SPLIT_MULTIPLE = 64  # kernels/triton_decode.py: SLICE_TILE, whole tiles of 64 tokens
 
 
@@ -159,8 +158,6 @@ TUNING_CHECKS: dict[str, Check] = {
     "graph_sampling": _boolean(auto=True),
     "skinny_matmul_rows": _integer(0, SKINNY_MATMUL_MAX_ROWS, auto=True),
     "skinny_fusion": _choice(SKINNY_FUSIONS, auto=True),
-    "split_matmul_rows": _integer(0, SPLIT_MATMUL_MAX_ROWS, auto=True),
-    "pdl": _boolean(auto=True),
     "tp_all_reduce": _choice(TP_ALL_REDUCE, auto=True),
     "tp_fuse_norm": _boolean(auto=True),
     "tp_fuse_matmul": _boolean(auto=True),

@@ -28,8 +28,6 @@ class ResolvedTuning:
     graph_sampling: bool
     skinny_matmul_rows: int  # 0: cuBLAS always
     skinny_fusion: str  # "all" | "silu" | "none"
-    split_matmul_rows: int  # 0: cuBLAS above skinny_matmul_rows
-    pdl: bool
     tp_all_reduce: str  # "nccl" (gloo on the CPU) | "symm_mem" | "none" (tp=1)
     tp_fuse_norm: bool
     tp_fuse_matmul: bool
@@ -51,26 +49,6 @@ def resolve_tuning(
             f"tuning.skinny_matmul_rows={skinny_rows} asks for a Triton kernel: it needs triton_kernels=True "
             "(or tuning.skinny_matmul_rows=0)"
         )
-    split_rows = auto(t.split_matmul_rows, 0)
-    if split_rows and not triton_kernels:
-        raise ConfigError(
-            f"tuning.split_matmul_rows={split_rows} asks for a Triton kernel: it needs triton_kernels=True "
-            "(or tuning.split_matmul_rows=0)"
-        )
-    capability = facts.capability if cuda else None
-    pdl = (
-        switch(
-            t.pdl,
-            "tuning.pdl=True launches each Triton kernel while the one before it finishes",
-            ("triton_kernels=True", triton_kernels),
-            (
-                f"a GPU of compute capability 9.0 or newer (this one: {capability or 'none'})",
-                capability is not None and capability >= (9, 0),
-            ),
-        )
-        if t.pdl is not None
-        else False
-    )
     if t.decode_split_tokens and backend != "triton":
         raise ConfigError(
             "tuning.decode_split_tokens tunes the Triton decode kernel: it needs attention_backend='triton', "
@@ -126,8 +104,6 @@ def resolve_tuning(
         graph_sampling=graph_sampling,
         skinny_matmul_rows=skinny_rows,
         skinny_fusion=fusion,
-        split_matmul_rows=split_rows,
-        pdl=pdl,
         tp_all_reduce=all_reduce,
         tp_fuse_norm=fuse_norm,
         tp_fuse_matmul=fuse_matmul,

@@ -61,30 +61,6 @@ def aligns_on_request() -> bool:
     return "do_not_specialize_on_alignment" in inspect.signature(triton.jit).parameters
 
 
-@jit
-def wait_for_kernel_before(PDL: tl.constexpr):
-    """With ``PDL`` (a kernel launched with ``pdl_options(True)``): wait until the kernel before this one
-    has finished and its writes are visible. Every kernel launched early waits, even one that reads
-    nothing the kernel before wrote: its finishing must imply that the kernels before it finished."""
-    if PDL:
-        tl.extra.cuda.gdc_wait()
-
-
-@jit
-def let_next_kernel_launch(PDL: tl.constexpr):
-    """With ``PDL``: the next kernel may launch once every program of this one has come here. Late in a
-    kernel (before its stores): a kernel launched while most SMs are busy would crowd its programs onto
-    the few idle ones."""
-    if PDL:
-        tl.extra.cuda.gdc_launch_dependents()
-
-
-def pdl_options(pdl: bool) -> dict[str, Any]:
-    """A launch's keywords for programmatic dependent launch: it may start while the kernel before it
-    on the stream is still running (kernels built for it wait for that one where they must)."""
-    return {"launch_pdl": True} if pdl else {}
-
-
 def require_triton(name: str) -> None:
     if not HAS_TRITON:
         raise RuntimeError(

@@ -10,15 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from llmbench.kernels._triton import (
-    cdiv,
-    jit,
-    let_next_kernel_launch,
-    pdl_options,
-    require_triton,
-    tl,
-    wait_for_kernel_before,
-)
+from llmbench.kernels._triton import cdiv, jit, require_triton, tl
 
 
 def silu_and_mul_ref(x: torch.Tensor) -> torch.Tensor:
@@ -28,23 +20,20 @@ def silu_and_mul_ref(x: torch.Tensor) -> torch.Tensor:
 
 
 @jit
-def _silu_and_mul_kernel(x_ptr, out_ptr, inter, stride_x, stride_o, BLOCK: tl.constexpr, PDL: tl.constexpr):
+def _silu_and_mul_kernel(x_ptr, out_ptr, inter, stride_x, stride_o, BLOCK: tl.constexpr):
     # Grid (T, cdiv(I, BLOCK)): a 2-D grid keeps every program's work equal for any T and I.
-    wait_for_kernel_before(PDL)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < inter
     gate = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)  # (BLOCK,)
     up = tl.load(x_ptr + row * stride_x + inter + cols, mask=mask, other=0.0).to(tl.float32)
     act = (gate / (1.0 + tl.exp(-gate))).to(x_ptr.dtype.element_ty)  # rounded like F.silu's output
-    let_next_kernel_launch(PDL)
     tl.store(
         out_ptr + row * stride_o + cols, (act.to(tl.float32) * up).to(out_ptr.dtype.element_ty), mask=mask
     )
 
 
-def silu_and_mul(x: torch.Tensor, pdl: bool = False) -> torch.Tensor:
-    """``pdl``: launched to start while the kernel before it finishes (``_triton.pdl_options``)."""
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     require_triton("silu_and_mul")
     # x: (..., 2I) -> (..., I)
     if x.shape[-1] % 2:
@@ -58,6 +47,6 @@ def silu_and_mul(x: torch.Tensor, pdl: bool = False) -> torch.Tensor:
     BLOCK = 1024  # 4 warps x 32 threads x 8 bf16 = one 16-byte load per thread per half
     if T > 0 and inter > 0:
         _silu_and_mul_kernel[(T, cdiv(inter, BLOCK))](
-            x2, out, inter, x2.stride(0), out.stride(0), BLOCK=BLOCK, PDL=pdl, num_warps=4, **pdl_options(pdl)
+            x2, out, inter, x2.stride(0), out.stride(0), BLOCK=BLOCK, num_warps=4
         )
     return out.view(*x.shape[:-1], inter)

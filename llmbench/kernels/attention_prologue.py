@@ -18,15 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from llmbench.kernels._triton import (
-    jit,
-    let_next_kernel_launch,
-    next_power_of_2,
-    pdl_options,
-    require_triton,
-    tl,
-    wait_for_kernel_before,
-)
+from llmbench.kernels._triton import jit, next_power_of_2, require_triton, tl
 from llmbench.kernels.kv_layout import by_token
 from llmbench.kernels.kv_quant import check_scales, fp8_constants, quantize_fp8
 from llmbench.kernels.kv_store import store_kv_ref
@@ -111,10 +103,8 @@ def _prologue_kernel(
     HQ, HK, HALF, BLOCK_SIZE, eps,
     HAS_NORM: tl.constexpr, BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr, BLOCK_HALF: tl.constexpr,
     QUANT: tl.constexpr, FP8_MAX: tl.constexpr, FP8_MANTISSA: tl.constexpr, FP8_MIN_NORMAL: tl.constexpr,
-    PDL: tl.constexpr,
 ):  # fmt: skip
     # One program per token: its cos/sin row once, then all q heads, all k heads and all v heads.
-    wait_for_kernel_before(PDL)
     t = tl.program_id(0).to(tl.int64)
     pos = tl.load(pos_ptr + t).to(tl.int64)
     j = tl.arange(0, BLOCK_HALF)[None, :]
@@ -125,7 +115,6 @@ def _prologue_kernel(
     dtype = q_ptr.dtype.element_ty
 
     o1, o2, offs, mask = _norm_rotate(row, qw_ptr, HQ, HALF, eps, cos, sin, HAS_NORM, BLOCK_HQ, BLOCK_HALF)
-    let_next_kernel_launch(PDL)
     tl.store(q_ptr + t * stride_qt + offs, o1.to(dtype), mask=mask)
     tl.store(q_ptr + t * stride_qt + offs + HALF, o2.to(dtype), mask=mask)
 
@@ -179,10 +168,8 @@ def attention_prologue(
     num_kv_heads: int,
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
-    pdl: bool = False,
 ) -> torch.Tensor:
-    """Triton version of ``attention_prologue_ref``: one program per token, one kernel per layer.
-    ``pdl``: launched to start while the kernel before it finishes (``_triton.pdl_options``)."""
+    """Triton version of ``attention_prologue_ref``: one program per token, one kernel per layer."""
     require_triton("attention_prologue")
     quant = check_scales("attention_prologue", k_cache, k_scale, v_scale)
     T = qkv.shape[0]
@@ -217,6 +204,6 @@ def attention_prologue(
             num_heads, num_kv_heads, D // 2, k_cache.shape[1], eps,
             HAS_NORM=has_norm, BLOCK_HQ=next_power_of_2(num_heads), BLOCK_HK=next_power_of_2(num_kv_heads),
             BLOCK_HALF=next_power_of_2(D // 2), num_warps=4,
-            QUANT=quant, **fp8_constants(k_cache.dtype), PDL=pdl, **pdl_options(pdl),
+            QUANT=quant, **fp8_constants(k_cache.dtype),
         )  # fmt: skip
     return q

@@ -12,15 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from llmbench.kernels._triton import (
-    jit,
-    let_next_kernel_launch,
-    next_power_of_2,
-    pdl_options,
-    require_triton,
-    tl,
-    wait_for_kernel_before,
-)
+from llmbench.kernels._triton import jit, next_power_of_2, require_triton, tl
 
 
 def rms_norm_ref(
@@ -38,10 +30,9 @@ def rms_norm_ref(
 def _rms_norm_kernel(
     x_ptr, res_ptr, w_ptr, out_ptr, h_ptr,
     H, stride_x, stride_r, stride_o, stride_h, eps,
-    HAS_RESIDUAL: tl.constexpr, BLOCK_H: tl.constexpr, PDL: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr, BLOCK_H: tl.constexpr,
 ):  # fmt: skip
     # One program per row: a whole hidden vector fits in registers (H <= 16K).
-    wait_for_kernel_before(PDL)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_H)
     mask = cols < H
@@ -55,19 +46,13 @@ def _rms_norm_kernel(
     normed = (xf * inv_rms).to(x_ptr.dtype.element_ty)  # cast back before the weight, as Hugging Face does
     w = tl.load(w_ptr + cols, mask=mask, other=0.0)
     out = normed.to(tl.float32) * w.to(tl.float32)
-    let_next_kernel_launch(PDL)
     tl.store(out_ptr + row * stride_o + cols, out.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 def rms_norm(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    eps: float,
-    residual: torch.Tensor | None = None,
-    pdl: bool = False,
+    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Triton version of ``rms_norm_ref``: one read of x (and residual), one write of out (and h).
-    ``pdl``: launched to start while the kernel before it finishes (``_triton.pdl_options``)."""
+    """Triton version of ``rms_norm_ref``: one read of x (and residual), one write of out (and h)."""
     require_triton("rms_norm")
     H = x.shape[-1]
     if weight.shape != (H,):
@@ -94,8 +79,7 @@ def rms_norm(
         _rms_norm_kernel[(T,)](
             x2, r2, weight.contiguous(), out, h,
             H, x2.stride(0), r2.stride(0), out.stride(0), h.stride(0), eps,
-            HAS_RESIDUAL=residual is not None, BLOCK_H=BLOCK_H, PDL=pdl, num_warps=num_warps,
-            **pdl_options(pdl),
+            HAS_RESIDUAL=residual is not None, BLOCK_H=BLOCK_H, num_warps=num_warps,
         )  # fmt: skip
     out = out.view(x.shape)
     return out, (None if residual is None else h.view(x.shape))

@@ -36,16 +36,7 @@ from typing import NamedTuple
 
 import torch
 
-from llmbench.kernels._triton import (
-    jit,
-    let_next_kernel_launch,
-    next_power_of_2,
-    num_sms,
-    pdl_options,
-    require_triton,
-    tl,
-    wait_for_kernel_before,
-)
+from llmbench.kernels._triton import jit, next_power_of_2, num_sms, require_triton, tl
 from llmbench.kernels.kv_layout import by_token, load_v_by_token
 from llmbench.kernels.kv_quant import check_scales
 
@@ -114,9 +105,8 @@ def _decode_kernel(
     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
     SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr,
     DEQUANT: tl.constexpr, FP8_TO_F16: tl.constexpr, ORDERED: tl.constexpr,
-    V_BY_TOKEN: tl.constexpr, PDL: tl.constexpr,
+    V_BY_TOKEN: tl.constexpr,
 ):  # fmt: skip
-    wait_for_kernel_before(PDL)
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
     if ORDERED:
@@ -193,7 +183,6 @@ def _decode_kernel(
     if DEQUANT:  # float8 V: its head's scale
         o = o * tl.load(v_scale_ptr + kv_head)
     o_mask = g_mask[:, None] & d_mask[None, :]
-    let_next_kernel_launch(PDL)
     if SPLIT:
         # (BLOCK_G,) rows of the (B, Hq, num_splits) scratch
         row = (seq * (GROUP * tl.num_programs(0)) + head) * num_splits + split
@@ -208,10 +197,9 @@ def _decode_kernel(
 @jit(do_not_specialize=("num_splits",))
 def _decode_reduce_kernel(
     part_out_ptr, part_lse_ptr, out_ptr, num_splits, stride_ob, stride_oh,
-    HEAD_DIM: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     # Grid (B, Hq): merge the slices of one query head, weighting each by exp(lse - max lse).
-    wait_for_kernel_before(PDL)
     seq = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
     s = tl.arange(0, BLOCK_S)
@@ -228,7 +216,6 @@ def _decode_reduce_kernel(
     )  # (BLOCK_S, BLOCK_D)
     total = tl.sum(w, axis=0)
     o = tl.sum(w[:, None] * parts, axis=0) / tl.where(total > 0, total, 1.0)  # (BLOCK_D,)
-    let_next_kernel_launch(PDL)
     tl.store(
         out_ptr + seq * stride_ob + head * stride_oh + d, o.to(out_ptr.dtype.element_ty), mask=d < HEAD_DIM
     )
@@ -247,7 +234,6 @@ def decode_attention(
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
     order: torch.Tensor | None = None,
-    pdl: bool = False,
 ) -> torch.Tensor:
     """``paged_attention_decode`` with the split count and tile config exposed (tests, tuning).
 
@@ -255,8 +241,7 @@ def decode_attention(
     instead of ``num_splits`` equal slices per sequence; the grid then has one slice per
     ``split_tokens`` of the longest context the block tables allow. ``k_scale``, ``v_scale`` (Hk,): the
     scales of a float8 cache. ``order`` (B,) integer: a permutation of the rows, the order in which
-    programs take them (``longest_first``); the output is the same whatever it is. ``pdl``: launched to
-    start while the kernel before it finishes (``_triton.pdl_options``)."""
+    programs take them (``longest_first``); the output is the same whatever it is."""
     require_triton("paged_attention_decode")
     dequant = check_scales("paged_attention_decode", k_cache, k_scale, v_scale)
     # q: (B, Hq, D); caches: (num_blocks, page_size, Hk, D); block_tables: (B, max_blocks); seq_lens: (B,)
@@ -310,13 +295,12 @@ def decode_attention(
         SPLIT=split, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         num_warps=config.num_warps, num_stages=config.num_stages,
         DEQUANT=dequant, FP8_TO_F16=dequant and config.fp8_to == "fp16" and q.dtype != torch.float32, ORDERED=order is not None,
-        V_BY_TOKEN=v_tokens, PDL=pdl, **pdl_options(pdl),
+        V_BY_TOKEN=v_tokens,
     )  # fmt: skip
     if split:
         _decode_reduce_kernel[(B, Hq)](
             part_out, part_lse, out, num_splits, out.stride(0), out.stride(1),
             HEAD_DIM=D, BLOCK_S=next_power_of_2(num_splits), BLOCK_D=block_d, num_warps=4,
-            PDL=pdl, **pdl_options(pdl),
         )  # fmt: skip
     return out
 

@@ -11,9 +11,7 @@ from llmbench.kernels import activation
 class SiluAndMul(nn.Module):
     def __init__(self, use_triton: bool = False) -> None:
         super().__init__()
-        self.use_triton = use_triton
-        self.pdl = False  # Triton launches that start while the kernel before finishes (DecodePlan.pdl)
         self._impl = activation.silu_and_mul if use_triton else activation.silu_and_mul_ref
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return activation.silu_and_mul(x, pdl=True) if self.pdl else self._impl(x)
+        return self._impl(x)

@@ -3,9 +3,8 @@
 Each parameter carries ``weight_loader(param, loaded, shard_id)``: the loader hands it the full tensor
 from the checkpoint and the layer keeps its own slice, so a rank only ever holds its shard. With one
 rank every slice is the whole tensor. An input of up to ``skinny_rows`` rows (a decode step at a small
-batch) runs the skinny Triton kernel (kernels/skinny_matmul.py), one of up to ``split_rows`` the split-K
-Triton kernel (kernels/split_matmul.py), a larger one cuBLAS; both are 0 until the decode plan sets them
-(models/fused_decode.py).
+batch) runs the skinny Triton kernel (kernels/skinny_matmul.py), a larger one cuBLAS; ``skinny_rows`` is
+0 until the decode plan sets it (models/fused_decode.py).
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ import torch
 from torch import nn
 
 from llmbench.kernels.skinny_matmul import linear_into, skinny_matmul, skinny_silu_matmul
-from llmbench.kernels.split_matmul import split_matmul
 from llmbench.layers.parallel import SINGLE, TPGroup
 
 
@@ -23,8 +21,6 @@ class LinearBase(nn.Module):
         super().__init__()
         self.tp = tp
         self.skinny_rows = 0  # inputs of up to this many rows go to the skinny Triton kernel
-        self.split_rows = 0  # larger ones of up to this many to the split-K Triton kernel
-        self.pdl = False  # the split-K kernel launched early (DecodePlan.pdl)
         self.weight = nn.Parameter(torch.empty(out_features, in_features), requires_grad=False)
         self.weight.weight_loader = self.weight_loader
         if bias:
@@ -41,8 +37,6 @@ class LinearBase(nn.Module):
     ) -> torch.Tensor:
         if x.shape[0] <= self.skinny_rows:  # x: (T, in) -> (T, out)
             return skinny_matmul(x, self.weight, bias, out=out)
-        if x.shape[0] <= self.split_rows:
-            return split_matmul(x, self.weight, bias, out=out, pdl=self.pdl)
         return linear_into(x, self.weight, bias, out)
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:

@@ -17,16 +17,11 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(hidden), requires_grad=False)
-        self.use_triton = use_triton
-        self.pdl = False  # Triton launches that start while the kernel before finishes (DecodePlan.pdl)
         self._impl = rmsnorm.rms_norm if use_triton else rmsnorm.rms_norm_ref
 
     def forward(
         self, x: torch.Tensor, residual: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         # x, residual: (T, hidden) -> (normed, x + residual), both (T, hidden)
-        if self.pdl:
-            out, h = rmsnorm.rms_norm(x, self.weight, self.eps, residual, pdl=True)
-        else:
-            out, h = self._impl(x, self.weight, self.eps, residual)
+        out, h = self._impl(x, self.weight, self.eps, residual)
         return out, (x if h is None else h)

@@ -31,7 +31,6 @@ from torch import Tensor, nn
 
 from llmbench.distributed import Communicator, Product
 from llmbench.kernels.skinny_matmul import skinny_norm_matmul
-from llmbench.layers.activation import SiluAndMul
 from llmbench.layers.attention.metadata import AttentionMetadata
 from llmbench.layers.linear import ColumnParallelLinear, LinearBase, RowParallelLinear
 from llmbench.layers.norm import RMSNorm
@@ -46,23 +45,20 @@ EMBEDDING, AFTER_ATTENTION, AFTER_MLP = 2, 0, 1
 
 @dataclass(frozen=True)
 class DecodePlan:
-    """The resolved decode-step kernels (``tuning.skinny_matmul_rows``, ``tuning.skinny_fusion``,
-    ``tuning.split_matmul_rows``, ``tuning.pdl``)."""
+    """The resolved decode-step kernels (``tuning.skinny_matmul_rows``, ``tuning.skinny_fusion``)."""
 
     skinny_rows: int = 0  # linear layers: inputs of up to this many rows take the skinny kernel
     silu_rows: int = 0  # the SiLU-and-multiply on the down projection's loads, up to this many rows
     norm_rows: int = 0  # the RMSNorm on the next projection's loads, up to this many rows
-    split_rows: int = 0  # linear layers: larger inputs of up to this many rows take the split-K kernel
-    pdl: bool = False  # the Triton kernels of norms, activations and split-K products launched early
 
     @classmethod
-    def of(cls, skinny_rows: int, skinny_fusion: str, split_rows: int = 0, pdl: bool = False) -> DecodePlan:
+    def of(cls, skinny_rows: int, skinny_fusion: str) -> DecodePlan:
         if skinny_fusion not in SKINNY_FUSIONS:
             raise ValueError(
                 f"Unsupported skinny_fusion: {skinny_fusion!r}. Supported: {list(SKINNY_FUSIONS)}"
             )
         silu = skinny_rows if skinny_fusion != "none" else 0
-        return cls(skinny_rows, silu, skinny_rows if skinny_fusion == "all" else 0, split_rows, pdl)
+        return cls(skinny_rows, silu, skinny_rows if skinny_fusion == "all" else 0)
 
 
 @dataclass(frozen=True)
@@ -74,16 +70,11 @@ class Seam:
 
 def fuse_decode(model: LlamaForCausalLM, plan: DecodePlan, comm: Communicator) -> nn.Module:
     """Apply ``plan`` to ``model``: every linear layer takes the skinny kernel up to ``plan.skinny_rows``
-    rows and the split-K kernel up to ``plan.split_rows``; with ``plan.pdl`` the Triton norms,
-    activations and split-K products launch early. Returns what to run: the model with its seams fused for small steps (``FusedDecode``), or the
+    rows. Returns what to run: the model with its seams fused for small steps (``FusedDecode``), or the
     model itself where nothing fuses."""
     for module in model.modules():
         if isinstance(module, LinearBase):
             module.skinny_rows = plan.skinny_rows
-            module.split_rows = plan.split_rows
-            module.pdl = plan.pdl
-        elif isinstance(module, (RMSNorm, SiluAndMul)) and module.use_triton:
-            module.pdl = plan.pdl
     fused = FusedDecode(model, plan, comm)
     return fused if fused.rows else model
 

@@ -135,7 +135,6 @@ class CacheAttentionBackend(AttentionBackend):
     """A backend whose attention reads the step's own K/V back from the cache, like every other token."""
 
     attends_from_cache = True
-    pdl = False  # the Triton kernels launched to start while the kernel before finishes (Tuning.pdl)
 
     def attend(
         self,
@@ -174,7 +173,7 @@ class CacheAttentionBackend(AttentionBackend):
         else:
             q = attention_prologue(
                 qkv, positions, cos_sin_cache, *norms, kv.k, kv.v, meta.slot_mapping, num_heads, num_kv_heads,
-                kv.k_scale, kv.v_scale, pdl=self.pdl,
+                kv.k_scale, kv.v_scale,
             )  # fmt: skip
         return self.attend(q, kv.k, kv.v, meta, scale, kv.k_scale, kv.v_scale)
 
@@ -183,16 +182,15 @@ class TritonBackend(CacheAttentionBackend):
     name = "triton"
     graph_safe = True
 
-    def __init__(self, decode_split_tokens: int | None = None, pdl: bool = False) -> None:
+    def __init__(self, decode_split_tokens: int | None = None) -> None:
         self.decode_split_tokens = decode_split_tokens  # see Tuning.decode_split_tokens
-        self.pdl = pdl  # see Tuning.pdl
 
     def attend(self, q, k_cache, v_cache, meta, scale, k_scale=None, v_scale=None):
         if meta.is_decode_only:  # split_tokens None: equal slices chosen from the batch shape
             return decode_attention(
                 q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale,
                 split_tokens=self.decode_split_tokens, k_scale=k_scale, v_scale=v_scale,
-                order=meta.decode_order, pdl=self.pdl,
+                order=meta.decode_order,
             )  # fmt: skip
         return paged_attention.paged_attention_prefill(
             q,
@@ -208,13 +206,13 @@ class TritonBackend(CacheAttentionBackend):
         )
 
 
-def make_backend(name: str, decode_split_tokens: int | None = None, pdl: bool = False) -> AttentionBackend:
+def make_backend(name: str, decode_split_tokens: int | None = None) -> AttentionBackend:
     if name == "torch":
         return AttentionBackend()
     if name == "sdpa":
         return SDPABackend()
     if name == "triton":
-        return TritonBackend(decode_split_tokens, pdl)
+        return TritonBackend(decode_split_tokens)
     if name == "flash_attn":
         from llmbench.layers.attention.flash import FlashAttnBackend
 
