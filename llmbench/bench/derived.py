@@ -127,7 +127,8 @@ def _field(model_info: Any, name: str) -> Any:
 def step_summary(steps: list[StepRecord], util: StepUtilisation) -> dict[str, float]:
     """Per-repeat figures over the engine steps of that repeat."""
     nan = math.nan
-    decode = [s.duration for s in steps if s.kind == "decode"]
+    decode_steps = [s for s in steps if s.kind == "decode"]
+    decode = [s.duration for s in decode_steps]
     used = [
         s.kv_blocks_used / (s.kv_blocks_used + s.kv_blocks_free)
         for s in steps
@@ -138,9 +139,7 @@ def step_summary(steps: list[StepRecord], util: StepUtilisation) -> dict[str, fl
         "num_steps": float(len(steps)),
         "decode_step_mean": float(np.mean(decode)) if decode else nan,
         "decode_host_time": (
-            float(np.mean([s.duration - s.device_wait for s in steps if s.kind == "decode"]))
-            if decode
-            else nan
+            float(np.mean([s.duration - s.device_wait for s in decode_steps])) if decode_steps else nan
         ),
         "device_wait_share": sum(s.device_wait for s in steps) / total if total > 0 else nan,
         "decode_bw_util_mean": _nanmean(util.decode_bw),

@@ -5,8 +5,8 @@ the mean per step over the window's steps that were not slow, and the median eng
 traced steps and of the untraced steps of the reference repeat (window.py), with a note when tracing
 slowed a kind by ``TRACING_NOTE`` or more, and the median time the host waited on the device in those
 untraced steps (``device_wait``: near the step time when the device bounds a kind, near 0 when the host
-does; the profiler's own cost on the host makes the traced steps' idle time no guide to that). Per rank: the mean per step over all its
-window steps (ranks > 0 serve rank 0's steps one for one). The top kernels (or, on a CPU, ops) of rank 0's
+does; the profiler's own cost on the host makes the traced steps' idle time no guide to that). Per rank:
+the mean per step over all its window steps (ranks > 0 serve rank 0's steps one for one). The top kernels (or, on a CPU, ops) of rank 0's
 window with achieved FLOP/s and bytes/s against the device's peaks, where known. Slow steps recorded around
 (``--slow-steps``) are listed with their causes and breakdown.
 

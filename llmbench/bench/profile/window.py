@@ -78,9 +78,8 @@ class ProfileWindow:
         self._seen: dict[str, list[tuple[float, int]]] = {}  # (duration, tokens) of every step, by kind
         self._armed = not reference_repeat  # whether the window may open (the reference repeat is over)
         self.reference: dict[str, list[float]] = {}  # engine step times of the untraced steps before it
-        self.reference_waits: dict[
-            str, list[float]
-        ] = {}  # and how long the host waited in each (device_wait)
+        # ... and how long the host waited on the device in each of them (device_wait)
+        self.reference_waits: dict[str, list[float]] = {}
 
     def observe(self, engine: Any) -> _Observed:
         return _Observed(engine, self)
