@@ -94,38 +94,31 @@ def build_step(
         tables = np.zeros((n, max(len(s.block_table) for s in seqs)), dtype=np.int32)
         for i, s in enumerate(seqs):
             tables[i, : len(s.block_table)] = s.block_table
-    if max(num_new_tokens) == 1:  # decode-shaped: one token per sequence, no per-token loops
-        pos = np.fromiter((s.num_computed_tokens for s in seqs), dtype=np.int64, count=n)
-        input_ids = np.fromiter(
-            (s.token_ids[p] for s, p in zip(seqs, pos.tolist(), strict=True)), dtype=np.int64, count=n
-        )
-        slots = tables[np.arange(n), pos // bs].astype(np.int64) * bs + pos % bs
-        seq_lens = pos + 1
+    starts = np.fromiter((s.num_computed_tokens for s in seqs), dtype=np.int64, count=n)
+    if max(num_new_tokens) == 1:  # decode-shaped: one token per sequence, its position where it starts
         query_start = np.arange(n + 1, dtype=np.int32)
-        sampling = np.fromiter(
-            (p + 1 == s.num_tokens for s, p in zip(seqs, pos.tolist(), strict=True)), dtype=bool, count=n
+        row, positions = query_start[:-1], starts
+        input_ids = np.fromiter(
+            (s.token_ids[p] for s, p in zip(seqs, starts.tolist(), strict=True)), dtype=np.int64, count=n
         )
-        logits_idx = np.flatnonzero(sampling)
-        positions = pos
-    else:  # every token's position and slot from its sequence's row, in numpy (8k tokens a step)
+    else:  # every token's sequence and position, in numpy (8k tokens a step)
         counts = np.asarray(num_new_tokens, dtype=np.int64)
-        starts = np.fromiter((s.num_computed_tokens for s in seqs), dtype=np.int64, count=n)
-        seq_lens = starts + counts
         query_start = np.zeros(n + 1, dtype=np.int32)
         np.cumsum(counts, out=query_start[1:])
         row = np.repeat(np.arange(n), counts)
         positions = np.arange(int(query_start[-1]), dtype=np.int64) - np.repeat(
             query_start[:-1] - starts, counts
         )
-        slots = tables[row, positions // bs].astype(np.int64) * bs + positions % bs
-        spans = zip(seqs, starts.tolist(), seq_lens.tolist(), strict=True)
+        spans = zip(seqs, starts.tolist(), (starts + counts).tolist(), strict=True)
         input_ids = np.fromiter(
             chain.from_iterable(s.token_ids[a:b] for s, a, b in spans),
             dtype=np.int64,
             count=int(query_start[-1]),
         )
-        ends = np.fromiter((s.num_tokens for s in seqs), dtype=np.int64, count=n)
-        logits_idx = (query_start[1:] - 1).astype(np.int64)[seq_lens == ends]
+    slots = tables[row, positions // bs].astype(np.int64) * bs + positions % bs
+    seq_lens = starts + np.diff(query_start)
+    ends = np.fromiter((s.num_tokens for s in seqs), dtype=np.int64, count=n)
+    logits_idx = (query_start[1:] - 1).astype(np.int64)[seq_lens == ends]  # rows that reach their last token
     return StepArrays(
         input_ids=input_ids,
         positions=positions,
