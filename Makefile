@@ -60,8 +60,10 @@ bench-ablations:  # what sampling, the float8 KV cache, CUDA Graphs, torch.compi
 	$(ABLATE) scenarios/bench/throughput.yaml --set workload.num_requests=32 --toggle torch_compile \
 	  --toggle dtype=bfloat16,float16 --toggle attention_backend=triton,sdpa --toggle triton_kernels \
 	  --design one-at-a-time --quality --repeats 1
-	$(ABLATE) scenarios/bench/throughput_8b.yaml --set workload.num_requests=32 --toggle dtype=bfloat16,float16 \
-	  --toggle triton_kernels --design one-at-a-time --quality --repeats 1
+	$(ABLATE) scenarios/bench/throughput_8b.yaml --set workload.num_requests=16 \
+	  --set 'workload.output_len={dist: uniform, min: 16, max: 64}' --toggle torch_compile \
+	  --toggle dtype=bfloat16,float16 --toggle attention_backend=triton,sdpa --toggle triton_kernels \
+	  --design one-at-a-time --quality --repeats 1
 	$(ABLATE) scenarios/bench/single_0.6b.yaml --toggle sampling.temperature=0,0.6
 	for f in scenarios/bench/single_0.6b.yaml scenarios/bench/batch8_0.6b.yaml; do \
 	  $(ABLATE) $$f --toggle cuda_graph --toggle torch_compile --toggle async_scheduling --design one-at-a-time \
