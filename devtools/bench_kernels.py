@@ -12,6 +12,7 @@ reference reading the same float8 bytes; their bandwidth counts one byte per cac
     python devtools/bench_kernels.py --json out.json  # also write the rows
     python devtools/bench_kernels.py --tune           # sweep decode / prefill tile configs first
     python devtools/bench_kernels.py --tune decode-fp8 # the decode sweep over a float8 cache
+    python devtools/bench_kernels.py --tune decode-fp8-mixed  # the same at 256 mixed lengths, longest first
     python devtools/bench_kernels.py --tune decode-fp8 --tune-only --json FILE   # that sweep alone
     python devtools/bench_kernels.py --smoke          # tiny shapes on CPU (TRITON_INTERPRET=1): tests the script
 """
@@ -427,6 +428,13 @@ def tune(env: Env, kinds: list[str]) -> list[Row]:
                         cfg = DecodeConfig(block_n, num_warps, num_stages, "fp16")
                         attempt(f"decode-fp8 {cfg} {v_as_k=}", decode_case, B, ctx, 16, 16, 8, 128, config=cfg,
                                 kv_dtype=FP8, v_as_k=v_as_k)  # fmt: skip
+    if "decode-fp8-mixed" in kinds:  # the engine's large decode step: mixed lengths, longest first
+        for block_n in (32, 64, 128):
+            for num_warps in (1, 2, 4, 8):
+                for num_stages in (2, 3, 4):
+                    cfg = DecodeConfig(block_n, num_warps, num_stages, "fp16")
+                    attempt(f"decode-fp8-mixed {cfg}", decode_case, 4 * B, ctx // 2, 16, 16, 8, 128, config=cfg,
+                            kv_dtype=FP8, mixed=True, ordered=True)  # fmt: skip
     if "splits" in kinds:
         for batch, choices in (
             (B, (1, 2)),
@@ -469,7 +477,7 @@ def main() -> None:
     )
     parser.add_argument("--json", type=Path, help="write the result rows to this JSON file")
     parser.add_argument(
-        "--tune", action="append", default=[], choices=["decode", "decode-fp8", "splits", "prefill"],
+        "--tune", action="append", default=[], choices=["decode", "decode-fp8", "decode-fp8-mixed", "splits", "prefill"],
         help="first sweep tile configs (decode, decode over a float8 cache, prefill) or split-KV counts (splits); "
         "repeatable, a few minutes each",
     )  # fmt: skip
