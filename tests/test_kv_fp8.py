@@ -18,7 +18,7 @@ from llmbench.kernels.paged_attention import (
     paged_attention_prefill,
     paged_attention_prefill_ref,
 )
-from llmbench.kernels.triton_decode import decode_attention, default_decode_config
+from llmbench.kernels.triton_decode import decode_attention, default_decode_config, longest_first
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = "cpu" if INTERPRET else ("cuda" if torch.cuda.is_available() else None)
@@ -199,6 +199,37 @@ def test_fp8_decode_matches_reference(
     )
     ref = paged_attention_decode_ref(q, k_cache, v_cache, tables, sl, D**-0.5, **scales)
     close(f"fp8 decode {dtype} splits={num_splits} to {fp8_to} {v_as_k=}", out, ref, model)
+
+
+@needs_triton
+@pytest.mark.parametrize("model", MODEL_DTYPES + ([torch.float16] if DEVICE == "cpu" else []), ids=str)
+def test_fp8_decode_wide_batch_tiles_match_reference(model: torch.dtype) -> None:
+    # A wide batch's tiles over a float8 cache by token (64 tokens, one warp: four pages a tile at page 16)
+    # in the order the engine gives, longest first, on contexts from one token to several tiles.
+    D, block_size = 64, 16
+    config = default_decode_config(D, torch.bfloat16, fp8=True, v_tokens=True, wide=True)
+    assert config != default_decode_config(D, torch.bfloat16, fp8=True, v_tokens=True)
+    seq_lens = [1, 5 * block_size + 3, block_size, 2 * config.block_n + 1, config.block_n - 1]
+    k_cache, v_cache, k_scale, v_scale, tables, _, _ = fp8_paged_cache(
+        seq_lens, block_size, 2, D, FP8[0], v_as_k=False
+    )
+    q = torch.randn(len(seq_lens), 4, D, device=DEVICE, dtype=model)
+    sl = torch.tensor(seq_lens, device=DEVICE, dtype=torch.int32)
+    scales = dict(k_scale=k_scale, v_scale=v_scale)
+    out = decode_attention(
+        q,
+        k_cache,
+        v_cache,
+        tables,
+        sl,
+        D**-0.5,
+        num_splits=1,
+        config=config,
+        order=longest_first(sl),
+        **scales,
+    )
+    ref = paged_attention_decode_ref(q, k_cache, v_cache, tables, sl, D**-0.5, **scales)
+    close(f"fp8 decode, wide-batch tiles, {model}", out, ref, model)
 
 
 @needs_triton

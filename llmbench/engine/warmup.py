@@ -83,9 +83,10 @@ def kernel_variants(runner: ModelRunner) -> None:
 def _decode_splits(runner: ModelRunner) -> None:
     """The split-KV decode variants: the merge kernel is compiled per power-of-two slice count, and
     which counts a step needs depends on its batch and block-table width (eager decode steps, e.g.
-    with CUDA Graphs off or past the largest bucket, would otherwise compile them mid-run); and the
-    longest-first variants, which large batches take."""
-    from llmbench.kernels.triton_decode import decode_attention
+    with CUDA Graphs off or past the largest bucket, would otherwise compile them mid-run); the
+    longest-first variants, which large batches take; and a wide batch's tiles where they differ."""
+    from llmbench.kernels.kv_layout import by_token
+    from llmbench.kernels.triton_decode import decode_attention, default_decode_config
 
     heads = runner.model.model.layers[0].self_attn.num_heads
     dtype = runner.config.torch_dtype
@@ -100,12 +101,19 @@ def _decode_splits(runner: ModelRunner) -> None:
     seq_lens = torch.ones(1, dtype=torch.int32, device=runner.device)
     for num_splits in (1, 2, 4, 8, 16, 32, 64, 128):
         decode_attention(q, kv.k, kv.v, table, seq_lens, 1.0, num_splits=num_splits, **scales)
-    if runner.config.tuning.decode_longest_first:  # batches that take it are cut in at most 2 slices
-        order = torch.zeros(1, dtype=torch.int64, device=runner.device)
+    longest_first = runner.config.tuning.decode_longest_first
+    order = torch.zeros(1, dtype=torch.int64, device=runner.device) if longest_first else None
+    if longest_first:  # batches that take it are cut in at most 2 slices
         for num_splits in (1, 2):
             decode_attention(
                 q, kv.k, kv.v, table, seq_lens, 1.0, num_splits=num_splits, order=order, **scales
             )
+    layout = (runner.head_dim, dtype, kv.quantised, by_token(kv.v))
+    wide = default_decode_config(*layout, wide=True)
+    if wide != default_decode_config(*layout):  # a wide batch's own tiles (in one slice)
+        decode_attention(
+            q, kv.k, kv.v, table, seq_lens, 1.0, num_splits=1, config=wide, order=order, **scales
+        )
 
 
 @torch.inference_mode()

@@ -53,20 +53,34 @@ class DecodeConfig(NamedTuple):
     fp8_to: str = "q"  # a float8 cache's tiles become "q" (q's dtype) or "fp16" (16-bit q) before the dots
 
 
+WIDE_PROGRAMS_PER_SM = 8  # a batch with at least this many programs a multiprocessor is "wide"
+
+
 def default_decode_config(
-    head_dim: int, dtype: torch.dtype, fp8: bool = False, v_tokens: bool = False
+    head_dim: int, dtype: torch.dtype, fp8: bool = False, v_tokens: bool = False, wide: bool = False
 ) -> DecodeConfig:
-    """For q's ``dtype``, over a float8 cache if ``fp8`` (with V laid out by token if ``v_tokens``). Tuned
-    on an H200 with devtools/bench_kernels.py --tune decode / decode-fp8 (bf16, 16/8 heads x 128, B=64 x
-    4096): 64-token tiles, 4 warps, 3 stages reach 97-98% of 4.25 TB/s at page sizes 16 and 128; over
-    float8 by token, 128-token tiles converted to float16 with 2 warps and 3 stages: 150 µs (85%), against
-    158 with 2 stages, 162 for 64-token tiles and 212 or more with 4 warps; over float8 in the pool's
-    layout, 128-token tiles, 2 warps, 2 stages: 195 µs."""
+    """For q's ``dtype``, over a float8 cache if ``fp8`` (with V laid out by token if ``v_tokens``), for a
+    ``wide`` batch (``is_wide``) or not. Tuned on an H200 with devtools/bench_kernels.py --tune decode /
+    decode-fp8 (bf16, 16/8 heads x 128, B=64 x 4096): 64-token tiles, 4 warps, 3 stages reach 97-98% of
+    4.25 TB/s at page sizes 16 and 128; over float8 by token, 128-token tiles converted to float16 with 2
+    warps and 3 stages: 150 µs (85%), against 158 with 2 stages, 162 for 64-token tiles and 212 or more
+    with 4 warps; over float8 in the pool's layout, 128-token tiles, 2 warps, 2 stages: 195 µs. A wide
+    batch of mixed lengths over float8 by token (--tune decode-fp8-mixed: B=256, contexts 204-2048,
+    longest first) is another case: there 64-token tiles with one warp and 3 stages take 158 µs (87%),
+    against 172 for the 128-token tiles above; bf16 needs no such case (100% at B=256)."""
     if dtype == torch.float32:
         return DecodeConfig(block_n=32, num_warps=4, num_stages=2)  # halves shared memory per stage
+    if fp8 and wide and v_tokens:
+        return DecodeConfig(block_n=64, num_warps=1, num_stages=3, fp8_to="fp16")
     if fp8:
         return DecodeConfig(block_n=128, num_warps=2, num_stages=3 if v_tokens else 2, fp8_to="fp16")
     return DecodeConfig(block_n=64, num_warps=4, num_stages=3)
+
+
+def is_wide(batch: int, num_kv_heads: int, device: torch.device) -> bool:
+    """Whether a decode batch has programs enough (one per sequence and KV head) for the wide tiles of
+    ``default_decode_config``: its short contexts then keep many small programs in flight a multiprocessor."""
+    return batch * num_kv_heads >= WIDE_PROGRAMS_PER_SM * num_sms(device)
 
 
 def choose_num_splits(
@@ -257,7 +271,7 @@ def decode_attention(
         raise ValueError("caches must be contiguous in head_dim (V may instead be laid out by token)")
     q = q if q.stride(-1) == 1 else q.contiguous()
     if config is None:
-        config = default_decode_config(D, q.dtype, dequant, v_tokens)
+        config = default_decode_config(D, q.dtype, dequant, v_tokens, is_wide(B, Hk, q.device))
         if split_tokens and split_tokens % config.block_n and split_tokens % SLICE_TILE == 0:
             config = config._replace(block_n=SLICE_TILE)  # tiles wider than the slices: take 64
     max_context = block_tables.shape[1] * page_size  # an upper bound known without a host sync
