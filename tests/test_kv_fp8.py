@@ -262,11 +262,12 @@ def test_decode_reads_a_v_cache_laid_out_by_token(
 
 
 @needs_triton
-@pytest.mark.parametrize("model", MODEL_DTYPES, ids=str)
+@pytest.mark.parametrize("model", MODEL_DTYPES + ([torch.float16] if DEVICE == "cpu" else []), ids=str)
 @pytest.mark.parametrize("dtype", FP8, ids=["e4m3", "e5m2"])
 @V_LAYOUTS
 def test_fp8_prefill_matches_reference(model: torch.dtype, dtype: torch.dtype, v_as_k: bool) -> None:
-    # Decodes beside a fresh prompt and a chunk after earlier context, pages of 8.
+    # Decodes beside a fresh prompt and a chunk after earlier context, pages of 8; a 16-bit q takes the
+    # tiles converted to float16.
     Hq, Hk, D, block_size = 6, 2, 80, 8
     query_lens, context_lens = [1, 19, 9], [7, 0, 13]
     seq_lens = [a + b for a, b in zip(query_lens, context_lens, strict=True)]

@@ -16,8 +16,10 @@ Design (prefill is compute bound):
   Tiles are numbered from the end, so the longest (causally last) ones are scheduled first.
 - Keys are walked in tiles of ``BLOCK_N`` with an online softmax in float32 (base 2): first the tiles
   every row of the query tile may see (no mask), then the diagonal tiles with the causal mask.
-- A float8 cache (``kv_quant.py``) is converted to q's dtype on load; a program's KV head has one K and
-  one V scale, applied to the scores' scale and to the output. The float8 pool holds V by token
+- A float8 cache (``kv_quant.py``) is converted on load to float16, and a 16-bit q with it, as the decode
+  kernel does (``triton_decode.py``: one conversion instruction a pair, against three to bfloat16); a
+  float32 q keeps float32. A program's KV head has one K and one V scale, applied to the scores' scale
+  and to the output. The float8 pool holds V by token
   (``kv_layout.py``); the kernel reads either layout.
 """
 
@@ -98,7 +100,7 @@ def _attend_tiles(
             v = tl.load(
                 v_base + (page * stride_vb + slot * stride_vs)[:, None] + d[None, :], mask=kv_mask, other=0.0
             )
-        if DEQUANT:  # float8 -> q's dtype, exactly; the scales are applied by the caller
+        if DEQUANT:  # float8 -> q's dtype (float16 or float32), exactly; the scales are applied by the caller
             k = k.to(q.dtype)
             v = v.to(q.dtype)
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale  # (BLOCK_M, BLOCK_N), log2 units
@@ -121,7 +123,7 @@ def _prefill_kernel(
     stride_bt, stride_ot, stride_oh,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, DEQUANT: tl.constexpr, V_BY_TOKEN: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, DEQUANT: tl.constexpr, FP8_TO_F16: tl.constexpr, V_BY_TOKEN: tl.constexpr,
 ):  # fmt: skip
     # BLOCK_M rows = BLOCK_Q tokens x GROUP_PAD heads, token-major.
     # Reversed, so the causally heaviest tiles (a sequence's last) start first and the last wave is light.
@@ -149,6 +151,8 @@ def _prefill_kernel(
     q_pos = context + tok  # (BLOCK_M,) key position of each query row
     if DEQUANT:  # float8 K: its head's scale joins the scores' scale
         qk_scale = qk_scale * tl.load(k_scale_ptr + kv_head)
+        if FP8_TO_F16:  # the tiles become float16, one instruction a pair (bfloat16 takes three)
+            q = q.to(tl.float16)
 
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_sum = tl.zeros([BLOCK_M], tl.float32)
@@ -228,7 +232,7 @@ def prefill_attention(
         GROUP=group, GROUP_PAD=group_pad, HEAD_DIM=D, PAGE_SIZE=page_size,
         BLOCK_M=config.block_m, BLOCK_Q=block_q, BLOCK_D=max(16, next_power_of_2(D)), BLOCK_N=config.block_n,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", DEQUANT=dequant,
-        V_BY_TOKEN=v_tokens, num_warps=config.num_warps, num_stages=config.num_stages,
+        FP8_TO_F16=dequant and q.dtype != torch.float32, V_BY_TOKEN=v_tokens, num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     return out
 
