@@ -19,8 +19,7 @@ Design (prefill is compute bound):
 - A float8 cache (``kv_quant.py``) is converted on load to float16, and a 16-bit q with it, as the decode
   kernel does (``triton_decode.py``: one conversion instruction a pair, against three to bfloat16); a
   float32 q keeps float32. A program's KV head has one K and one V scale, applied to the scores' scale
-  and to the output. The float8 pool holds V by token
-  (``kv_layout.py``); the kernel reads either layout.
+  and to the output. The float8 pool holds V by token (``kv_layout.py``); the kernel reads either layout.
 """
 
 from __future__ import annotations
@@ -232,7 +231,8 @@ def prefill_attention(
         GROUP=group, GROUP_PAD=group_pad, HEAD_DIM=D, PAGE_SIZE=page_size,
         BLOCK_M=config.block_m, BLOCK_Q=block_q, BLOCK_D=max(16, next_power_of_2(D)), BLOCK_N=config.block_n,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", DEQUANT=dequant,
-        FP8_TO_F16=dequant and q.dtype != torch.float32, V_BY_TOKEN=v_tokens, num_warps=config.num_warps, num_stages=config.num_stages,
+        FP8_TO_F16=dequant and q.dtype != torch.float32, V_BY_TOKEN=v_tokens,
+        num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     return out
 
