@@ -39,6 +39,17 @@ class FieldIssues(ValueError):
 class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    def _fields_fit(self, key: str, required: set[str], optional: set[str]) -> None:
+        """Raise the first field that the value of ``key`` (a dist, a source, a kind) needs and lacks, or
+        has and does not take; every field but ``key`` counts."""
+        given = {name for name in type(self).model_fields if name != key and getattr(self, name) is not None}
+        what = f"{key} '{getattr(self, key)}'"
+        takes = ", ".join(sorted(required) + [f"{o} (optional)" for o in sorted(optional)]) or "nothing else"
+        for name in sorted(required - given):
+            raise FieldIssue(name, f"required for {what} (it takes: {takes})")
+        for name in sorted(given - required - optional):
+            raise FieldIssue(name, f"does not apply to {what} (it takes: {takes})")
+
 
 Dist = Literal["fixed", "uniform", "normal", "lognormal"]
 _DIST_FIELDS: dict[str, tuple[set[str], set[str]]] = {  # dist -> (required, optional)
@@ -75,12 +86,7 @@ class LengthDist(StrictModel):
 
     @model_validator(mode="after")
     def _fields_fit_dist(self) -> LengthDist:
-        required, optional = _DIST_FIELDS[self.dist]
-        given = {name for name in ("value", "min", "max", "mean", "std") if getattr(self, name) is not None}
-        for name in sorted(required - given):
-            raise FieldIssue(name, f"required for dist '{self.dist}' (it takes: {_takes(self.dist)})")
-        for name in sorted(given - required - optional):
-            raise FieldIssue(name, f"does not apply to dist '{self.dist}' (it takes: {_takes(self.dist)})")
+        self._fields_fit("dist", *_DIST_FIELDS[self.dist])
         if self.min is not None and self.max is not None and self.max < self.min:
             raise FieldIssue("max", f"must be >= min ({self.min}), got {self.max}")
         return self
@@ -91,11 +97,6 @@ class LengthDist(StrictModel):
         if self.dist == "fixed":
             return self.value
         return self.max
-
-
-def _takes(dist: str) -> str:
-    required, optional = _DIST_FIELDS[dist]
-    return ", ".join(sorted(required) + [f"{o} (optional)" for o in sorted(optional)])
 
 
 class TokenRange(StrictModel):
@@ -157,23 +158,7 @@ class Workload(StrictModel):
 
     @model_validator(mode="after")
     def _fields_fit_source(self) -> Workload:
-        required, optional = _SOURCE_FIELDS[self.source]
-        names = (
-            "num_requests",
-            "input_len",
-            "output_len",
-            "prefix_len",
-            "num_prefixes",
-            "path",
-            "time_scale",
-            "token_ids",
-        )
-        given = {name for name in names if getattr(self, name) is not None}
-        takes = ", ".join(sorted(required) + [f"{o} (optional)" for o in sorted(optional)])
-        for name in sorted(required - given):
-            raise FieldIssue(name, f"required for source '{self.source}' (it takes: {takes})")
-        for name in sorted(given - required - optional):
-            raise FieldIssue(name, f"does not apply to source '{self.source}' (it takes: {takes})")
+        self._fields_fit("source", *_SOURCE_FIELDS[self.source])
         if self.path is not None and not Path(self.path).is_file():
             raise FieldIssue("path", f"file not found: {self.path}")
         return self
@@ -254,14 +239,7 @@ class Arrival(StrictModel):
             "trace": (set(), set()),
             "sweep": (set(), {"fractions"}),
         }[self.kind]
-        given = {
-            name for name in ("rate", "cv", "concurrency", "fractions") if getattr(self, name) is not None
-        }
-        takes = ", ".join(sorted(needs) + [f"{o} (optional)" for o in sorted(optional)]) or "nothing else"
-        for name in sorted(needs - given):
-            raise FieldIssue(name, f"required for kind '{self.kind}' (it takes: {takes})")
-        for name in sorted(given - needs - optional):
-            raise FieldIssue(name, f"does not apply to kind '{self.kind}' (it takes: {takes})")
+        self._fields_fit("kind", needs, optional)
         return self
 
     @property
