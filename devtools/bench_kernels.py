@@ -13,6 +13,7 @@ reference reading the same float8 bytes; their bandwidth counts one byte per cac
     python devtools/bench_kernels.py --tune           # sweep decode / prefill tile configs first
     python devtools/bench_kernels.py --tune decode-fp8 # the decode sweep over a float8 cache
     python devtools/bench_kernels.py --tune decode-fp8-mixed  # the same at 256 mixed lengths, longest first
+    python devtools/bench_kernels.py --tune prefill-fp8  # the prefill sweep over a float8 cache
     python devtools/bench_kernels.py --tune decode-fp8 --tune-only --json FILE   # that sweep alone
     python devtools/bench_kernels.py --smoke          # tiny shapes on CPU (TRITON_INTERPRET=1): tests the script
 """
@@ -444,6 +445,24 @@ def tune(env: Env, kinds: list[str]) -> list[Row]:
         ):
             for splits in choices:
                 attempt(f"decode splits {splits}", decode_case, batch, ctx, 16, 16, 8, 128, num_splits=splits)
+    if "prefill-fp8" in kinds:  # a chunk after as much context, over a float8 cache by token
+        for block_m in (64, 128):
+            for block_n in (32, 64, 128):
+                for num_warps in (4, 8):
+                    for num_stages in (2, 3, 4):
+                        pcfg = PrefillConfig(block_m, block_n, num_warps, num_stages)
+                        attempt(
+                            f"prefill-fp8 {pcfg}",
+                            prefill_case,
+                            T,
+                            T,
+                            16,
+                            32,
+                            8,
+                            128,
+                            config=pcfg,
+                            kv_dtype=FP8,
+                        )
     if "prefill" in kinds:
         for block_m in (64, 128):
             for block_n in (32, 64, 128):
@@ -477,7 +496,7 @@ def main() -> None:
     )
     parser.add_argument("--json", type=Path, help="write the result rows to this JSON file")
     parser.add_argument(
-        "--tune", action="append", default=[], choices=["decode", "decode-fp8", "decode-fp8-mixed", "splits", "prefill"],
+        "--tune", action="append", default=[], choices=["decode", "decode-fp8", "decode-fp8-mixed", "splits", "prefill", "prefill-fp8"],
         help="first sweep tile configs (decode, decode over a float8 cache, prefill) or split-KV counts (splits); "
         "repeatable, a few minutes each",
     )  # fmt: skip
