@@ -451,18 +451,8 @@ def tune(env: Env, kinds: list[str]) -> list[Row]:
                 for num_warps in (4, 8):
                     for num_stages in (2, 3, 4):
                         pcfg = PrefillConfig(block_m, block_n, num_warps, num_stages)
-                        attempt(
-                            f"prefill-fp8 {pcfg}",
-                            prefill_case,
-                            T,
-                            T,
-                            16,
-                            32,
-                            8,
-                            128,
-                            config=pcfg,
-                            kv_dtype=FP8,
-                        )
+                        attempt(f"prefill-fp8 {pcfg}", prefill_case, T, T, 16, 32, 8, 128, config=pcfg,
+                                kv_dtype=FP8)  # fmt: skip
     if "prefill" in kinds:
         for block_m in (64, 128):
             for block_n in (32, 64, 128):
@@ -497,7 +487,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the result rows to this JSON file")
     parser.add_argument(
         "--tune", action="append", default=[], choices=["decode", "decode-fp8", "decode-fp8-mixed", "splits", "prefill", "prefill-fp8"],
-        help="first sweep tile configs (decode, decode over a float8 cache, prefill) or split-KV counts (splits); "
+        help="first sweep tile configs (decode; over a float8 cache, decode-fp8 at the headline shape and "
+        "decode-fp8-mixed at 256 mixed lengths; prefill, prefill-fp8) or split-KV counts (splits); "
         "repeatable, a few minutes each",
     )  # fmt: skip
     parser.add_argument(
