@@ -44,13 +44,18 @@ class PrefillConfig(NamedTuple):
 
 
 def default_prefill_config(
-    max_query_len: int, group_pad: int, head_dim: int, dtype: torch.dtype
+    max_query_len: int, group_pad: int, head_dim: int, dtype: torch.dtype, fp8: bool = False
 ) -> PrefillConfig:
+    """For q's ``dtype``, over a float8 cache if ``fp8``."""
     # Short queries (decodes, small chunks) get short tiles: rows past the query would be wasted MMA work.
     block_m = min(128, max(16, next_power_of_2(max_query_len * group_pad), group_pad))
     if dtype == torch.float32 or head_dim > 128:  # twice the bytes per tile: smaller tiles fit shared memory
         return PrefillConfig(block_m=min(block_m, 64), block_n=32, num_warps=4, num_stages=2)
     # H200, bf16, 2048-token prompt, 32/8 heads x 128: 141 µs (m128 n128 w8), 144 (m64 n64 w4), 160 (m128 n64 w8).
+    # Over float8 by token (devtools/bench_kernels.py --tune prefill-fp8: a 2,048-token chunk after as much
+    # context): 437 µs (m128 n64 w4 s2), 458 (m128 n128 w8 s2), 485 (m128 n128 w8 s3), 822 (m128 n128 w4 s3).
+    if block_m >= 128 and fp8:
+        return PrefillConfig(block_m=block_m, block_n=64, num_warps=4, num_stages=2)
     if block_m >= 128:
         return PrefillConfig(block_m=block_m, block_n=128, num_warps=8, num_stages=3)
     return PrefillConfig(block_m=block_m, block_n=64, num_warps=4, num_stages=3)
@@ -215,7 +220,7 @@ def prefill_attention(
     q = q if q.stride(-1) == 1 else q.contiguous()
     group = Hq // Hk
     group_pad = next_power_of_2(group)
-    config = config or default_prefill_config(max_query_len, group_pad, D, q.dtype)
+    config = config or default_prefill_config(max_query_len, group_pad, D, q.dtype, dequant)
     if config.block_m < group_pad:
         raise ValueError(f"block_m {config.block_m} must hold a whole KV group of {group_pad} heads")
     out = torch.empty((T, Hq, D), dtype=q.dtype, device=q.device)  # (T, Hq, D)
