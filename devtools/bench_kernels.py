@@ -21,6 +21,7 @@ reference reading the same float8 bytes; their bandwidth counts one byte per cac
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -304,7 +305,7 @@ def decode_case(
         else torch.full((B,), context)
     )
     max_context = -(-context // block_size) * block_size
-    splits = num_splits or choose_num_splits(B, Hk, max_context, config.block_n, torch.device(env.device))
+    splits = num_splits or choose_num_splits(B, Hk, max_context, config, torch.device(env.device))
     if split_tokens:
         splits = -(-max_context // split_tokens)
 
@@ -436,6 +437,14 @@ def tune(env: Env, kinds: list[str]) -> list[Row]:
                     cfg = DecodeConfig(block_n, num_warps, num_stages, "fp16")
                     attempt(f"decode-fp8-mixed {cfg}", decode_case, 4 * B, ctx // 2, 16, 16, 8, 128, config=cfg,
                             kv_dtype=FP8, mixed=True, ordered=True)  # fmt: skip
+    if "decode-batches" in kinds:  # the engine's decode steps as a run's batch drains, mixed lengths
+        for batch in (2, 4) if env.smoke else (16, 32, 64, 96, 128, 192, 256):
+            for kv_dtype, block_ns, warps in ((None, (32, 64), (2, 4, 8)), (FP8, (64, 128), (1, 2, 4))):
+                for block_n, num_warps, splits in itertools.product(block_ns, warps, (1, 2, 4, 8)):
+                    cfg = DecodeConfig(block_n, num_warps, 3, "fp16" if kv_dtype else "q")
+                    attempt(f"decode-batches {cfg} splits {splits}", decode_case, batch, ctx // 2, 16, 16, 8,
+                            128, config=cfg, num_splits=splits, kv_dtype=kv_dtype, mixed=True,
+                            ordered=True)  # fmt: skip
     if "splits" in kinds:
         for batch, choices in (
             (B, (1, 2)),
@@ -486,9 +495,9 @@ def main() -> None:
     )
     parser.add_argument("--json", type=Path, help="write the result rows to this JSON file")
     parser.add_argument(
-        "--tune", action="append", default=[], choices=["decode", "decode-fp8", "decode-fp8-mixed", "splits", "prefill", "prefill-fp8"],
+        "--tune", action="append", default=[], choices=["decode", "decode-fp8", "decode-fp8-mixed", "decode-batches", "splits", "prefill", "prefill-fp8"],
         help="first sweep tile configs (decode; over a float8 cache, decode-fp8 at the headline shape and "
-        "decode-fp8-mixed at 256 mixed lengths; prefill, prefill-fp8) or split-KV counts (splits); "
+        "decode-fp8-mixed at 256 mixed lengths, decode-batches at 16-256 with split counts; prefill, prefill-fp8) or split-KV counts (splits); "
         "repeatable, a few minutes each",
     )  # fmt: skip
     parser.add_argument(

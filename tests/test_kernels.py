@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.utils._device import _device_constructors
 
 pytest.importorskip("triton")
@@ -49,7 +51,14 @@ from llmbench.kernels.skinny_matmul import (  # noqa: E402
     skinny_silu_matmul,
     skinny_silu_matmul_ref,
 )
-from llmbench.kernels.triton_decode import decode_attention, longest_first, order_pays  # noqa: E402
+from llmbench.kernels.triton_decode import (  # noqa: E402
+    MAX_SPLITS,
+    choose_num_splits,
+    decode_attention,
+    default_decode_config,
+    longest_first,
+    order_pays,
+)
 from llmbench.kernels.triton_prefill import PrefillConfig, prefill_attention  # noqa: E402
 from llmbench.layers.attention.flash import FlashAttnBackend  # noqa: E402
 from llmbench.layers.attention.metadata import AttentionMetadata  # noqa: E402
@@ -523,6 +532,36 @@ def test_longest_first_is_taken_only_where_programs_outnumber_multiprocessors() 
     assert not order_pays(1, 64, cpu)  # one sequence: nothing to order
     assert not order_pays(16, 8, cpu)  # 128 programs: all start at once
     assert order_pays(17, 8, cpu) and order_pays(256, 8, cpu)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    batch=st.integers(1, 512),
+    heads=st.sampled_from([1, 2, 4, 8, 32]),
+    context=st.integers(1, 1 << 16),
+    fp8=st.booleans(),
+)
+def test_split_count_fills_the_gpu_to_its_configs_target(
+    batch: int, heads: int, context: int, fp8: bool
+) -> None:
+    # The largest power of two that keeps the grid within the config's programs a multiprocessor, with at
+    # least one tile a slice and no more slices than the warm-up compiles the merge for.
+    cpu = torch.device("cpu")  # the interpreter stands for an H200: 132 multiprocessors
+    config = default_decode_config(128, torch.bfloat16, fp8, v_tokens=fp8)
+    n = choose_num_splits(batch, heads, context, config, cpu)
+    assert n >= 1 and n & (n - 1) == 0 and n <= MAX_SPLITS
+    assert n == 1 or (batch * heads * n <= config.programs_per_sm * 132 and n * config.block_n <= context)
+    doubled_fits = batch * heads * 2 * n <= config.programs_per_sm * 132 and 2 * n * config.block_n <= context
+    assert not doubled_fits or 2 * n > MAX_SPLITS
+
+
+def test_split_targets_follow_the_tilings_measured_best() -> None:
+    # --tune decode-batches on an H200 (BENCHMARKS.md): qwen3-0.6b's 8 KV heads, contexts to 2,048.
+    cpu = torch.device("cpu")
+    bf16 = default_decode_config(128, torch.bfloat16)
+    fp8 = default_decode_config(128, torch.bfloat16, fp8=True, v_tokens=True)
+    assert [choose_num_splits(b, 8, 2048, bf16, cpu) for b in (16, 32, 64, 96, 256)] == [8, 4, 2, 1, 1]
+    assert [choose_num_splits(b, 8, 2048, fp8, cpu) for b in (16, 32, 64, 96, 128)] == [8, 4, 2, 2, 1]
 
 
 @pytest.mark.parametrize("num_splits", [None, 1, 3])

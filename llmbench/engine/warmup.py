@@ -86,7 +86,7 @@ def _decode_splits(runner: ModelRunner) -> None:
     with CUDA Graphs off or past the largest bucket, would otherwise compile them mid-run); the
     longest-first variants, which large batches take; and a wide batch's tiles where they differ."""
     from llmbench.kernels.kv_layout import by_token
-    from llmbench.kernels.triton_decode import decode_attention, default_decode_config
+    from llmbench.kernels.triton_decode import MAX_SPLITS, decode_attention, default_decode_config
 
     heads = runner.model.model.layers[0].self_attn.num_heads
     dtype = runner.config.torch_dtype
@@ -99,11 +99,11 @@ def _decode_splits(runner: ModelRunner) -> None:
     scales = {"k_scale": kv.k_scale, "v_scale": kv.v_scale}  # None unless the pool is float8
     table = torch.zeros(1, 2, dtype=torch.int32, device=runner.device)
     seq_lens = torch.ones(1, dtype=torch.int32, device=runner.device)
-    for num_splits in (1, 2, 4, 8, 16, 32, 64, 128):
+    for num_splits in (1 << i for i in range(MAX_SPLITS.bit_length())):  # 1, 2, 4, ... MAX_SPLITS
         decode_attention(q, kv.k, kv.v, table, seq_lens, 1.0, num_splits=num_splits, **scales)
     longest_first = runner.config.tuning.decode_longest_first
     order = torch.zeros(1, dtype=torch.int64, device=runner.device) if longest_first else None
-    if longest_first:  # batches that take it are cut in at most 2 slices
+    if longest_first:  # one slice and several: the count itself is not compiled in, the merge's is above
         for num_splits in (1, 2):
             decode_attention(
                 q, kv.k, kv.v, table, seq_lens, 1.0, num_splits=num_splits, order=order, **scales

@@ -10,7 +10,7 @@ Design (decode is memory bound: every K/V byte of the context is read once, ever
 - The context is walked in tiles of ``BLOCK_N`` tokens; each token's page comes from the block table,
   so a tile may span several pages (page size < BLOCK_N) or lie inside one. Softmax is online, in
   float32 and base 2.
-- Split-KV: when ``B * Hk`` programs cannot fill the GPU (fewer than ~4 per multiprocessor), the
+- Split-KV: when ``B * Hk`` programs cannot fill the GPU (``DecodeConfig.programs_per_sm``), the
   context is cut into ``num_splits`` equal slices (cut from the real ``seq_len`` inside the kernel);
   each writes a normalised partial output and its log-sum-exp to float32 scratch, and a second kernel
   merges them. ``num_splits`` depends on shapes only (batch, heads, block-table width), so launches
@@ -43,6 +43,7 @@ from llmbench.kernels.kv_quant import check_scales
 LOG2E = math.log2(math.e)
 
 
+MAX_SPLITS = 128  # the warm-up compiles the merge kernel for up to this many slices
 SLICE_TILE = 64  # slices of a fixed length (split_tokens) are whole tiles of this many tokens
 
 
@@ -51,6 +52,7 @@ class DecodeConfig(NamedTuple):
     num_warps: int
     num_stages: int
     fp8_to: str = "q"  # a float8 cache's tiles become "q" (q's dtype) or "fp16" (16-bit q) before the dots
+    programs_per_sm: int = 8  # split-KV cuts contexts until the grid has about this many a multiprocessor
 
 
 WIDE_PROGRAMS_PER_SM = 8  # a batch with at least this many programs a multiprocessor is "wide"
@@ -62,18 +64,20 @@ def default_decode_config(
     """For q's ``dtype``, over a float8 cache if ``fp8`` (with V laid out by token if ``v_tokens``), for a
     ``wide`` batch (``is_wide``) or not. Tuned on an H200 with devtools/bench_kernels.py --tune decode /
     decode-fp8 (bf16, 16/8 heads x 128, B=64 x 4096): 64-token tiles, 4 warps, 3 stages reach 97-98% of
-    4.25 TB/s at page sizes 16 and 128; over float8 by token, 128-token tiles converted to float16 with 2
-    warps and 3 stages: 150 µs (85%), against 158 with 2 stages, 162 for 64-token tiles and 212 or more
-    with 4 warps; over float8 in the pool's layout, 128-token tiles, 2 warps, 2 stages: 195 µs. A wide
-    batch of mixed lengths over float8 by token (--tune decode-fp8-mixed: B=256, contexts 204-2048,
-    longest first) is another case: there 64-token tiles with one warp and 3 stages take 158 µs (87%),
-    against 172 for the 128-token tiles above; bf16 needs no such case (100% at B=256)."""
+    4.25 TB/s at page sizes 16 and 128; over float8 in the pool's layout, 128-token tiles, 2 warps, 2
+    stages: 195 µs. Over float8 by token, --tune decode-batches (the batches a run drains through, 16 to
+    256 sequences of contexts 204-2048, longest first, each tiling at 1, 2, 4 and 8 slices): below "wide",
+    64-token tiles converted to float16, 2 warps, 3 stages, cut to about 12 programs a multiprocessor, take
+    54 µs at B=64 and 71 at B=96, against 68 and 76 for the 128-token tiles cut to 4 a multiprocessor that
+    --tune decode-fp8 chose at uniform lengths; a wide batch (--tune decode-fp8-mixed, B=256) is fastest
+    with one warp: 154 µs (89%). bf16 is cut to about 8 programs a multiprocessor: 91 µs at B=64 against
+    104 in one slice (4 a multiprocessor), within 2% of the best tiling at every batch size."""
     if dtype == torch.float32:
         return DecodeConfig(block_n=32, num_warps=4, num_stages=2)  # halves shared memory per stage
-    if fp8 and wide and v_tokens:
-        return DecodeConfig(block_n=64, num_warps=1, num_stages=3, fp8_to="fp16")
+    if fp8 and v_tokens:
+        return DecodeConfig(64, 1 if wide else 2, 3, fp8_to="fp16", programs_per_sm=12)
     if fp8:
-        return DecodeConfig(block_n=128, num_warps=2, num_stages=3 if v_tokens else 2, fp8_to="fp16")
+        return DecodeConfig(block_n=128, num_warps=2, num_stages=2, fp8_to="fp16", programs_per_sm=4)
     return DecodeConfig(block_n=64, num_warps=4, num_stages=3)
 
 
@@ -84,16 +88,17 @@ def is_wide(batch: int, num_kv_heads: int, device: torch.device) -> bool:
 
 
 def choose_num_splits(
-    batch: int, num_kv_heads: int, max_context: int, block_n: int, device: torch.device
+    batch: int, num_kv_heads: int, max_context: int, config: DecodeConfig, device: torch.device
 ) -> int:
-    """Context slices per sequence: about 4 programs per multiprocessor, at least one tile per slice.
+    """Context slices per sequence: about ``config.programs_per_sm`` programs a multiprocessor, at least one
+    tile per slice, at most ``MAX_SPLITS``.
 
-    Measured on an H200 (bf16, 16/8 heads, head_dim 128, context 4096): B=64 (512 programs) runs at 97%
-    of peak unsplit and loses 1% split in two; B=16 goes 139 -> 92 -> 81 µs with 1, 2, 4 slices; B=4 is
-    fastest at 16 slices, B=1 at 32-64 (13 µs against 115 unsplit).
+    Measured on an H200 (bf16, 16/8 heads, head_dim 128, contexts 204-2048, --tune decode-batches): B=16
+    takes 30 µs in 8 slices against 32 in 4, B=64 91 in 2 against 104 unsplit, B=96 and more are fastest
+    unsplit. One sequence of 4,096 tokens: 13 µs in 32-64 slices against 115 unsplit.
     """
-    wanted = 4 * num_sms(device) // (batch * num_kv_heads)
-    n = max(1, min(wanted, max_context // block_n))
+    wanted = config.programs_per_sm * num_sms(device) // (batch * num_kv_heads)
+    n = max(1, min(wanted, max_context // config.block_n, MAX_SPLITS))
     return 1 << (n.bit_length() - 1)  # a power of two at most n: few reduce-kernel variants
 
 
@@ -282,7 +287,7 @@ def decode_attention(
             )
         num_splits = max(1, -(-max_context // split_tokens))
     elif num_splits is None:
-        num_splits = choose_num_splits(B, Hk, max_context, config.block_n, q.device)
+        num_splits = choose_num_splits(B, Hk, max_context, config, q.device)
     out = torch.empty((B, Hq, D), dtype=q.dtype, device=q.device)  # (B, Hq, D)
     if B == 0:
         return out
