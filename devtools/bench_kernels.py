@@ -13,6 +13,7 @@ reference reading the same float8 bytes; their bandwidth counts one byte per cac
     python devtools/bench_kernels.py --tune           # sweep decode / prefill tile configs first
     python devtools/bench_kernels.py --tune decode-fp8 # the decode sweep over a float8 cache
     python devtools/bench_kernels.py --tune decode-fp8-mixed  # the same at 256 mixed lengths, longest first
+    python devtools/bench_kernels.py --tune decode-fp8-tails  # float8 tilings with a narrow tail, mixed and uniform
     python devtools/bench_kernels.py --tune prefill-fp8  # the prefill sweep over a float8 cache
     python devtools/bench_kernels.py --tune decode-fp8 --tune-only --json FILE   # that sweep alone
     python devtools/bench_kernels.py --smoke          # tiny shapes on CPU (TRITON_INTERPRET=1): tests the script
@@ -289,19 +290,22 @@ def decode_case(
     env: Env, B: int, context: int, block_size: int, Hq: int, Hk: int, D: int,
     config: DecodeConfig | None = None, num_splits: int | None = None, with_ref_time: bool = False, check_it: bool = True,
     mixed: bool = False, split_tokens: int | None = None, kv_dtype: torch.dtype | None = None,
-    ordered: bool = False, v_as_k: bool = False,
+    ordered: bool = False, v_as_k: bool = False, shortest: float | None = None, uniform: bool = False,
 ) -> list[Row]:  # fmt: skip
-    """``mixed``: context lengths uniform in [context/10, context] (a served batch) instead of all equal;
-    bandwidth then counts the K/V actually read. ``kv_dtype``: a float8 cache (see ``paged_cache``).
+    """``mixed``: context lengths uniform in [context/10, context] (a served batch) instead of all equal,
+    ``shortest``: in [shortest x context, context]; bandwidth then counts the K/V actually read. ``kv_dtype``: a float8 cache (see ``paged_cache``).
     ``ordered``: programs take the sequences longest first (``longest_first``), as the engine does.
-    ``v_as_k``: a float8 V laid out as K, not by token (``kv_layout.py``)."""
+    ``v_as_k``: a float8 V laid out as K, not by token (``kv_layout.py``). ``uniform``: the default tiles
+    for contexts of about one length (``decode_attention``'s ``uniform``)."""
     explicit = config is not None  # the tile config goes into the row's name
     fp8 = kv_dtype is not None
-    config = config or default_decode_config(D, env.dtype, fp8, v_tokens=fp8 and not v_as_k)
+    config = config or default_decode_config(D, env.dtype, fp8, v_tokens=fp8 and not v_as_k, uniform=uniform)
     gen = torch.Generator().manual_seed(B)
+    if mixed:
+        shortest = 0.1
     lens = (
-        torch.randint(max(1, context // 10), context + 1, (B,), generator=gen)
-        if mixed
+        torch.randint(max(1, int(shortest * context)), context + 1, (B,), generator=gen)
+        if shortest is not None and shortest < 1
         else torch.full((B,), context)
     )
     max_context = -(-context // block_size) * block_size
@@ -338,11 +342,17 @@ def decode_case(
     moved = nbytes(q, q, block_tables, seq_lens) + kv_bytes
     more = [make()[2] for _ in range(rotations(kv_bytes) - 1)]
     flops = 4 * int(lens.sum()) * Hq * D
-    ctx = f"ctx {context // 10}-{context}" if mixed else f"ctx={context}"
+    ctx = (
+        f"ctx {int(shortest * context)}-{context}"
+        if shortest is not None and shortest < 1
+        else f"ctx={context}"
+    )
     cut = f"slices of {split_tokens}" if split_tokens else f"splits {splits}"
     shape = f"B={B} {ctx} {Hq}/{Hk}x{D} page {block_size} {cut}" + (" longest first" if ordered else "")
     shape += " V as K" if fp8 and v_as_k else ""
-    cfg = f" n{config.block_n}w{config.num_warps}s{config.num_stages}"
+    shape += " uniform tiles" if uniform else ""
+    tail = f"t{config.tail_n}" if config.tail_n else ""
+    cfg = f" n{config.block_n}{tail}w{config.num_warps}s{config.num_stages}"
     if kv_dtype is not None:
         kv_name += " to fp16" if config.fp8_to == "fp16" else ""
     rows = [
@@ -411,7 +421,10 @@ def tune(env: Env, kinds: list[str]) -> list[Row]:
 
     def attempt(label: str, case: Callable[..., list[Row]], *args: object, **kwargs: object) -> None:
         try:
-            rows.extend(case(env, *args, **{"check_it": False, **kwargs}))
+            new = case(env, *args, **{"check_it": False, **kwargs})
+            rows.extend(new)
+            for r in new:  # as they come: a sweep cut short still says what it measured
+                print(f"{r.kernel} | {r.shape} | {r.time_us:.1f} us | {r.frac_peak:.1%}", flush=True)
         except (Exception, SystemExit) as e:  # out of shared memory or registers, mostly; a failed check
             print(f"tune {label}: {type(e).__name__}: {str(e).splitlines()[0][:120]}", flush=True)
 
@@ -437,14 +450,31 @@ def tune(env: Env, kinds: list[str]) -> list[Row]:
                     cfg = DecodeConfig(block_n, num_warps, num_stages, "fp16")
                     attempt(f"decode-fp8-mixed {cfg}", decode_case, 4 * B, ctx // 2, 16, 16, 8, 128, config=cfg,
                             kv_dtype=FP8, mixed=True, ordered=True)  # fmt: skip
+    batches = (2, 4) if env.smoke else (16, 32, 64, 96, 128, 192, 256)
     if "decode-batches" in kinds:  # the engine's decode steps as a run's batch drains, mixed lengths
-        for batch in (2, 4) if env.smoke else (16, 32, 64, 96, 128, 192, 256):
+        for batch in batches:
             for kv_dtype, block_ns, warps in ((None, (32, 64), (2, 4, 8)), (FP8, (64, 128), (1, 2, 4))):
                 for block_n, num_warps, splits in itertools.product(block_ns, warps, (1, 2, 4, 8)):
                     cfg = DecodeConfig(block_n, num_warps, 3, "fp16" if kv_dtype else "q")
                     attempt(f"decode-batches {cfg} splits {splits}", decode_case, batch, ctx // 2, 16, 16, 8,
                             128, config=cfg, num_splits=splits, kv_dtype=kv_dtype, mixed=True,
                             ordered=True)  # fmt: skip
+    if "decode-fp8-tails" in kinds:  # float8 by token: single tilings against wide tiles with a narrow tail,
+        # on the batches a run drains through (mixed lengths, longest first) and on uniform long contexts
+        tilings = [(64, 0, 1), (64, 0, 2), (128, 0, 2), (128, 64, 1), (128, 64, 2), (256, 64, 2)]
+        for mixed, batch in [(True, b) for b in batches] + [(False, b) for b in batches[::2]]:
+            for (block_n, tail_n, num_warps), splits in itertools.product(tilings, (1, 2, 4, 8)):
+                cfg = DecodeConfig(block_n, num_warps, 3, "fp16", tail_n=tail_n)
+                attempt(f"decode-fp8-tails {cfg} splits {splits}", decode_case, batch, ctx // 2 if mixed else ctx,
+                        16, 16, 8, 128, config=cfg, num_splits=splits, kv_dtype=FP8, mixed=mixed,
+                        ordered=True)  # fmt: skip
+    if "decode-fp8-spread" in kinds:  # float8 by token at the engine's split counts, one length to many
+        spreads = (1.0, 0.75, 0.5, 0.25)  # the shortest context's part of the longest
+        for context, shortest, batch in itertools.product((ctx // 2, ctx), spreads, batches[:5:2]):
+            for block_n, tail_n, num_warps in ((64, 0, 1), (64, 0, 2), (64, 32, 1), (64, 32, 2)):
+                cfg = DecodeConfig(block_n, num_warps, 3, "fp16", programs_per_sm=12, tail_n=tail_n)
+                attempt(f"decode-fp8-spread {cfg}", decode_case, batch, context, 16, 16, 8, 128, config=cfg,
+                        kv_dtype=FP8, shortest=shortest, ordered=True)  # fmt: skip
     if "splits" in kinds:
         for batch, choices in (
             (B, (1, 2)),
@@ -495,7 +525,7 @@ def main() -> None:
     )
     parser.add_argument("--json", type=Path, help="write the result rows to this JSON file")
     parser.add_argument(
-        "--tune", action="append", default=[], choices=["decode", "decode-fp8", "decode-fp8-mixed", "decode-batches", "splits", "prefill", "prefill-fp8"],
+        "--tune", action="append", default=[], choices=["decode", "decode-fp8", "decode-fp8-mixed", "decode-batches", "decode-fp8-tails", "decode-fp8-spread", "splits", "prefill", "prefill-fp8"],
         help="first sweep tile configs (decode; over a float8 cache, decode-fp8 at the headline shape and "
         "decode-fp8-mixed at 256 mixed lengths, decode-batches at 16-256 with split counts; prefill, prefill-fp8) or split-KV counts (splits); "
         "repeatable, a few minutes each",
@@ -546,6 +576,7 @@ def main() -> None:
         main_rows += decode_case(env, 5, 100, 8, 4, 2, 64, split_tokens=32, mixed=True)
         main_rows += decode_case(env, 4, 100, 16, 4, 2, 64, kv_dtype=FP8)
         main_rows += decode_case(env, 4, 100, 16, 4, 2, 64, kv_dtype=FP8, v_as_k=True)
+        main_rows += decode_case(env, 4, 100, 16, 4, 2, 64, kv_dtype=FP8, uniform=True)
         main_rows += decode_case(
             env, 4, 100, 16, 4, 2, 64, kv_dtype=FP8, config=DecodeConfig(32, 4, 2, "fp16")
         )
@@ -560,6 +591,9 @@ def main() -> None:
             main_rows += prologue_case(env, T, 16, 8, 128)
         main_rows += decode_case(env, 64, 4096, 16, 16, 8, 128, with_ref_time=True)
         main_rows += decode_case(env, 64, 4096, 16, 16, 8, 128, kv_dtype=FP8)  # the same over a float8 cache
+        main_rows += decode_case(
+            env, 64, 4096, 16, 16, 8, 128, kv_dtype=FP8, uniform=True
+        )  # as the engine takes it
         main_rows += decode_case(env, 64, 4096, 16, 16, 8, 128, kv_dtype=FP8, v_as_k=True)  # V laid out as K
         # the float8 tiles converted to bf16, in 64-token tiles: the form before the fp8 tuning
         main_rows += decode_case(env, 64, 4096, 16, 16, 8, 128, kv_dtype=FP8, config=DecodeConfig(64, 4, 3))

@@ -105,9 +105,16 @@ def test_a_kernel_table_keeps_the_rows_its_match_names(tmp_path):
         and "| paged_decode | B=64 | 259.6 |" not in text
     )
     assert "to fp16 n128w4s3 | B=64 | 246.8 | – |" in text and "matches `fp8.*n[0-9]+w`" in text
+    doc.write_text("<!-- llmbench: kernels k.json --shape B=64$ --match n128 -->\n<!-- /llmbench -->\n")
+    assert runner.invoke(app, ["docs", str(doc)]).exit_code == 0, doc.read_text()
+    table = [line for line in doc.read_text().splitlines() if line.startswith("| paged")]
+    assert table == ["| paged_decode fp8_e4m3 to fp16 n128w4s3 | B=64 | 246.8 | – | – | – | – |"], table
+    assert "(the rows whose kernel matches `n128` and whose shape matches `B=64$`)" in doc.read_text()
     for bad, says in (
-        ("kernels k.json --only x", "optionally --match REGEX"),
-        ("kernels k.json --match (", "not a regular expression"),
+        ("kernels k.json --only x", "optionally --match REGEX and --shape REGEX"),
+        ("kernels k.json --match", "optionally --match REGEX"),
+        ("kernels k.json --match ( --shape x", "not a regular expression"),
+        ("kernels k.json --shape [", "kernels --shape '[': not a regular expression"),
     ):
         doc.write_text(f"<!-- llmbench: {bad} -->\n<!-- /llmbench -->\n")
         res = runner.invoke(app, ["docs", str(doc)])

@@ -117,13 +117,14 @@ def message(**options) -> str:
         (
             {"tuning": {"skinny_rows": 1}},
             "tuning.skinny_rows: unknown tuning knob; valid: compile_mode, cuda_graph_buckets, "
-            "decode_longest_first, decode_split_tokens, graph_sampling, kv_cache_scale, skinny_fusion, "
+            "decode_longest_first, decode_split_tokens, decode_uniform_tiling, graph_sampling, kv_cache_scale, "
+            "skinny_fusion, "
             "skinny_matmul_rows, tp_all_reduce, tp_fuse_matmul, tp_fuse_norm",
         ),
         (
             {"tuning": 5},
             "tuning: expected a mapping of tuning knobs (cuda_graph_buckets, decode_split_tokens, decode_longest_first, "
-            "graph_sampling, skinny_matmul_rows, skinny_fusion, tp_all_reduce, tp_fuse_norm, tp_fuse_matmul, compile_mode, kv_cache_scale), got 5",
+            "decode_uniform_tiling, graph_sampling, skinny_matmul_rows, skinny_fusion, tp_all_reduce, tp_fuse_norm, tp_fuse_matmul, compile_mode, kv_cache_scale), got 5",
         ),
         (
             {"skinny_matmul_rows": 1},
@@ -230,6 +231,10 @@ def test_on_an_h200_the_fast_paths_are_chosen():
     assert r.tuning.skinny_matmul_rows == 1 and r.tuning.tp_all_reduce == "none"
     assert r.tuning.decode_longest_first  # the Triton decode kernel's default
     assert not resolved(h200s(), attention_backend="sdpa").tuning.decode_longest_first
+    assert (
+        r.tuning.decode_uniform_tiling
+        and not resolved(h200s(), attention_backend="sdpa").tuning.decode_uniform_tiling
+    )
     assert r.tuning.graph_sampling  # the draw inside the decode graphs, where there are graphs
     assert not resolved(h200s(), cuda_graph=False).tuning.graph_sampling
     assert not resolved(CPU).tuning.graph_sampling
@@ -347,6 +352,12 @@ def test_the_cpu_at_tp2_uses_gloo_without_fusions():
             {"tuning": {"decode_longest_first": True}},
             "tuning.decode_longest_first=True orders the Triton decode kernel's work: it needs "
             "attention_backend 'triton'",
+        ),
+        (
+            CPU,
+            {"tuning": {"decode_uniform_tiling": True}},
+            "tuning.decode_uniform_tiling=True picks the Triton decode kernel's tiling by the batch's lengths: it "
+            "needs attention_backend 'triton'",
         ),
         (
             CPU,

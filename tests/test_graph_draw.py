@@ -15,30 +15,32 @@ from llmbench.kernels import sample as draw
 V = 64
 
 
-def _runner() -> tuple[CUDAGraphRunner, torch.Tensor]:
+def _runner(uniform=None) -> tuple[CUDAGraphRunner, torch.Tensor]:
     torch.manual_seed(0)
     table = torch.randn(100, V) * 0.1  # an input id's logits; flat, so that draws stray from the argmax
 
-    def forward(input_ids, positions, meta):
-        return table[input_ids]
+    def forward(input_ids, positions, meta):  # a graph of the uniform tiling adds 1: which one ran shows
+        return table[input_ids] + meta.decode_uniform
 
-    runner = CUDAGraphRunner(forward, [2, 4], 4, 32, torch.device("cpu"), draw=draw.sample_ref)
-    for bs in runner.buckets:
-        meta = runner._meta(bs)
+    runner = CUDAGraphRunner(
+        forward, [2, 4], 4, 32, torch.device("cpu"), uniform=uniform, draw=draw.sample_ref
+    )
+    for key in runner.keys():
+        meta = runner._meta(*key)
 
-        def replay(bs=bs, meta=meta):
-            runner.outputs[bs] = runner.step(bs, meta)
+        def replay(key=key, meta=meta):
+            runner.outputs[key] = runner.step(key[0], meta)
 
-        runner.graphs[bs] = SimpleNamespace(replay=replay)
+        runner.graphs[key] = SimpleNamespace(replay=replay)
     return runner, table
 
 
-def _run(runner: CUDAGraphRunner, ids: torch.Tensor, rows=None, draw_ids: bool = True):
+def _run(runner: CUDAGraphRunner, ids: torch.Tensor, rows=None, draw_ids: bool = True, uniform: bool = False):
     n = ids.shape[0]
     zeros = torch.zeros(n, dtype=torch.long)
     return runner.run(
         ids, zeros, zeros - 1, torch.ones(n, dtype=torch.int32), torch.zeros(n, 4, dtype=torch.int32),
-        draw=draw_ids, sample_rows=rows,
+        uniform=uniform, draw=draw_ids, sample_rows=rows,
     )  # fmt: skip
 
 
@@ -68,3 +70,15 @@ def test_a_replay_without_the_draw_gives_logits_only() -> None:
     logits, got, bucket = _run(runner, torch.tensor([1, 2]), draw_ids=False)
     assert got is None and bucket == 2
     assert torch.equal(logits, table[torch.tensor([1, 2])])
+
+
+def test_a_bucket_with_a_uniform_tiling_replays_the_graph_the_step_asks_for() -> None:
+    # Bucket 4 takes other tiles for contexts of about one length (two graphs); bucket 2 does not (one).
+    runner, table = _runner(uniform=lambda bs: bs == 4)
+    assert runner.keys() == [(4, False), (4, True), (2, False)]
+    ids = torch.tensor([3, 7, 11])
+    for uniform in (False, True):
+        logits, _, bucket = _run(runner, ids, draw_ids=False, uniform=uniform)
+        assert bucket == 4 and torch.equal(logits, table[ids] + uniform)
+    logits, _, bucket = _run(runner, ids[:2], draw_ids=False, uniform=True)
+    assert bucket == 2 and torch.equal(logits, table[ids[:2]])  # no such graph: the one tiling there is

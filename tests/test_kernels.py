@@ -56,8 +56,10 @@ from llmbench.kernels.triton_decode import (  # noqa: E402
     choose_num_splits,
     decode_attention,
     default_decode_config,
+    is_uniform,
     longest_first,
     order_pays,
+    uniform_tiling_differs,
 )
 from llmbench.kernels.triton_prefill import PrefillConfig, prefill_attention  # noqa: E402
 from llmbench.layers.attention.flash import FlashAttnBackend  # noqa: E402
@@ -527,6 +529,35 @@ def test_paged_decode_in_any_order_matches_reference(setting: Setting, num_split
         decode_attention(q, k_cache, v_cache, block_tables, sl, 0.125, order=first[:3])
 
 
+@pytest.mark.parametrize("num_splits", [1, 3, 8])
+@pytest.mark.parametrize("Hq,Hk,D,block_size", [(4, 2, 64, 8), (6, 2, 80, 16), (4, 1, 64, 32)])
+def test_paged_decode_in_whole_tiles_then_a_tail_matches_reference(
+    setting: Setting, num_splits: int, Hq: int, Hk: int, D: int, block_size: int
+) -> None:
+    # Whole wide tiles unmasked, then the slice's rest in narrow masked ones: lengths that end on a wide
+    # tile, on a narrow one, inside one, below one narrow tile, and slices left empty (8 of them).
+    block_n, tail_n = (32, 16) if setting.dtype == torch.float32 else (128, 64)
+    seq_lens = [1, tail_n - 1, tail_n, block_n, block_n + tail_n, 2 * block_n + tail_n + 3, 3 * block_n - 1]
+    if setting.big:
+        seq_lens += torch.randint(1, 2000, (27,)).tolist()
+    k_cache, v_cache, block_tables = random_paged_cache(setting, seq_lens, block_size, Hk, D)
+    q = torch.randn(len(seq_lens), Hq, D, device=setting.device, dtype=setting.dtype)
+    sl = torch.tensor(seq_lens, device=setting.device, dtype=torch.int32)
+    config = default_decode_config(D, setting.dtype)._replace(block_n=block_n, tail_n=tail_n)
+    ref = paged_attention_decode_ref(q, k_cache, v_cache, block_tables, sl, D**-0.5)
+    out = decode_attention(
+        q, k_cache, v_cache, block_tables, sl, D**-0.5, num_splits=num_splits, config=config
+    )
+    check(f"decode n{block_n} tail {tail_n} splits={num_splits}", out, ref, setting)
+    out = decode_attention(
+        q, k_cache, v_cache, block_tables, sl, D**-0.5, split_tokens=block_n, config=config
+    )
+    check(f"decode n{block_n} tail {tail_n} in slices of {block_n}", out, ref, setting)
+    for bad in (3 * tail_n, 2 * block_n):
+        with pytest.raises(ValueError, match=f"tail_n must divide block_n \\({block_n}\\)"):
+            decode_attention(q, k_cache, v_cache, block_tables, sl, 0.1, config=config._replace(tail_n=bad))
+
+
 def test_longest_first_is_taken_only_where_programs_outnumber_multiprocessors() -> None:
     cpu = torch.device("cpu")  # the interpreter stands for an H200: 132 multiprocessors
     assert not order_pays(1, 64, cpu)  # one sequence: nothing to order
@@ -553,6 +584,19 @@ def test_split_count_fills_the_gpu_to_its_configs_target(
     assert n == 1 or (batch * heads * n <= config.programs_per_sm * 132 and n * config.block_n <= context)
     doubled_fits = batch * heads * 2 * n <= config.programs_per_sm * 132 and 2 * n * config.block_n <= context
     assert not doubled_fits or 2 * n > MAX_SPLITS
+
+
+def test_uniform_tiles_are_taken_only_where_they_differ() -> None:
+    # A float8 cache by token below a wide batch: one tiling for contexts of about one length, another for
+    # mixed ones (--tune decode-fp8-tails, decode-fp8-spread); a wide batch and a 16-bit cache have one.
+    cpu = torch.device("cpu")  # the interpreter stands for an H200: 132 multiprocessors
+    fp8 = dict(head_dim=128, dtype=torch.bfloat16, fp8=True, v_tokens=True, device=cpu)
+    assert uniform_tiling_differs(1, 8, **fp8) and uniform_tiling_differs(131, 8, **fp8)
+    assert not uniform_tiling_differs(132, 8, **fp8)
+    assert not uniform_tiling_differs(64, 8, **{**fp8, "fp8": False, "v_tokens": False})
+    layout = (128, torch.bfloat16, True, True)
+    assert default_decode_config(*layout, uniform=True) != default_decode_config(*layout)
+    assert is_uniform(3072, 4096) and is_uniform(7, 7) and not is_uniform(3071, 4096)
 
 
 def test_split_targets_follow_the_tilings_measured_best() -> None:
@@ -760,17 +804,23 @@ print(rmsnorm.rms_norm_ref(x, torch.ones(8), 1e-6)[0].shape)
 
 
 @pytest.mark.skipif(INTERPRET, reason="counts compiled kernel variants: needs the GPU compiler")
-def test_eager_decode_steps_compile_nothing_after_the_warm_up() -> None:
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8_e4m3"])
+def test_eager_decode_steps_compile_nothing_after_the_warm_up(kv_cache_dtype: str) -> None:
     # A JIT compile inside a measured step is a ~1 s stall: the start-up warm-up must cover every
-    # split-KV variant an eager decode step can pick (batch and block-table width vary per step).
+    # split-KV variant an eager decode step can pick (batch and block-table width vary per step), and the
+    # tiles of batches of one context length (a float8 cache's differ).
     from llmbench import LLM, SamplingParams
     from llmbench.kernels import triton_decode
 
     def compiled() -> int:  # Triton 3.x: device_caches[device][0] is the compiled-kernel cache
-        return sum(len(entry[0]) for entry in triton_decode._decode_reduce_kernel.device_caches.values())
+        kernels = (triton_decode._decode_kernel, triton_decode._decode_reduce_kernel)
+        return sum(len(entry[0]) for k in kernels for entry in k.device_caches.values())
 
-    llm = LLM("qwen3-tiny", device="cuda", cuda_graph=False, max_model_len=2048, num_kv_blocks=512)
+    llm = LLM("qwen3-tiny", device="cuda", cuda_graph=False, max_model_len=2048, num_kv_blocks=512,
+              kv_cache_dtype=kv_cache_dtype)  # fmt: skip
     before = compiled()
     params = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
     llm.generate([[1] * n for n in (1, 30, 300, 1500)], params)  # widths and batch sizes that vary
+    for batch in (3, 40, 100):  # batches of one context length, in one slice or several, in order or not
+        llm.generate([[2] * 200] * batch, params)
     assert compiled() == before, "a decode step compiled a kernel variant after start-up"

@@ -233,6 +233,52 @@ def test_fp8_decode_wide_batch_tiles_match_reference(model: torch.dtype) -> None
 
 
 @needs_triton
+@pytest.mark.parametrize("model", MODEL_DTYPES + ([torch.float16] if DEVICE == "cpu" else []), ids=str)
+def test_fp8_decode_tiles_for_contexts_of_one_length_match_reference(model: torch.dtype) -> None:
+    # The default tiles of a batch marked uniform (a float8 cache by token, below a wide batch), in one
+    # slice and several, longest first.
+    D, block_size = 64, 16
+    seq_lens = [150, 160, 140, 155]
+    k_cache, v_cache, k_scale, v_scale, tables, _, _ = fp8_paged_cache(
+        seq_lens, block_size, 2, D, FP8[0], False
+    )
+    q = torch.randn(len(seq_lens), 4, D, device=DEVICE, dtype=model)
+    sl = torch.tensor(seq_lens, device=DEVICE, dtype=torch.int32)
+    scales = dict(k_scale=k_scale, v_scale=v_scale)
+    ref = paged_attention_decode_ref(q, k_cache, v_cache, tables, sl, D**-0.5, **scales)
+    for num_splits in (None, 1, 3):
+        out = decode_attention(
+            q, k_cache, v_cache, tables, sl, D**-0.5, num_splits=num_splits, order=longest_first(sl), uniform=True,
+            **scales,
+        )  # fmt: skip
+        close(f"fp8 decode, uniform tiles, {model}, splits={num_splits}", out, ref, model)
+
+
+@needs_triton
+@pytest.mark.parametrize("model", MODEL_DTYPES + ([torch.float16] if DEVICE == "cpu" else []), ids=str)
+@pytest.mark.parametrize("num_splits", [1, 3])
+@V_LAYOUTS
+def test_fp8_decode_in_whole_tiles_then_a_tail_matches_reference(
+    model: torch.dtype, num_splits: int, v_as_k: bool
+) -> None:
+    # Wide tiles of several pages unmasked, the rest in narrow tiles of whole pages and of part of one.
+    D, block_size = 64, 8
+    config = default_decode_config(D, model, fp8=True, v_tokens=not v_as_k)._replace(block_n=64, tail_n=16)
+    seq_lens = [1, 15, 16, 64, 80, 150, 191]
+    k_cache, v_cache, k_scale, v_scale, tables, _, _ = fp8_paged_cache(
+        seq_lens, block_size, 2, D, FP8[0], v_as_k
+    )
+    q = torch.randn(len(seq_lens), 4, D, device=DEVICE, dtype=model)
+    sl = torch.tensor(seq_lens, device=DEVICE, dtype=torch.int32)
+    scales = dict(k_scale=k_scale, v_scale=v_scale)
+    out = decode_attention(
+        q, k_cache, v_cache, tables, sl, D**-0.5, num_splits=num_splits, config=config, **scales
+    )
+    ref = paged_attention_decode_ref(q, k_cache, v_cache, tables, sl, D**-0.5, **scales)
+    close(f"fp8 decode n64 tail 16 splits={num_splits} {v_as_k=}", out, ref, model)
+
+
+@needs_triton
 @pytest.mark.parametrize("cache", [*FP8, None], ids=["e4m3", "e5m2", "model dtype"])
 @pytest.mark.parametrize("num_splits", [1, 3])
 @pytest.mark.parametrize("Hq,Hk,D,block_size", [(4, 2, 64, 8), (6, 2, 80, 16)])

@@ -185,3 +185,32 @@ def test_torch_compile_builds_no_more_graphs_for_a_float8_cache() -> None:
         assert llm.engine.startup.recompiles == 0
     print(f"graphs compiled: {graphs}")
     assert graphs["fp8_e4m3"] == graphs["auto"]
+
+
+@pytest.mark.skipif(not TRITON, reason="needs triton")
+def test_decode_steps_of_one_length_take_the_uniform_tiles_and_keep_tokens(monkeypatch) -> None:
+    # Tuning.decode_uniform_tiling: the host marks the decode steps whose contexts are about one length and
+    # the Triton decode kernel takes that tiling for them (float16: the 16-bit form the tilings differ for).
+    from llmbench.layers.attention import backends
+
+    marked: list[bool] = []
+    decode = backends.decode_attention
+
+    def spy(*args, uniform: bool = False, **kwargs):
+        marked.append(uniform)
+        return decode(*args, uniform=uniform, **kwargs)
+
+    monkeypatch.setattr(backends, "decode_attention", spy)
+    one_length = [[(5 * i + j) % 300 for j in range(20)] for i in range(3)]
+
+    def run(prompts: list[list[int]], uniform_tiling: bool) -> list[list[int]]:
+        marked.clear()
+        llm = LLM("qwen3-tiny", device=DEVICE, dtype="float16", attention_backend="triton", cuda_graph=False,
+                  kv_cache_dtype="fp8_e4m3", num_kv_blocks=32, tuning={"decode_uniform_tiling": uniform_tiling})  # fmt: skip
+        return [o.token_ids for o in llm.generate(prompts, GREEDY)]
+
+    got = run(one_length, True)
+    assert marked and all(marked)  # every decode step: three contexts of one length
+    assert got == run(one_length, False) and not any(marked)
+    run(PROMPTS, True)  # contexts of 5 to 33 tokens
+    assert marked and not any(marked)

@@ -74,6 +74,10 @@ class Tuning:
     decode_longest_first: Triton decode attention takes a large batch's sequences longest context
         first, so that a batch of mixed lengths does not end with a few long ones running alone.
         auto: on with attention_backend 'triton'.
+    decode_uniform_tiling: Triton decode attention over a float8 cache gives a decode batch whose contexts
+        are about one length (the shortest at least 3/4 of the longest) the tiling measured fastest on such
+        batches, and other batches the one measured fastest on mixed lengths; CUDA Graphs capture both
+        for the batch sizes where they differ. auto: on with attention_backend 'triton'.
     graph_sampling: the draw of a decode step's tokens (greedy and temperature rows; a step whose
         requests ask for top-k, top-p or min-p samples after the graph) inside its CUDA Graph, so that it
         costs no launches on the host. auto: on with cuda_graph and triton_kernels.
@@ -98,6 +102,7 @@ class Tuning:
     cuda_graph_buckets: tuple[int, ...] | None = None
     decode_split_tokens: int = 0
     decode_longest_first: bool | None = None
+    decode_uniform_tiling: bool | None = None
     graph_sampling: bool | None = None
     skinny_matmul_rows: int | None = None
     skinny_fusion: str = AUTO
@@ -277,6 +282,7 @@ def flippable_knobs() -> tuple[str, ...]:
     """Tuning knobs that are on/off switches: ``ablate --toggle tuning.NAME`` flips them like toggles."""
     return (
         "tuning.decode_longest_first",
+        "tuning.decode_uniform_tiling",
         "tuning.graph_sampling",
         "tuning.tp_fuse_norm",
         "tuning.tp_fuse_matmul",

@@ -3,6 +3,8 @@
 A decode batch of n sequences runs in the graph of the smallest bucket >= n; the padded rows write no
 K/V (slot -1), attend over one token of block 0 (zeroed at allocation) and their logits are dropped.
 All buckets share one memory pool, captured largest first so the smaller graphs reuse its memory.
+A bucket whose decode attention takes other tiles for contexts of about one length
+(Tuning.decode_uniform_tiling) has a graph for each tiling; the host picks one a step.
 
 With a ``draw`` (Tuning.graph_sampling) each graph ends in the sampling draw of its rows, from static
 buffers of per-row scales and seed keys that a step fills (or zeroes, for a greedy step): the step's ids
@@ -31,6 +33,7 @@ class CUDAGraphRunner:
         max_seq_len: int,
         device: torch.device,
         ordered: Callable[[int], bool] | None = None,
+        uniform: Callable[[int], bool] | None = None,
         draw: Callable[..., torch.Tensor] | None = None,
     ) -> None:
         self.forward = forward  # (input_ids, positions, meta) -> logits (B, V)
@@ -51,16 +54,18 @@ class CUDAGraphRunner:
         self.ordered = ordered or (lambda batch: False)
         self.identity = torch.arange(n, dtype=torch.int64, device=device)
         self.order = self.identity.clone()
+        # The buckets ``uniform`` names get a second graph, with the tiles for contexts of about one length.
+        self.uniform = uniform or (lambda batch: False)
         # the draw's rows: log2(e) / T (0: greedy) and (seed key, position of the sampled token)
         self.scale = torch.zeros(n, dtype=torch.float32, device=device)
         self.sample_keys = torch.zeros(2, n, dtype=torch.int64, device=device)
         self._scale_is_zero = True
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.outputs: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}
+        self.graphs: dict[tuple[int, bool], torch.cuda.CUDAGraph] = {}  # by (bucket, uniform tiling)
+        self.outputs: dict[tuple[int, bool], tuple[torch.Tensor, torch.Tensor | None]] = {}
         self.capture_time = 0.0
         self.memory_bytes = 0
 
-    def _meta(self, bs: int) -> AttentionMetadata:
+    def _meta(self, bs: int, uniform: bool) -> AttentionMetadata:
         return AttentionMetadata(
             slot_mapping=self.slot_mapping[:bs],
             query_start_loc=self.query_start_loc[: bs + 1],
@@ -71,6 +76,7 @@ class CUDAGraphRunner:
             query_lens_cpu=[1] * bs,
             seq_lens_cpu=[self.max_seq_len] * bs,
             decode_order=self.order[:bs] if self.ordered(bs) else None,
+            decode_uniform=uniform,
         )
 
     @property
@@ -85,22 +91,31 @@ class CUDAGraphRunner:
         keys = self.sample_keys[:, :bs]
         return logits, self.draw(logits, self.scale[:bs], None, keys[0], keys[1])
 
+    def keys(self) -> list[tuple[int, bool]]:
+        """The graphs to capture, largest first: (bucket, with the tiles for contexts of about one length)."""
+        return [
+            (bs, u)
+            for bs in reversed(self.buckets)
+            for u in ((False, True) if self.uniform(bs) else (False,))
+        ]
+
     @torch.inference_mode()
     def capture(self) -> None:
         start = time.perf_counter()
         torch.cuda.synchronize()
         before = torch.cuda.memory_reserved()
         pool = None
-        for bs in reversed(self.buckets):
-            meta = self._meta(bs)
+        for key in self.keys():
+            bs = key[0]
+            meta = self._meta(*key)
             self.step(bs, meta)  # warm-up: kernels compiled, autotuned
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):
-                self.outputs[bs] = self.step(bs, meta)
+                self.outputs[key] = self.step(bs, meta)
             if pool is None:
                 pool = graph.pool()
-            self.graphs[bs] = graph
+            self.graphs[key] = graph
             note_graph_capture()
         torch.cuda.synchronize()
         self.memory_bytes = torch.cuda.memory_reserved() - before
@@ -128,6 +143,7 @@ class CUDAGraphRunner:
         seq_lens: torch.Tensor,  # (n,) int32
         block_tables: torch.Tensor,  # (n, max_blocks_per_seq) int32
         order: torch.Tensor | None = None,  # (n,) int64: the rows longest first, where that pays
+        uniform: bool = False,  # contexts of about one length: that tiling's graph, where the bucket has one
         draw: bool = False,  # return the ids the graph draws (needs a ``draw``)
         sample_rows: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, int]:
@@ -159,6 +175,7 @@ class CUDAGraphRunner:
             # greedy rows (padded rows' ids are dropped), or a draw no one reads: the argmax, its cheapest form
             self.scale.zero_()
             self._scale_is_zero = True
-        self.graphs[bs].replay()
-        logits, ids = self.outputs[bs]
+        key = (bs, uniform and self.uniform(bs))
+        self.graphs[key].replay()
+        logits, ids = self.outputs[key]
         return logits[:n], ids[:n] if draw else None, bs

@@ -27,6 +27,7 @@ from llmbench.engine.tracer import Tracer
 from llmbench.engine.work import RankWeights, rank_weights
 from llmbench.kernels import sample as draw_kernel
 from llmbench.kernels import triton_decode
+from llmbench.kernels.kv_layout import by_token
 from llmbench.kernels.kv_quant import is_fp8, kv_dtype
 from llmbench.layers.attention.backends import make_backend
 from llmbench.layers.attention.metadata import AttentionMetadata
@@ -182,6 +183,7 @@ class ModelRunner:
                 max_model_len,
                 self.device,
                 ordered=self._order_pays if config.tuning.decode_longest_first else None,
+                uniform=self._uniform_differs if config.tuning.decode_uniform_tiling else None,
                 draw=draw_kernel.sample if config.tuning.graph_sampling else None,
             )
             self.graphs.capture()
@@ -279,6 +281,23 @@ class ModelRunner:
     def _order_pays(self, batch: int) -> bool:
         return triton_decode.order_pays(batch, self.kv_heads, self.device)
 
+    def _uniform(self, step: StepArrays) -> bool:
+        """Whether the step's decode attention takes the tiles for contexts of about one length
+        (Tuning.decode_uniform_tiling): a decode-only batch of such contexts, at a size where they differ."""
+        return (
+            self.config.tuning.decode_uniform_tiling
+            and max(step.query_lens) == 1
+            and self._uniform_differs(len(step.query_lens))
+            and triton_decode.is_uniform(int(step.seq_lens.min()), int(step.seq_lens.max()))
+        )
+
+    def _uniform_differs(self, batch: int) -> bool:
+        kv = self.kv_caches[0]
+        return triton_decode.uniform_tiling_differs(
+            batch, self.kv_heads, self.head_dim, self.config.torch_dtype, kv.quantised, by_token(kv.v),
+            self.device,
+        )  # fmt: skip
+
     def _upload(self, step: StepArrays, arrays: list[np.ndarray], ordered: bool) -> StepInputs:
         fill = step.fill_rows is not None
         sampled = step.sample_params is not None and step.sample_keys is not None
@@ -303,6 +322,7 @@ class ModelRunner:
             query_lens_cpu=step.query_lens,
             seq_lens_cpu=step.seq_lens.tolist(),
             decode_order=order,
+            decode_uniform=self._uniform(step),
         )
         return StepInputs(input_ids, positions, meta, logits_indices, sample_rows)
 
@@ -341,6 +361,7 @@ class ModelRunner:
                     inputs.meta.seq_lens,
                     inputs.meta.block_tables,
                     inputs.meta.decode_order,
+                    uniform=inputs.meta.decode_uniform,
                     draw=draw,
                     sample_rows=None if rows is None else (rows[0][SCALE], rows[1]),
                 )

@@ -155,6 +155,7 @@ TUNING_CHECKS: dict[str, Check] = {
     "cuda_graph_buckets": _buckets,
     "decode_split_tokens": _decode_split,
     "decode_longest_first": _boolean(auto=True),
+    "decode_uniform_tiling": _boolean(auto=True),
     "graph_sampling": _boolean(auto=True),
     "skinny_matmul_rows": _integer(0, SKINNY_MATMUL_MAX_ROWS, auto=True),
     "skinny_fusion": _choice(SKINNY_FUSIONS, auto=True),

@@ -25,6 +25,7 @@ class ResolvedTuning:
     cuda_graph_buckets: tuple[int, ...]  # () when cuda_graph is off
     decode_split_tokens: int  # 0: equal slices per sequence, chosen per step
     decode_longest_first: bool
+    decode_uniform_tiling: bool
     graph_sampling: bool
     skinny_matmul_rows: int  # 0: cuBLAS always
     skinny_fusion: str  # "all" | "silu" | "none"
@@ -57,6 +58,11 @@ def resolve_tuning(
     longest_first = switch(
         t.decode_longest_first,
         "tuning.decode_longest_first=True orders the Triton decode kernel's work",
+        ("attention_backend 'triton'", backend == "triton"),
+    )
+    uniform_tiling = switch(
+        t.decode_uniform_tiling,
+        "tuning.decode_uniform_tiling=True picks the Triton decode kernel's tiling by the batch's lengths",
         ("attention_backend 'triton'", backend == "triton"),
     )
     graph_sampling = switch(
@@ -101,6 +107,7 @@ def resolve_tuning(
         cuda_graph_buckets=tuple(sorted(set(buckets))) if cuda_graph else (),
         decode_split_tokens=t.decode_split_tokens,
         decode_longest_first=longest_first,
+        decode_uniform_tiling=uniform_tiling,
         graph_sampling=graph_sampling,
         skinny_matmul_rows=skinny_rows,
         skinny_fusion=fusion,

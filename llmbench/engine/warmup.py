@@ -6,6 +6,7 @@ real pool, whose shape is guarded on).
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING
 
 import torch
@@ -84,7 +85,8 @@ def _decode_splits(runner: ModelRunner) -> None:
     """The split-KV decode variants: the merge kernel is compiled per power-of-two slice count, and
     which counts a step needs depends on its batch and block-table width (eager decode steps, e.g.
     with CUDA Graphs off or past the largest bucket, would otherwise compile them mid-run); the
-    longest-first variants, which large batches take; and a wide batch's tiles where they differ."""
+    longest-first variants, which large batches take; and a wide batch's tiles, and the tiles for contexts
+    of about one length (Tuning.decode_uniform_tiling), where they differ."""
     from llmbench.kernels.kv_layout import by_token
     from llmbench.kernels.triton_decode import MAX_SPLITS, decode_attention, default_decode_config
 
@@ -114,6 +116,22 @@ def _decode_splits(runner: ModelRunner) -> None:
         decode_attention(
             q, kv.k, kv.v, table, seq_lens, 1.0, num_splits=1, config=wide, order=order, **scales
         )
+    uniform = default_decode_config(*layout, uniform=True)
+    if runner.config.tuning.decode_uniform_tiling and uniform != default_decode_config(*layout):
+        rows_orders = (None,) if order is None else (None, order)
+        for num_splits, rows in itertools.product((1, 2), rows_orders):  # batches below wide, of one length
+            decode_attention(
+                q,
+                kv.k,
+                kv.v,
+                table,
+                seq_lens,
+                1.0,
+                num_splits=num_splits,
+                config=uniform,
+                order=rows,
+                **scales,
+            )
 
 
 @torch.inference_mode()

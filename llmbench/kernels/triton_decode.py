@@ -39,6 +39,7 @@ import torch
 from llmbench.kernels._triton import jit, next_power_of_2, num_sms, require_triton, tl
 from llmbench.kernels.kv_layout import by_token, load_v_by_token
 from llmbench.kernels.kv_quant import check_scales
+from llmbench.kernels.online_softmax import fold_tile
 
 LOG2E = math.log2(math.e)
 
@@ -53,30 +54,39 @@ class DecodeConfig(NamedTuple):
     num_stages: int
     fp8_to: str = "q"  # a float8 cache's tiles become "q" (q's dtype) or "fp16" (16-bit q) before the dots
     programs_per_sm: int = 8  # split-KV cuts contexts until the grid has about this many a multiprocessor
+    tail_n: int = 0  # > 0: a slice's whole block_n tiles unmasked, then the rest in tiles of this many tokens
 
 
 WIDE_PROGRAMS_PER_SM = 8  # a batch with at least this many programs a multiprocessor is "wide"
+UNIFORM_SHORTEST = 0.75  # a batch whose shortest context is at least this part of its longest is "uniform"
 
 
 def default_decode_config(
-    head_dim: int, dtype: torch.dtype, fp8: bool = False, v_tokens: bool = False, wide: bool = False
+    head_dim: int,
+    dtype: torch.dtype,
+    fp8: bool = False,
+    v_tokens: bool = False,
+    wide: bool = False,
+    uniform: bool = False,
 ) -> DecodeConfig:
     """For q's ``dtype``, over a float8 cache if ``fp8`` (with V laid out by token if ``v_tokens``), for a
-    ``wide`` batch (``is_wide``) or not. Tuned on an H200 with devtools/bench_kernels.py --tune decode /
-    decode-fp8 (bf16, 16/8 heads x 128, B=64 x 4096): 64-token tiles, 4 warps, 3 stages reach 97-98% of
+    ``wide`` batch (``is_wide``) or not, of contexts about one length (``is_uniform``) or not. Tuned on an
+    H200 with devtools/bench_kernels.py --tune decode / decode-fp8 (bf16, 16/8 heads x 128, B=64 x 4096): 64-token tiles, 4 warps, 3 stages reach 97-98% of
     4.25 TB/s at page sizes 16 and 128; over float8 in the pool's layout, 128-token tiles, 2 warps, 2
     stages: 195 µs. Over float8 by token, --tune decode-batches (the batches a run drains through, 16 to
     256 sequences of contexts 204-2048, longest first, each tiling at 1, 2, 4 and 8 slices): below "wide",
     64-token tiles converted to float16, 2 warps, 3 stages, cut to about 12 programs a multiprocessor, take
     54 µs at B=64 and 71 at B=96, against 68 and 76 for the 128-token tiles cut to 4 a multiprocessor that
-    --tune decode-fp8 chose at uniform lengths (where they stay faster: 150 µs against 180 at 64 sequences
-    of 4,096 tokens; a decode graph is captured per batch size, before its lengths are known); a wide batch (--tune decode-fp8-mixed, B=256) is fastest
-    with one warp: 154 µs (89%). bf16 is cut to about 8 programs a multiprocessor: 91 µs at B=64 against
-    104 in one slice (4 a multiprocessor), within 2% of the best tiling at every batch size."""
+    --tune decode-fp8 chose at uniform lengths; a wide batch (--tune decode-fp8-mixed, B=256) is fastest
+    with one warp: 154 µs (89%). On contexts of one length (``uniform``; --tune decode-fp8-tails, 4,096
+    tokens) one warp is fastest below wide too: 147 µs at B=64 in 2 slices and 269 at B=128 in one,
+    against 179 and 342 with two warps (128-token tiles: 144 and 274). bf16 is cut to about 8 programs a
+    multiprocessor: 91 µs at B=64 against 104 in one slice (4 a multiprocessor), within 2% of the best
+    tiling at every batch size."""
     if dtype == torch.float32:
         return DecodeConfig(block_n=32, num_warps=4, num_stages=2)  # halves shared memory per stage
     if fp8 and v_tokens:
-        return DecodeConfig(64, 1 if wide else 2, 3, fp8_to="fp16", programs_per_sm=12)
+        return DecodeConfig(64, 1 if wide or uniform else 2, 3, fp8_to="fp16", programs_per_sm=12)
     if fp8:
         # V laid out as K (tests, tuning): the tiling and split target it was tuned with
         return DecodeConfig(block_n=128, num_warps=2, num_stages=2, fp8_to="fp16", programs_per_sm=4)
@@ -87,6 +97,21 @@ def is_wide(batch: int, num_kv_heads: int, device: torch.device) -> bool:
     """Whether a decode batch has programs enough (one per sequence and KV head) for the wide tiles of
     ``default_decode_config``: its short contexts then keep many small programs in flight a multiprocessor."""
     return batch * num_kv_heads >= WIDE_PROGRAMS_PER_SM * num_sms(device)
+
+
+def is_uniform(shortest: int, longest: int) -> bool:
+    """Whether a decode batch of these shortest and longest contexts has them about one length
+    (``default_decode_config``'s ``uniform``)."""
+    return shortest >= UNIFORM_SHORTEST * longest
+
+
+def uniform_tiling_differs(
+    batch: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype, fp8: bool, v_tokens: bool,
+    device: torch.device,
+) -> bool:  # fmt: skip
+    """Whether a decode batch of this size takes other tiles when its contexts are about one length."""
+    layout = (head_dim, dtype, fp8, v_tokens, is_wide(batch, num_kv_heads, device))
+    return default_decode_config(*layout, uniform=True) != default_decode_config(*layout)
 
 
 def choose_num_splits(
@@ -115,6 +140,58 @@ def order_pays(batch: int, num_kv_heads: int, device: torch.device) -> bool:
     return batch > 1 and batch * num_kv_heads > num_sms(device)
 
 
+@jit
+def _tile_load(ptrs, rows_ok, d, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr):
+    # A (BLOCK_N, BLOCK_D) K or V tile; rows not ``rows_ok`` (if MASKED) and columns past HEAD_DIM are 0.
+    # Without a column mask nothing can stop 16-byte loads along D.
+    if MASKED and BLOCK_D == HEAD_DIM:
+        tile = tl.load(ptrs, mask=rows_ok[:, None], other=0.0)
+    elif MASKED:
+        tile = tl.load(ptrs, mask=rows_ok[:, None] & (d[None, :] < HEAD_DIM), other=0.0)
+    elif BLOCK_D == HEAD_DIM:
+        tile = tl.load(ptrs)
+    else:
+        tile = tl.load(ptrs, mask=d[None, :] < HEAD_DIM, other=0.0)
+    return tile
+
+
+@jit
+def _decode_tiles(
+    q, m, l_sum, acc, k_base, v_base, bt_row, start, stop, end, qk_scale,
+    stride_kb, stride_ks, stride_vb, stride_vs, stride_vd,
+    HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr, DEQUANT: tl.constexpr, V_BY_TOKEN: tl.constexpr,
+):  # fmt: skip
+    # The online softmax over key tiles of BLOCK_N tokens from ``start`` (a multiple of BLOCK_N) to
+    # ``stop``; keys at or past ``end`` are masked (MASKED False: the caller knows there are none).
+    d = tl.arange(0, BLOCK_D)
+    for tile in range(start, stop, BLOCK_N):
+        pos = tile + tl.arange(0, BLOCK_N)  # (BLOCK_N,) key positions
+        live = pos < end
+        if MASKED:
+            page = tl.load(bt_row + pos // PAGE_SIZE, mask=live, other=0).to(tl.int64)
+        else:
+            page = tl.load(bt_row + pos // PAGE_SIZE).to(tl.int64)
+        slot = pos % PAGE_SIZE
+        k_rows = page * stride_kb + slot * stride_ks
+        k = _tile_load(k_base + k_rows[:, None] + d[None, :], live, d, HEAD_DIM, BLOCK_D, MASKED)
+        if V_BY_TOKEN:  # tokens contiguous: the dot's operand along its sum (module docstring)
+            v = load_v_by_token(
+                v_base, bt_row, tile, end, stride_vb, stride_vd, d, HEAD_DIM, PAGE_SIZE, BLOCK_N, BLOCK_D
+            )
+        else:
+            v_rows = page * stride_vb + slot * stride_vs
+            v = _tile_load(v_base + v_rows[:, None] + d[None, :], live, d, HEAD_DIM, BLOCK_D, MASKED)
+        if DEQUANT:  # float8 -> q's dtype, exactly: every float8 value is a bf16, fp16 and fp32 value
+            k = k.to(q.dtype)
+            v = v.to(q.dtype)
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale  # (BLOCK_G, BLOCK_N), log2 units
+        if MASKED:
+            s = tl.where(live[None, :], s, float("-inf"))
+        m, l_sum, acc = fold_tile(m, l_sum, acc, s, v, DOT_PRECISION)  # every tile holds a real key
+    return m, l_sum, acc
+
+
 @jit(do_not_specialize=("num_splits", "split_tokens", "stride_bt"))
 def _decode_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, order_ptr,
@@ -124,7 +201,7 @@ def _decode_kernel(
     stride_bt, stride_ob, stride_oh,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-    SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    TAIL_N: tl.constexpr, SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr,
     DEQUANT: tl.constexpr, FP8_TO_F16: tl.constexpr, ORDERED: tl.constexpr,
     V_BY_TOKEN: tl.constexpr,
 ):  # fmt: skip
@@ -164,40 +241,21 @@ def _decode_kernel(
     l_sum = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
     bt_row = block_tables_ptr + seq * stride_bt
-    for tile in range(start, end, BLOCK_N):
-        pos = tile + tl.arange(0, BLOCK_N)  # (BLOCK_N,) key positions
-        p_mask = pos < end
-        page = tl.load(bt_row + pos // PAGE_SIZE, mask=p_mask, other=0).to(tl.int64)
-        slot = pos % PAGE_SIZE
-        if BLOCK_D == HEAD_DIM:  # no column mask, so nothing can stop 16-byte loads along D
-            kv_mask = p_mask[:, None]
-        else:
-            kv_mask = p_mask[:, None] & d_mask[None, :]
-        k = tl.load(
-            k_cache_ptr + (page * stride_kb + slot * stride_ks + kv_head * stride_kh)[:, None] + d[None, :],
-            mask=kv_mask, other=0.0,
-        )  # (BLOCK_N, BLOCK_D)  # fmt: skip
-        if V_BY_TOKEN:  # tokens contiguous: the dot's operand along its sum (module docstring)
-            v = load_v_by_token(
-                v_cache_ptr + kv_head * stride_vh, bt_row, tile, end, stride_vb, stride_vd, d,
-                HEAD_DIM, PAGE_SIZE, BLOCK_N, BLOCK_D,
-            )  # fmt: skip
-        else:
-            v_row = page * stride_vb + slot * stride_vs + kv_head * stride_vh
-            v = tl.load(
-                v_cache_ptr + v_row[:, None] + d[None, :], mask=kv_mask, other=0.0
-            )  # (BLOCK_N, BLOCK_D)
-        if DEQUANT:  # float8 -> q's dtype, exactly: every float8 value is a bf16, fp16 and fp32 value
-            k = k.to(q.dtype)
-            v = v.to(q.dtype)
-        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale  # (BLOCK_G, BLOCK_N), log2 units
-        s = tl.where(p_mask[None, :], s, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, axis=1))  # finite: every tile holds at least one real key
-        p = tl.exp2(s - m_new[:, None])
-        alpha = tl.exp2(m - m_new)
-        l_sum = l_sum * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-        m = m_new
+    k_base = k_cache_ptr + kv_head * stride_kh
+    v_base = v_cache_ptr + kv_head * stride_vh
+    if TAIL_N < BLOCK_N:  # whole BLOCK_N tiles unmasked, then what is left in masked TAIL_N tiles
+        whole_end = start + tl.maximum(end - start, 0) // BLOCK_N * BLOCK_N  # an empty slice stays empty
+        m, l_sum, acc = _decode_tiles(
+            q, m, l_sum, acc, k_base, v_base, bt_row, start, whole_end, end, qk_scale,
+            stride_kb, stride_ks, stride_vb, stride_vs, stride_vd,
+            HEAD_DIM, PAGE_SIZE, BLOCK_D, BLOCK_N, False, DOT_PRECISION, DEQUANT, V_BY_TOKEN,
+        )  # fmt: skip
+        start = whole_end
+    m, l_sum, acc = _decode_tiles(
+        q, m, l_sum, acc, k_base, v_base, bt_row, start, end, end, qk_scale,
+        stride_kb, stride_ks, stride_vb, stride_vs, stride_vd,
+        HEAD_DIM, PAGE_SIZE, BLOCK_D, TAIL_N, True, DOT_PRECISION, DEQUANT, V_BY_TOKEN,
+    )  # fmt: skip
 
     # An empty slice (or seq_len 0) has l_sum = 0: it writes zeros and lse -inf, weightless when merged.
     o = acc / tl.where(l_sum > 0, l_sum, 1.0)[:, None]  # (BLOCK_G, BLOCK_D)
@@ -255,6 +313,7 @@ def decode_attention(
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
     order: torch.Tensor | None = None,
+    uniform: bool = False,
 ) -> torch.Tensor:
     """``paged_attention_decode`` with the split count and tile config exposed (tests, tuning).
 
@@ -262,7 +321,8 @@ def decode_attention(
     instead of ``num_splits`` equal slices per sequence; the grid then has one slice per
     ``split_tokens`` of the longest context the block tables allow. ``k_scale``, ``v_scale`` (Hk,): the
     scales of a float8 cache. ``order`` (B,) integer: a permutation of the rows, the order in which
-    programs take them (``longest_first``); the output is the same whatever it is."""
+    programs take them (``longest_first``); the output is the same whatever it is. ``uniform``: the
+    contexts are about one length (``is_uniform``), which the default tiles may take into account."""
     require_triton("paged_attention_decode")
     dequant = check_scales("paged_attention_decode", k_cache, k_scale, v_scale)
     # q: (B, Hq, D); caches: (num_blocks, page_size, Hk, D); block_tables: (B, max_blocks); seq_lens: (B,)
@@ -278,9 +338,13 @@ def decode_attention(
         raise ValueError("caches must be contiguous in head_dim (V may instead be laid out by token)")
     q = q if q.stride(-1) == 1 else q.contiguous()
     if config is None:
-        config = default_decode_config(D, q.dtype, dequant, v_tokens, is_wide(B, Hk, q.device))
+        config = default_decode_config(D, q.dtype, dequant, v_tokens, is_wide(B, Hk, q.device), uniform)
         if split_tokens and split_tokens % config.block_n and split_tokens % SLICE_TILE == 0:
             config = config._replace(block_n=SLICE_TILE)  # tiles wider than the slices: take 64
+    if config.tail_n and (config.tail_n > config.block_n or config.block_n % config.tail_n):
+        raise ValueError(
+            f"tail_n must divide block_n ({config.block_n}) and be at most it, got {config.tail_n}"
+        )
     max_context = block_tables.shape[1] * page_size  # an upper bound known without a host sync
     if split_tokens is not None:
         if split_tokens < 1 or split_tokens % config.block_n:
@@ -313,7 +377,7 @@ def decode_attention(
         *v_cache.stride(), block_tables.stride(0), out.stride(0), out.stride(1),
         GROUP=group, HEAD_DIM=D, PAGE_SIZE=page_size,
         BLOCK_G=max(16, next_power_of_2(group)), BLOCK_D=max(16, block_d), BLOCK_N=config.block_n,
-        SPLIT=split, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        TAIL_N=config.tail_n or config.block_n, SPLIT=split, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         num_warps=config.num_warps, num_stages=config.num_stages,
         DEQUANT=dequant, FP8_TO_F16=dequant and config.fp8_to == "fp16" and q.dtype != torch.float32, ORDERED=order is not None,
         V_BY_TOKEN=v_tokens,
@@ -336,8 +400,10 @@ def paged_attention_decode(
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
     order: torch.Tensor | None = None,
+    uniform: bool = False,
 ) -> torch.Tensor:
     """Triton version of ``paged_attention_decode_ref``: (B, Hq, D) -> fresh (B, Hq, D)."""
     return decode_attention(
-        q, k_cache, v_cache, block_tables, seq_lens, scale, k_scale=k_scale, v_scale=v_scale, order=order
-    )
+        q, k_cache, v_cache, block_tables, seq_lens, scale, k_scale=k_scale, v_scale=v_scale, order=order,
+        uniform=uniform,
+    )  # fmt: skip

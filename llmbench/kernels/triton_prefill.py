@@ -32,6 +32,7 @@ import torch
 from llmbench.kernels._triton import jit, next_power_of_2, require_triton, tl
 from llmbench.kernels.kv_layout import by_token, load_v_by_token
 from llmbench.kernels.kv_quant import check_scales
+from llmbench.kernels.online_softmax import fold_tile
 
 LOG2E = math.log2(math.e)
 
@@ -110,12 +111,7 @@ def _attend_tiles(
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale  # (BLOCK_M, BLOCK_N), log2 units
         if CAUSAL:
             s = tl.where((pos[None, :] <= q_pos[:, None]) & p_mask[None, :], s, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, axis=1))  # finite: key 0 is visible to every row
-        p = tl.exp2(s - m_new[:, None])
-        alpha = tl.exp2(m - m_new)
-        l_sum = l_sum * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-        m = m_new
+        m, l_sum, acc = fold_tile(m, l_sum, acc, s, v, DOT_PRECISION)  # key 0 is visible to every row
     return m, l_sum, acc
 
 

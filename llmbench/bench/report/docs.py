@@ -99,25 +99,31 @@ def _stats_calibration(args: list[str], root: Path) -> str:
 
 def _kernels(args: list[str], root: Path) -> str:
     """A kernel benchmark's JSON (a list of rows: kernel, shape, time_us, gb_per_s, frac_peak, tflops,
-    max_rel_diff) as a table; ``--match REGEX`` keeps the rows whose kernel name it matches."""
+    max_rel_diff) as a table; ``--match REGEX`` keeps the rows whose kernel name it matches, ``--shape
+    REGEX`` those whose shape it matches."""
     import json
     import re
 
-    usage = "kernels takes the JSON file a kernel benchmark wrote, then optionally --match REGEX"
-    if len(args) not in (1, 3) or (len(args) == 3 and args[1] != "--match"):
+    usage = "kernels takes the JSON file a kernel benchmark wrote, then optionally --match REGEX and --shape REGEX"
+    options = dict(zip(args[1::2], args[2::2], strict=False))
+    if len(args) % 2 == 0 or len(options) != len(args) // 2 or not set(options) <= {"--match", "--shape"}:
         raise BenchError(f"{usage}; got {' '.join(args) or 'nothing'}")
-    try:
-        match = re.compile(args[2]) if len(args) == 3 else None
-    except re.error as e:
-        raise BenchError(f"kernels --match {args[2]!r}: not a regular expression ({e})") from None
+    filters = {}
+    for option, pattern in options.items():
+        try:
+            filters[option] = re.compile(pattern)
+        except re.error as e:
+            raise BenchError(f"kernels {option} {pattern!r}: not a regular expression ({e})") from None
     path = root / args[0]
     try:
         rows = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise BenchError(f"kernels {args[0]}: cannot read it ({e})") from None
-    if match is not None:
-        rows = [r for r in rows if match.search(str(r.get("kernel", "")))]
-    which = f" (the rows whose kernel matches `{args[2]}`)" if match is not None else ""
+    fields = {"--match": "kernel", "--shape": "shape"}
+    for option, pattern in filters.items():
+        rows = [r for r in rows if pattern.search(str(r.get(fields[option], "")))]
+    which = " and ".join(f"whose {fields[o]} matches `{options[o]}`" for o in fields if o in options)
+    which = f" (the rows {which})" if which else ""
     lines = [
         f"From `{args[0]}`{which}, written by a kernel benchmark (`python devtools/bench_kernels.py --json FILE`, "
         "or `python devtools/bench_sampler.py --tune --json FILE` for the sampler).",

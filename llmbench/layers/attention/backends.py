@@ -190,7 +190,7 @@ class TritonBackend(CacheAttentionBackend):
             return decode_attention(
                 q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale,
                 split_tokens=self.decode_split_tokens, k_scale=k_scale, v_scale=v_scale,
-                order=meta.decode_order,
+                order=meta.decode_order, uniform=meta.decode_uniform,
             )  # fmt: skip
         return paged_attention.paged_attention_prefill(
             q,

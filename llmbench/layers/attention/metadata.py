@@ -35,6 +35,9 @@ class AttentionMetadata:
     # Decode steps large enough for it to pay: the rows by context length, longest first
     # (Tuning.decode_longest_first), from the host; the Triton decode kernel takes its rows in this order.
     decode_order: torch.Tensor | None = None
+    # Decode steps whose contexts are about one length (Tuning.decode_uniform_tiling), from the host: the
+    # Triton decode kernel takes the tiles measured fastest on such batches.
+    decode_uniform: bool = False
 
     @property
     def num_seqs(self) -> int:
