@@ -596,7 +596,7 @@ def test_uniform_tiles_are_taken_only_where_they_differ() -> None:
     assert not uniform_tiling_differs(64, 8, **{**fp8, "fp8": False, "v_tokens": False})
     layout = (128, torch.bfloat16, True, True)
     assert default_decode_config(*layout, uniform=True) != default_decode_config(*layout)
-    assert is_uniform(3072, 4096) and is_uniform(7, 7) and not is_uniform(3071, 4096)
+    assert is_uniform(2048, 4096) and is_uniform(7, 7) and not is_uniform(2047, 4096)
 
 
 def test_split_targets_follow_the_tilings_measured_best() -> None:

@@ -75,7 +75,7 @@ class Tuning:
         first, so that a batch of mixed lengths does not end with a few long ones running alone.
         auto: on with attention_backend 'triton'.
     decode_uniform_tiling: Triton decode attention over a float8 cache gives a decode batch whose contexts
-        are about one length (the shortest at least 3/4 of the longest) the tiling measured fastest on such
+        are about one length (the shortest at least half the longest) the tiling measured fastest on such
         batches, and other batches the one measured fastest on mixed lengths; CUDA Graphs capture both
         for the batch sizes where they differ. auto: on with attention_backend 'triton'.
     graph_sampling: the draw of a decode step's tokens (greedy and temperature rows; a step whose

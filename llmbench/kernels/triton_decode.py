@@ -58,7 +58,7 @@ class DecodeConfig(NamedTuple):
 
 
 WIDE_PROGRAMS_PER_SM = 8  # a batch with at least this many programs a multiprocessor is "wide"
-UNIFORM_SHORTEST = 0.75  # a batch whose shortest context is at least this part of its longest is "uniform"
+UNIFORM_SHORTEST = 0.5  # a batch whose shortest context is at least this part of its longest is "uniform"
 
 
 def default_decode_config(
@@ -78,9 +78,12 @@ def default_decode_config(
     64-token tiles converted to float16, 2 warps, 3 stages, cut to about 12 programs a multiprocessor, take
     54 µs at B=64 and 71 at B=96, against 68 and 76 for the 128-token tiles cut to 4 a multiprocessor that
     --tune decode-fp8 chose at uniform lengths; a wide batch (--tune decode-fp8-mixed, B=256) is fastest
-    with one warp: 154 µs (89%). On contexts of one length (``uniform``; --tune decode-fp8-tails, 4,096
-    tokens) one warp is fastest below wide too: 147 µs at B=64 in 2 slices and 269 at B=128 in one,
-    against 179 and 342 with two warps (128-token tiles: 144 and 274). bf16 is cut to about 8 programs a
+    with one warp: 154 µs (89%). On contexts of about one length (``uniform``) one warp is faster below
+    wide too: --tune decode-fp8-tails (4,096 tokens) takes 147 µs at B=64 in 2 slices and 269 at B=128 in
+    one, against 179 and 342 with two warps (128-token tiles: 144 and 274); --tune decode-fp8-spread (16, 64
+    and 128 sequences, the longest of 2,048 or 4,096 tokens) has one warp 10-22% faster where every
+    context is as long, 3-9% where the shortest is half the longest, and two warps faster by 5-10% at 64
+    and 128 sequences where it is a quarter (``UNIFORM_SHORTEST``). bf16 is cut to about 8 programs a
     multiprocessor: 91 µs at B=64 against 104 in one slice (4 a multiprocessor), within 2% of the best
     tiling at every batch size."""
     if dtype == torch.float32:
