@@ -40,19 +40,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from llmbench.kernels.activation import silu_and_mul, silu_and_mul_ref  # noqa: E402
 from llmbench.kernels.attention_prologue import attention_prologue, attention_prologue_ref  # noqa: E402
+from llmbench.kernels.decode_config import (  # noqa: E402
+    DecodeConfig,
+    choose_num_splits,
+    default_decode_config,
+    longest_first,
+)
 from llmbench.kernels.kv_layout import v_by_token  # noqa: E402
 from llmbench.kernels.kv_quant import kv_scales_from, quantize_ref  # noqa: E402
 from llmbench.kernels.kv_store import store_kv, store_kv_ref  # noqa: E402
 from llmbench.kernels.paged_attention import paged_attention_decode_ref, paged_attention_prefill_ref  # noqa: E402
 from llmbench.kernels.rmsnorm import rms_norm, rms_norm_ref  # noqa: E402
 from llmbench.kernels.rotary import apply_rotary, apply_rotary_ref  # noqa: E402
-from llmbench.kernels.triton_decode import (  # noqa: E402
-    DecodeConfig,
-    choose_num_splits,
-    decode_attention,
-    default_decode_config,
-    longest_first,
-)
+from llmbench.kernels.triton_decode import decode_attention  # noqa: E402
 from llmbench.kernels.triton_prefill import PrefillConfig, prefill_attention  # noqa: E402
 
 FALLBACK_PEAK = (

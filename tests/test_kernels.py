@@ -31,6 +31,15 @@ from llmbench.kernels.allreduce_norm import (  # noqa: E402
     mark_empty,
 )
 from llmbench.kernels.attention_prologue import attention_prologue, attention_prologue_ref  # noqa: E402
+from llmbench.kernels.decode_config import (  # noqa: E402
+    MAX_SPLITS,
+    choose_num_splits,
+    default_decode_config,
+    is_uniform,
+    longest_first,
+    order_pays,
+    uniform_tiling_differs,
+)
 from llmbench.kernels.kv_store import store_kv, store_kv_ref  # noqa: E402
 from llmbench.kernels.paged_attention import (  # noqa: E402
     paged_attention_decode,
@@ -51,16 +60,7 @@ from llmbench.kernels.skinny_matmul import (  # noqa: E402
     skinny_silu_matmul,
     skinny_silu_matmul_ref,
 )
-from llmbench.kernels.triton_decode import (  # noqa: E402
-    MAX_SPLITS,
-    choose_num_splits,
-    decode_attention,
-    default_decode_config,
-    is_uniform,
-    longest_first,
-    order_pays,
-    uniform_tiling_differs,
-)
+from llmbench.kernels.triton_decode import decode_attention  # noqa: E402
 from llmbench.kernels.triton_prefill import PrefillConfig, prefill_attention  # noqa: E402
 from llmbench.layers.attention.flash import FlashAttnBackend  # noqa: E402
 from llmbench.layers.attention.metadata import AttentionMetadata  # noqa: E402

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from llmbench.kernels.attention_prologue import attention_prologue, attention_prologue_ref
+from llmbench.kernels.decode_config import default_decode_config, longest_first
 from llmbench.kernels.kv_layout import by_token, v_by_token
 from llmbench.kernels.kv_quant import HEADROOM, dequantize_ref, kv_scales_from, quantize_ref
 from llmbench.kernels.kv_store import store_kv, store_kv_ref
@@ -18,7 +19,7 @@ from llmbench.kernels.paged_attention import (
     paged_attention_prefill,
     paged_attention_prefill_ref,
 )
-from llmbench.kernels.triton_decode import decode_attention, default_decode_config, longest_first
+from llmbench.kernels.triton_decode import decode_attention
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = "cpu" if INTERPRET else ("cuda" if torch.cuda.is_available() else None)

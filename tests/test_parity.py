@@ -192,7 +192,7 @@ def test_decode_rows_taken_longest_first_keep_tokens(arch_model, monkeypatch):
         taken.append(batch)
         return True
 
-    monkeypatch.setattr("llmbench.kernels.triton_decode.order_pays", always)
+    monkeypatch.setattr("llmbench.kernels.decode_config.order_pays", always)
     got, llm = _generate(folder, attention_backend="triton", max_num_batched_tokens=24)
     assert got == expected
     assert llm.engine.config.tuning.decode_longest_first and max(taken) > 1

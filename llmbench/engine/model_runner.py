@@ -25,8 +25,8 @@ from llmbench.engine.staging import Staging
 from llmbench.engine.step_inputs import StepArrays
 from llmbench.engine.tracer import Tracer
 from llmbench.engine.work import RankWeights, rank_weights
+from llmbench.kernels import decode_config
 from llmbench.kernels import sample as draw_kernel
-from llmbench.kernels import triton_decode
 from llmbench.kernels.kv_layout import by_token
 from llmbench.kernels.kv_quant import is_fp8, kv_dtype
 from llmbench.layers.attention.backends import make_backend
@@ -279,7 +279,7 @@ class ModelRunner:
         )
 
     def _order_pays(self, batch: int) -> bool:
-        return triton_decode.order_pays(batch, self.kv_heads, self.device)
+        return decode_config.order_pays(batch, self.kv_heads, self.device)
 
     def _uniform(self, step: StepArrays) -> bool:
         """Whether the step's decode attention takes the tiles for contexts of about one length
@@ -288,12 +288,12 @@ class ModelRunner:
             self.config.tuning.decode_uniform_tiling
             and max(step.query_lens) == 1
             and self._uniform_differs(len(step.query_lens))
-            and triton_decode.is_uniform(int(step.seq_lens.min()), int(step.seq_lens.max()))
+            and decode_config.is_uniform(int(step.seq_lens.min()), int(step.seq_lens.max()))
         )
 
     def _uniform_differs(self, batch: int) -> bool:
         kv = self.kv_caches[0]
-        return triton_decode.uniform_tiling_differs(
+        return decode_config.uniform_tiling_differs(
             batch, self.kv_heads, self.head_dim, self.config.torch_dtype, kv.quantised, by_token(kv.v),
             self.device,
         )  # fmt: skip

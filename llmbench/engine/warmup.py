@@ -87,8 +87,9 @@ def _decode_splits(runner: ModelRunner) -> None:
     with CUDA Graphs off or past the largest bucket, would otherwise compile them mid-run); the
     longest-first variants, which large batches take; and a wide batch's tiles, and the tiles for contexts
     of about one length (Tuning.decode_uniform_tiling), where they differ."""
+    from llmbench.kernels.decode_config import MAX_SPLITS, default_decode_config
     from llmbench.kernels.kv_layout import by_token
-    from llmbench.kernels.triton_decode import MAX_SPLITS, decode_attention, default_decode_config
+    from llmbench.kernels.triton_decode import decode_attention
 
     heads = runner.model.model.layers[0].self_attn.num_heads
     dtype = runner.config.torch_dtype
