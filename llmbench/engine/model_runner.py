@@ -160,6 +160,7 @@ class ModelRunner:
         if config.cuda_graph:
             self.kv_pool.zero_()  # padded CUDA Graph rows read block 0: keep it finite
         self.num_blocks = num_blocks
+        self._uniform_tiles: dict[int, bool] = {}  # batch size: whether its one-length tiles differ
         self.startup.kv_num_blocks = num_blocks
         self.startup.kv_block_bytes = self.block_bytes
         self.startup.kv_cache_bytes = num_blocks * self.block_bytes
@@ -292,11 +293,16 @@ class ModelRunner:
         )
 
     def _uniform_differs(self, batch: int) -> bool:
-        kv = self.kv_caches[0]
-        return decode_config.uniform_tiling_differs(
-            batch, self.kv_heads, self.head_dim, self.config.torch_dtype, kv.quantised, by_token(kv.v),
-            self.device,
-        )  # fmt: skip
+        """Whether a decode batch of this size has tiles of its own for one-length contexts; the cache's
+        layout is fixed for the run, so the answer is kept per batch size."""
+        differs = self._uniform_tiles.get(batch)
+        if differs is None:
+            kv = self.kv_caches[0]
+            differs = self._uniform_tiles[batch] = decode_config.uniform_tiling_differs(
+                batch, self.kv_heads, self.head_dim, self.config.torch_dtype, kv.quantised, by_token(kv.v),
+                self.device,
+            )  # fmt: skip
+        return differs
 
     def _upload(self, step: StepArrays, arrays: list[np.ndarray], ordered: bool) -> StepInputs:
         fill = step.fill_rows is not None
