@@ -9,7 +9,8 @@ runs in a process of its own (the choice holds for the process):
     python devtools/bench_linear.py --tunable --json c.json         # TunableOp: every algorithm timed
     python devtools/bench_linear.py --smoke                         # exercises this script on the CPU
 
-Printed: µs per product and per layer (the four in sequence), and the weights' read rate.
+Printed: µs per product and per layer (the four in sequence), and the weights' read rate; --json writes
+the kernel benchmarks' rows (``llmbench docs`` shows them with a kernels block).
 """
 
 from __future__ import annotations
@@ -42,11 +43,40 @@ def products(hidden: int, q: int, kv: int, inter: int) -> dict[str, tuple[int, i
     }
 
 
+def table_rows(
+    variant: str, model: str, rows: int, dims: tuple[int, int, int, int, int], per: dict[str, float],
+    layer: float, lm_head: float, itemsize: int = 2,
+) -> list[dict]:  # fmt: skip
+    """One measurement's rows in the kernel benchmarks' format (``llmbench docs`` kernels blocks): each
+    product, the layer's four in sequence and the LM head; GB/s is the weights' read rate."""
+    hidden, q, kv, inter, vocab = dims
+    shapes = {**products(hidden, q, kv, inter), "lm_head": (vocab, hidden)}
+    times = {**per, "lm_head": lm_head}
+    out = []
+    for name, us in [*times.items(), ("layer", layer)]:
+        nk = sum(n * k for p, (n, k) in shapes.items() if p != "lm_head") if name == "layer" else None
+        n, k = shapes.get(name, (None, None))
+        weight_elems = nk if nk is not None else n * k
+        where = f"{model} {rows} rows" + (f" N={n} K={k}" if n is not None else " qkv+o+gate_up+down")
+        out.append(
+            {
+                "kernel": f"{name} ({variant})",
+                "shape": where,
+                "time_us": us,
+                "gb_per_s": weight_elems * itemsize / us / 1e3,
+                "frac_peak": None,
+                "tflops": 2 * rows * weight_elems / us / 1e6,
+                "max_rel_diff": None,
+            }
+        )
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=["0.6b"], choices=list(MODELS))
     ap.add_argument("--rows", type=int, nargs="+", default=[16, 32, 64, 128, 256])
-    ap.add_argument("--blas", choices=["default", "cublas", "cublaslt"], default="default")
+    ap.add_argument("--blas", choices=["default", "cublaslt"], default="default", help="default: cuBLAS")
     ap.add_argument("--tunable", action="store_true", help="TunableOp: time every algorithm, keep the best")
     ap.add_argument("--json", type=Path, help="write every measurement here")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU")
@@ -62,7 +92,7 @@ def main() -> None:
         torch.cuda.tunable.set_max_tuning_iterations(50)
         torch.cuda.tunable.set_filename(str((args.json or Path("tunableop.json")).with_suffix(".csv")))
     models = {"smoke": (48, 64, 32, 96, 2, 500)} if args.smoke else {m: MODELS[m] for m in args.models}
-    variant = "tunable" if args.tunable else args.blas
+    variant = "TunableOp" if args.tunable else {"default": "cuBLAS", "cublaslt": "cuBLASLt"}[args.blas]
     torch.manual_seed(0)
     rows_out = []
     print(
@@ -94,15 +124,8 @@ def main() -> None:
                 + " ".join(f"{per[p]:>8.2f}" for p in shapes)
                 + f" {layer:>8.2f} {lm:>8.2f}  {rate:>5.2f}"
             )
-            rows_out.append(
-                {
-                    "variant": variant,
-                    "model": model,
-                    "rows": rows,
-                    "us": per,
-                    "layer_us": layer,
-                    "lm_head_us": lm,
-                }
+            rows_out += table_rows(
+                variant, model, rows, (hidden, q, kv, inter, vocab), per, layer, lm, env.dtype.itemsize
             )
     if args.tunable and not args.smoke:
         for r in torch.cuda.tunable.get_results():

@@ -125,8 +125,9 @@ def _kernels(args: list[str], root: Path) -> str:
     which = " and ".join(f"whose {fields[o]} matches `{options[o]}`" for o in fields if o in options)
     which = f" (the rows {which})" if which else ""
     lines = [
-        f"From `{args[0]}`{which}, written by a kernel benchmark (`python devtools/bench_kernels.py --json FILE`, "
-        "or `python devtools/bench_sampler.py --tune --json FILE` for the sampler).",
+        f"From `{args[0]}`{which}, written by a kernel benchmark (`python devtools/bench_kernels.py --json FILE`; "
+        "`python devtools/bench_sampler.py --tune --json FILE` for the sampler, "
+        "`python devtools/bench_linear.py --json FILE` for the linear layers).",
         "",
         "| kernel | shape | µs | GB/s | of the copy ceiling | TFLOP/s | largest relative difference from the reference |",
         "|---|---|---:|---:|---:|---:|---:|",
