@@ -119,3 +119,26 @@ def test_a_kernel_table_keeps_the_rows_its_match_names(tmp_path):
         doc.write_text(f"<!-- llmbench: {bad} -->\n<!-- /llmbench -->\n")
         res = runner.invoke(app, ["docs", str(doc)])
         assert res.exit_code == 2 and says in res.output, res.output
+
+
+def test_the_linear_layer_benchmark_writes_rows_a_kernel_table_shows(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "devtools"))
+    from bench_linear import products, table_rows
+
+    dims = (1024, 2048, 1024, 3072, 151936)  # qwen3-0.6b: hidden, q, kv, intermediate, vocabulary
+    per = {"qkv": 5.0, "o": 6.0, "gate_up": 7.0, "down": 8.0}
+    rows = table_rows("cuBLAS", "0.6b", 16, dims, per, layer=25.0, lm_head=90.0)
+    assert [r["kernel"] for r in rows] == [
+        f"{p} (cuBLAS)" for p in (*products(1, 1, 1, 1), "lm_head", "layer")
+    ]
+    layer_bytes = 2 * (4096 * 1024 + 1024 * 2048 + 6144 * 1024 + 1024 * 3072)
+    (tmp_path / "lin.json").write_text(json.dumps(rows))
+    doc = tmp_path / "DOC.md"
+    doc.write_text(
+        "<!-- llmbench: kernels lin.json --match ^layer --shape '16 rows' -->\n<!-- /llmbench -->\n"
+    )
+    assert CliRunner().invoke(app, ["docs", str(doc)]).exit_code == 0, doc.read_text()
+    table = [line for line in doc.read_text().splitlines() if line.startswith("| layer")]
+    gb_per_s = f"{layer_bytes / 25.0 / 1e3:,.0f}"
+    assert table == [f"| layer (cuBLAS) | 0.6b 16 rows qkv+o+gate_up+down | 25.0 | {gb_per_s} | – | "
+                     f"{2 * 16 * layer_bytes / 2 / 25.0 / 1e6:.1f} | – |"], table  # fmt: skip
