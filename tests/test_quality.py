@@ -153,3 +153,44 @@ def test_the_report_view_has_a_row_per_variant_and_says_why_one_failed(tmp_path:
     assert (
         quality_views("s", [Group("s", "x", "b", runs=[SimpleNamespace(path=tmp_path / "none" / "r")])]) == []
     )
+
+
+def test_a_stopped_quality_run_keeps_its_rows_and_the_report_says_what_it_did_not_reach(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from types import SimpleNamespace
+
+    from llmbench.bench.ablation import quality
+    from llmbench.bench.quality.measure import QualitySettings
+    from llmbench.bench.report.frame import Group
+    from llmbench.bench.report.quality import quality_views
+
+    def child(resolved, sets, variant, settings, work, out, timeout_s):  # the user's Ctrl-C or a timeout
+        if variant.name == "b":
+            raise KeyboardInterrupt
+        return None
+
+    monkeypatch.setattr(quality, "_child", child)
+    monkeypatch.setattr(
+        quality, "config_problem", lambda resolved, v: "cannot apply" if v.name == "a" else None
+    )
+    variants = [SimpleNamespace(name=n, options={}) for n in ("baseline", "a", "b", "c")]
+    with pytest.raises(KeyboardInterrupt):
+        quality.run_quality(None, [], variants, tmp_path, QualitySettings(2, 3, None))
+    record = json.loads((tmp_path / "quality.json").read_text())
+    assert record["status"] == "interrupted"
+    assert [(v["name"], v["status"]) for v in record["variants"]] == [
+        ("a", "failed"), ("b", "interrupted"), ("c", "interrupted"),
+    ]  # fmt: skip
+    group = Group("s", "sess", "baseline", runs=[SimpleNamespace(path=tmp_path / "baseline-r0")])
+    (view,) = quality_views("s", [group])
+    assert "Interrupted" in view.title
+    assert [row[:2] for row in view.rows] == [
+        ["a", "failed: cannot apply"],
+        ["b", "not measured: the quality run was stopped first"],
+        ["c", "not measured: the quality run was stopped first"],
+    ]
+    # Stopped before it wrote anything (its working folder made, no record): the report says so.
+    (tmp_path / "quality.json").unlink()
+    (view,) = quality_views("s", [group])
+    assert view.rows[0][1].startswith("not recorded")

@@ -26,10 +26,10 @@ from llmbench.bench.ablation.execute import (
 from llmbench.bench.ablation.plan import Variant
 from llmbench.bench.quality.compare import RANDOM_WEIGHTS_NOTE
 from llmbench.bench.quality.measure import QualitySettings, read_side
+from llmbench.bench.report.quality import QUALITY_FILE, QUALITY_WORK
 from llmbench.bench.scenario.loader import ResolvedScenario
 from llmbench.bench.store import slug, write_json
 
-QUALITY_FILE = "quality.json"
 METHOD = (
     "teacher-forced on the baseline's greedy continuation, one decode step per token; KL(baseline || "
     "variant) over the whole vocabulary per position; greedy outputs free-running"
@@ -82,7 +82,7 @@ def run_quality(
     timeout_s: float | None = None,
 ) -> dict[str, Any]:
     """Every variant after the first (the baseline) against it; returns what ``quality.json`` holds."""
-    work = folder / "quality"
+    work = folder / QUALITY_WORK
     work.mkdir(exist_ok=True)
     baseline, others = variants[0], variants[1:]
     record: dict[str, Any] = {
@@ -90,13 +90,14 @@ def run_quality(
         "settings": settings._asdict(),
         "method": METHOD,
         "note": None,
+        "status": "running",
         "variants": [],
     }
-    on_event("phase", f"quality · {baseline.name}: greedy continuation and its distributions")
-    problem = config_problem(resolved, baseline) or _child(
-        resolved, sets, baseline, settings, work, None, timeout_s
-    )
     try:
+        on_event("phase", f"quality · {baseline.name}: greedy continuation and its distributions")
+        problem = config_problem(resolved, baseline) or _child(
+            resolved, sets, baseline, settings, work, None, timeout_s
+        )
         for v in others:
             entry: dict[str, Any] = {"name": v.name, "options": v.options, "status": "failed"}
             why = problem and f"the baseline's side failed: {problem}"
@@ -115,7 +116,18 @@ def run_quality(
                 on_event("warning", f"quality of {v.name}: {why.splitlines()[0]}")
             record["variants"].append(entry)
             write_json(folder / QUALITY_FILE, record)
+    except KeyboardInterrupt:  # kept as far as it got: the variants it did not reach say so
+        done = {e["name"] for e in record["variants"]}
+        record["status"] = "interrupted"
+        record["variants"] += [
+            {"name": v.name, "options": v.options, "status": "interrupted"}
+            for v in others
+            if v.name not in done
+        ]
+        write_json(folder / QUALITY_FILE, record)
+        raise
     finally:
         (work / "baseline.pt").unlink(missing_ok=True)
+    record["status"] = "complete"
     write_json(folder / QUALITY_FILE, record)
     return record

@@ -18,8 +18,12 @@ from llmbench.bench.report.views import View
 QUALITY_FILE = "quality.json"
 
 
+QUALITY_WORK = "quality"  # the folder ``ablate --quality`` works in, made before anything is measured
+
+
 def quality_record(groups: list[Group]) -> dict[str, Any] | None:
-    """The quality.json of the ablation folder holding these groups' runs, if there is one."""
+    """The quality.json of the ablation folder holding these groups' runs, if there is one; a record with
+    status "unrecorded" where quality was asked for but stopped before it wrote one."""
     for folder in {run.path.parent for g in groups for run in g.runs}:
         path = Path(folder) / QUALITY_FILE
         if path.is_file():
@@ -27,6 +31,8 @@ def quality_record(groups: list[Group]) -> dict[str, Any] | None:
                 return json.loads(path.read_text())
             except (OSError, ValueError):
                 return None
+        if (Path(folder) / QUALITY_WORK).is_dir():
+            return {"status": "unrecorded", "variants": []}
     return None
 
 
@@ -53,8 +59,24 @@ def quality_views(scenario: str, groups: list[Group]) -> list[View]:
     if record is None:
         return []
     headers = ["variant", "KL mean", "95% CI", "KL p99", "top-1 agreement", "greedy outputs", "perplexity"]
+    if record.get("status") == "unrecorded":
+        row = [
+            "–",
+            "not recorded: the quality run stopped before its first variant's rows",
+            "",
+            "",
+            "",
+            "",
+            "",
+        ]
+        return [View(f"{scenario}: outputs against the baseline (--quality)", headers, [row], [False] * 7)]
     rows = []
     for entry in record["variants"]:
+        if entry["status"] == "interrupted":
+            rows.append(
+                [entry["name"], "not measured: the quality run was stopped first", "", "", "", "", ""]
+            )
+            continue
         if entry["status"] != "ok":
             first = (entry.get("error") or "failed").splitlines()[0]
             rows.append([entry["name"], f"failed: {first}", "", "", "", "", ""])
@@ -72,6 +94,8 @@ def quality_views(scenario: str, groups: list[Group]) -> list[View]:
         f"{scenario}: outputs against {record['baseline']} ({settings['prompts']} prompts x {settings['tokens']} "
         f"tokens, {record['method']})"
     )
+    if record.get("status") == "interrupted":
+        title += ". Interrupted: the rows it reached"
     if record.get("note"):
         title += f". Note: {record['note']}"
     return [View(title, headers, rows, [False, True, True, True, True, False, True])]
