@@ -13,6 +13,7 @@ import torch
 
 from llmbench import LLM, SamplingParams
 from llmbench.bench.derived import (
+    decode_batches,
     decode_bytes,
     decode_model,
     prefill_flops,
@@ -345,3 +346,23 @@ def test_a_step_records_how_long_the_host_waited_for_its_ids(monkeypatch) -> Non
             assert 0 <= s.device_wait <= s.duration
             if async_:
                 assert s.device_wait >= 0.02
+
+
+def test_decode_steps_are_binned_by_batch_size_in_powers_of_two() -> None:
+    # Batches of 1, 3, 4, 7, 256 and 5000 sequences (5000: the open top bin); a prefill and a mixed step of
+    # 3 sequences stay out. Each bin sums its steps' time, waits and sequences.
+    def decode(seqs: int, dur: float, wait: float) -> StepRecord:
+        return step("decode", dur, decode=seqs)._replace(num_seqs=seqs, device_wait=wait)
+
+    steps = [
+        decode(1, 0.001, 0.0), decode(3, 0.002, 0.001), decode(4, 0.003, 0.002), decode(7, 0.005, 0.001),
+        decode(256, 0.010, 0.006), decode(5000, 0.020, 0.0),
+        step("prefill", 0.5, prefill=100)._replace(num_seqs=3), step("mixed", 0.5, prefill=9, decode=2),
+    ]  # fmt: skip
+    bins = decode_batches(steps)
+    assert [(b["min"], b["max"], b["steps"], b["seqs"]) for b in bins] == [
+        (1, 1, 1, 1), (2, 3, 1, 3), (4, 7, 2, 11), (256, 511, 1, 256), (2048, None, 1, 5000),
+    ]  # fmt: skip
+    four = bins[2]
+    assert four["time"] == pytest.approx(0.008) and four["device_wait"] == pytest.approx(0.003)
+    assert decode_batches([]) == []

@@ -396,3 +396,45 @@ def test_the_decode_step_plot_takes_each_variant_s_decode_steps(runs):
     assert 0 < x.size == len(decode) < len(steps)  # prefills left out
     assert np.allclose(x, decode["context_tokens"] / 1e3)
     assert np.allclose(y, (decode["end"] - decode["start"]) * 1e3)
+
+
+def test_decode_steps_by_batch_size_are_kept_per_repeat_and_compared_with_the_baseline(runs):
+    # Every repeat's bins hold exactly its decode steps (steps.parquet, which a kept summary goes without);
+    # the view's step against the baseline is the ratio of the pooled means in the same bin.
+    pooled = {}
+    for name, folder in runs.items():
+        steps = pd.read_parquet(folder / "steps.parquet")
+        summary = json.loads((folder / "summary.json").read_text())
+        for entry in summary["points"][0]["repeats"]:
+            decode = steps[(steps["kind"] == "decode") & (steps["repeat"] == entry["repeat"])]
+            bins = entry["decode_batches"]
+            assert sum(b["steps"] for b in bins) == len(decode) > 0
+            assert sum(b["time"] for b in bins) == pytest.approx(decode["duration"].sum())
+            assert all(b["min"] <= b["seqs"] / b["steps"] <= (b["max"] or np.inf) for b in bins)
+        pooled[name] = {}
+        for b in (b for e in summary["points"][0]["repeats"] for b in e["decode_batches"]):
+            acc = pooled[name].setdefault((b["min"], b["max"]), [0.0, 0])
+            acc[0] += b["time"]
+            acc[1] += b["steps"]
+    res = invoke("report", runs["baseline"].parent, "--view", "batches")
+    assert res.exit_code == 0, res.output
+    assert "decode steps by batch size" in res.stdout
+    (lo, hi), (time, n) = max(pooled["baseline"].items(), key=lambda kv: kv[1][1])  # its most steps
+    label = str(lo) if hi == lo else f"{lo}-{hi}"
+    row = next(line for line in res.stdout.splitlines() if "attention_backend=torch" in line and "│" in line
+               and line.split("│")[0].strip() == label)  # fmt: skip
+    other_time, other_n = pooled["attention_backend=torch"][(lo, hi)]
+    expected = f"{(other_time / other_n) / (time / n) - 1:+.1%}"
+    assert row.split("│")[-1].strip() == expected, row
+    assert "decode steps by batch size" not in invoke("report", runs["baseline"].parent).stdout  # asked for
+
+
+def test_runs_without_the_record_say_so_in_the_batch_view(runs, tmp_path):
+    old = tmp_path / "old"
+    shutil.copytree(runs["baseline"], old)
+    summary = json.loads((old / "summary.json").read_text())
+    for entry in summary["points"][0]["repeats"]:
+        del entry["decode_batches"]
+    (old / "summary.json").write_text(json.dumps(summary))
+    res = invoke("report", old, "--view", "batches")
+    assert res.exit_code == 0 and "not recorded" in res.stdout, res.output

@@ -149,6 +149,32 @@ def step_summary(steps: list[StepRecord], util: StepUtilisation) -> dict[str, fl
     }
 
 
+BATCH_EDGES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)  # decode_batches' bins: [edge, next)
+
+
+def decode_batches(steps: list[StepRecord]) -> list[dict[str, Any]]:
+    """A repeat's decode steps by batch size, in bins of powers of two (1, 2-3, 4-7, ...; the last bin open
+    above): per bin its steps, their summed time, the host's summed wait on the device in them and their
+    summed sequences. Kept per repeat in summary.json (the steps table is not kept with a result's
+    summary), so a report can show at which batch sizes a variant gains or loses time, and where the host
+    rather than the device sets the pace."""
+    bins: dict[int, dict[str, Any]] = {}
+    for s in steps:
+        if s.kind != "decode" or s.num_seqs < 1:
+            continue
+        i = int(np.searchsorted(BATCH_EDGES, s.num_seqs, side="right")) - 1
+        lo = BATCH_EDGES[i]
+        hi = BATCH_EDGES[i + 1] - 1 if i + 1 < len(BATCH_EDGES) else None
+        b = bins.setdefault(
+            lo, {"min": lo, "max": hi, "steps": 0, "time": 0.0, "device_wait": 0.0, "seqs": 0}
+        )
+        b["steps"] += 1
+        b["time"] += s.duration
+        b["device_wait"] += s.device_wait
+        b["seqs"] += s.num_seqs
+    return [bins[k] for k in sorted(bins)]
+
+
 def decode_model(steps: list[StepRecord], kv_bytes: np.ndarray) -> dict[str, float]:
     """The decode step model's figures (module docstring); NaN where the steps cannot give them."""
     out = {"decode_fixed": math.nan, "decode_kv_rate": math.nan}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
-from llmbench.bench.derived import StepUtilisation, step_summary
+from llmbench.bench.derived import StepUtilisation, decode_batches, step_summary
 from llmbench.bench.driver import DriveResult
 from llmbench.bench.metrics import METRICS, request_summary, window
 from llmbench.bench.peaks import PeakChoice
@@ -84,6 +84,7 @@ def build_summary(
                 "window": [start - origin, end - origin],
                 "not_submitted": m.drive.not_submitted,
                 "metrics": per_repeat[i],
+                "decode_batches": decode_batches(m.drive.steps),
             }
         )
     for idx, members in groups.items():

@@ -31,6 +31,7 @@ class ViewName(enum.StrEnum):  # bench/report's VIEWS
     startup = "startup"
     profile = "profile"
     quality = "quality"
+    batches = "batches"
 
 
 class Format(enum.StrEnum):
@@ -74,7 +75,8 @@ def report(
     view: Annotated[
         list[ViewName] | None,
         typer.Option(
-            help="A table to build (repeatable; default: all but changes, the compact form of deltas)."
+            help="A table to build (repeatable; default: all but changes, the compact form of deltas, and "
+            "batches, decode steps by batch size)."
         ),
     ] = None,
     intervals: Annotated[

@@ -18,6 +18,7 @@ import pandas as pd
 
 from llmbench.bench.errors import StoreError
 from llmbench.bench.metrics import METRICS
+from llmbench.bench.report.batches import batch_views
 from llmbench.bench.report.compare import DEFAULT_MIN_EFFECT
 from llmbench.bench.report.format import SUMMARY_METRICS
 from llmbench.bench.report.frame import Group, load_groups, tidy
@@ -76,7 +77,7 @@ def _ablation_baseline(group: Group) -> str | None:
     return None
 
 
-VIEWS = ("overview", "deltas", "changes", "startup", "profile", "quality")
+VIEWS = ("overview", "deltas", "changes", "startup", "profile", "quality", "batches")
 
 
 def _by_ablation(scenario: str, members: list[Group], baseline: str | None) -> list[tuple[str, list[Group]]]:
@@ -114,15 +115,17 @@ def build_report(
     intervals: bool = False,
 ) -> Report:
     """``metrics``: the rows of the overview and delta tables (default: each view's own headline metrics);
-    ``views``: which of ``VIEWS`` to build (default: all but ``changes``, the compact form of the deltas); ``intervals``: the overview shows each figure's 95%
-    interval beside it."""
+    ``views``: which of ``VIEWS`` to build (default: all but ``changes``, the compact form of the deltas, and
+    ``batches``, decode steps by batch size); ``intervals``: the overview shows each figure's 95% interval
+    beside it."""
     unknown = [m for m in metrics or [] if m not in METRICS]
     if unknown:
         raise StoreError(f"Unknown metric: {unknown[0]!r}. Metrics: {', '.join(METRICS)}")
     bad = [v for v in views or [] if v not in VIEWS]
     if bad:
         raise StoreError(f"Unsupported view: {bad[0]!r}. Supported: {', '.join(VIEWS)}")
-    wanted = views or [v for v in VIEWS if v != "changes"]  # (the compact form of the deltas: asked for)
+    # changes (the compact form of the deltas) and batches (decode steps by batch size) when asked for
+    wanted = views or [v for v in VIEWS if v not in ("changes", "batches")]
     groups, problems = load_groups(paths)
     if not groups:
         listed = "; ".join(f"{p.path}: {p.reason}" for p in problems) or "nothing found"
@@ -151,6 +154,8 @@ def build_report(
             built += profile_section(members, base)  # runs recorded by ``llmbench profile``
         if "quality" in wanted:
             built += quality_views(scenario, members)  # ablate --quality's rows, when it wrote them
+        if "batches" in wanted:
+            built += batch_views(scenario, members, base)
         sections.append(Section(scenario, members, base, built))
     if baseline and not found_baseline:
         raise StoreError(f"--baseline {baseline}: no run folder or variant of that name among the runs read")
