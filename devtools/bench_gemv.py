@@ -67,9 +67,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="write every measurement here")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU under TRITON_INTERPRET=1")
     args = ap.parse_args()
-    env = Env(
-        "cpu" if args.smoke else "cuda", torch.float32 if args.smoke else torch.bfloat16, args.smoke, 50, 200
-    )
+    env = Env.pick(args.smoke)
     shapes = {"smoke": (48, 96)} if args.smoke else {name: SHAPES[name] for name in args.shapes}
     torch.manual_seed(0)
     rows_out = []

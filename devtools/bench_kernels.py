@@ -92,6 +92,13 @@ class Env:
     warmup_ms: int
     rep_ms: int
 
+    @classmethod
+    def pick(cls, smoke: bool, warmup_ms: int = 50, rep_ms: int = 200) -> Env:
+        """bf16 on the GPU; with ``smoke``, float32 on the CPU (the interpreter's small cases)."""
+        return cls(
+            "cpu" if smoke else "cuda", torch.float32 if smoke else torch.bfloat16, smoke, warmup_ms, rep_ms
+        )
+
     def t(self, *shape: int, dtype: torch.dtype | None = None) -> torch.Tensor:
         return torch.randn(*shape, device=self.device, dtype=dtype or self.dtype)
 
@@ -544,13 +551,7 @@ def main() -> None:
     if not args.smoke and not torch.cuda.is_available():
         print("error: needs a CUDA GPU (or --smoke to exercise the script on the CPU)", file=sys.stderr)
         raise SystemExit(2)
-    env = Env(
-        "cpu" if args.smoke else "cuda",
-        torch.float32 if args.smoke else torch.bfloat16,
-        args.smoke,
-        args.warmup_ms,
-        args.rep_ms,
-    )
+    env = Env.pick(args.smoke, args.warmup_ms, args.rep_ms)
     torch.manual_seed(0)
     global PEAK_BYTES_PER_S
     PEAK_BYTES_PER_S = copy_peak(env.device)

@@ -81,9 +81,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="write every measurement here")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU")
     args = ap.parse_args()
-    env = Env(
-        "cpu" if args.smoke else "cuda", torch.float32 if args.smoke else torch.bfloat16, args.smoke, 50, 200
-    )
+    env = Env.pick(args.smoke)
     if args.blas != "default":
         torch.backends.cuda.preferred_blas_library(args.blas)
     if args.tunable:
