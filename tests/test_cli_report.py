@@ -438,3 +438,8 @@ def test_runs_without_the_record_say_so_in_the_batch_view(runs, tmp_path):
     (old / "summary.json").write_text(json.dumps(summary))
     res = invoke("report", old, "--view", "batches")
     assert res.exit_code == 0 and "not recorded" in res.stdout, res.output
+    for entry in summary["points"][0]["repeats"]:  # recorded, but no engine steps (a peer backend)
+        entry["decode_batches"] = []
+    (old / "summary.json").write_text(json.dumps(summary))
+    res = invoke("report", old, "--view", "batches")
+    assert res.exit_code == 0 and "no engine decode steps" in res.stdout, res.output

@@ -73,5 +73,7 @@ def batch_views(scenario: str, groups: list[Group], baseline: Group | None) -> l
                     f"{(b['time'] - b['device_wait']) / b['steps'] * 1e3:.3f}",
                     f"{b['device_wait'] / b['time']:.0%}" if b["time"] > 0 else DASH, against,
                 ])  # fmt: skip
+        if not rows:  # peer backends: no engine steps
+            rows = [["–", "no engine decode steps in these runs"] + [""] * (len(HEADERS) - 2)]
         views.append(View(title, HEADERS, rows, [True, False, True, True, True, True, True, True]))
     return views
