@@ -86,9 +86,18 @@ def test_html_report_is_self_contained_with_plots(runs, tmp_path):
     )
     assert res.exit_code == 0, res.output
     html = target.read_text()
-    assert html.count("data:image/png;base64,") >= 4  # CDFs, throughput, telemetry, decode steps
+    # CDFs, throughput, telemetry, decode steps against their K/V, decode steps by batch size
+    assert html.count("data:image/png;base64,") >= 5
     assert "<table>" in html and 'class="num"' in html
     assert "http://" not in html and "https://" not in html
+    # A kept result (summaries, no tables): the plots drawn from the summaries are still there, throughput
+    # and decode steps by batch size.
+    kept = tmp_path / "kept"
+    for run in runs.values():
+        shutil.copytree(run, kept / run.name, ignore=shutil.ignore_patterns("*.parquet"))
+    target = tmp_path / "kept.html"
+    assert invoke("report", kept, "--format", "html", "--out", target).exit_code == 0
+    assert target.read_text().count("data:image/png;base64,") == 2
 
 
 def mark_incomplete(run: Path) -> None:

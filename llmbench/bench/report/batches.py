@@ -24,7 +24,7 @@ HEADERS = [
 ]  # fmt: skip
 
 
-def _pooled(entries: list[dict[str, Any]]) -> dict[int, dict[str, Any]] | None:
+def pooled_bins(entries: list[dict[str, Any]]) -> dict[int, dict[str, Any]] | None:
     """A point's repeats' bins summed, by lower edge; None when no repeat recorded them."""
     recorded = [e[KEY] for e in entries if isinstance(e.get(KEY), list)]
     if not recorded:
@@ -41,14 +41,14 @@ def _pooled(entries: list[dict[str, Any]]) -> dict[int, dict[str, Any]] | None:
     return out
 
 
-def _label(lo: int, hi: int | None) -> str:
+def bin_label(lo: int, hi: int | None) -> str:
     return str(lo) if hi == lo else f"{lo}-{hi}" if hi is not None else f"{lo}+"
 
 
 def batch_views(scenario: str, groups: list[Group], baseline: Group | None) -> list[View]:
     views = []
     for point in dict.fromkeys(p for g in groups for p in g.points):
-        pooled = {g.label: _pooled(g.points.get(point, [])) for g in groups if point in g.points}
+        pooled = {g.label: pooled_bins(g.points.get(point, [])) for g in groups if point in g.points}
         title = f"{scenario} · {point}: decode steps by batch size (means over the repeats' steps)"
         if all(v is None for v in pooled.values()):
             row = ["–", "not recorded: these runs predate the record of decode steps by batch size"]
@@ -68,7 +68,7 @@ def batch_views(scenario: str, groups: list[Group], baseline: Group | None) -> l
                 if ref is not None and ref["steps"] and label != baseline.label:
                     against = f"{step / (ref['time'] / ref['steps']) - 1:+.1%}"
                 rows.append([
-                    _label(lo, b["max"]), label, f"{b['steps'] / b['repeats']:.0f}",
+                    bin_label(lo, b["max"]), label, f"{b['steps'] / b['repeats']:.0f}",
                     f"{b['time'] / total:.1%}" if total > 0 else DASH, f"{step * 1e3:.3f}",
                     f"{(b['time'] - b['device_wait']) / b['steps'] * 1e3:.3f}",
                     f"{b['device_wait'] / b['time']:.0%}" if b["time"] > 0 else DASH, against,

@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 
+from llmbench.bench.report.batches import bin_label, pooled_bins
 from llmbench.bench.report.frame import Group
 from llmbench.bench.report.profile_views import profile_bars
 from llmbench.bench.report.views import View
@@ -178,6 +179,34 @@ def decode_step_plot(groups: list[Group]) -> str:
     return _png(fig)
 
 
+def decode_batch_plot(groups: list[Group]) -> str:
+    """Mean decode step per bin of batch size, a bar per configuration (summary.json's decode_batches:
+    kept results have it too); the first sweep point of each."""
+    plt = _pyplot()
+    series = {}
+    for g in groups:
+        bins = pooled_bins(next(iter(g.points.values()), []))
+        if bins:
+            series[g.label] = {lo: b for lo, b in bins.items() if b["steps"]}
+    edges = sorted({lo for bins in series.values() for lo in bins})
+    if not edges:
+        return ""
+    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(edges) * max(1, len(series)) ** 0.5), 4))
+    width = 0.8 / len(series)
+    for k, (label, bins) in enumerate(series.items()):
+        xs = [i + (k - (len(series) - 1) / 2) * width for i, lo in enumerate(edges) if lo in bins]
+        ys = [bins[lo]["time"] / bins[lo]["steps"] * 1e3 for lo in edges if lo in bins]
+        ax.bar(xs, ys, width=width, label=label)
+    last = {lo: b["max"] for bins in series.values() for lo, b in bins.items()}
+    ax.set_xticks(range(len(edges)), [bin_label(lo, last[lo]) for lo in edges], fontsize="small")
+    ax.set_xlabel("sequences in the decode step")
+    ax.set_ylabel("mean decode step (ms)")
+    ax.set_title("decode steps by batch size")
+    ax.legend(fontsize="small")
+    ax.grid(axis="y", alpha=0.3)
+    return _png(fig)
+
+
 def render_html(sections: list[tuple[str, list[View], list[Group]]], problems: list[str]) -> str:
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>llmbench report</title><style>{_CSS}</style></head><body>"
@@ -196,6 +225,7 @@ def render_html(sections: list[tuple[str, list[View], list[Group]]], problems: l
             throughput_bars(groups),
             telemetry_plot(groups),
             decode_step_plot(groups),
+            decode_batch_plot(groups),
             profile_bars(groups),
         ):
             if plot:
