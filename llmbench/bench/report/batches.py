@@ -55,13 +55,14 @@ def batch_views(scenario: str, groups: list[Group], baseline: Group | None) -> l
             views.append(View(title, HEADERS, [row + [""] * (len(HEADERS) - 2)], [False] * len(HEADERS)))
             continue
         base = pooled.get(baseline.label) if baseline is not None else None
+        totals = {label: sum(x["time"] for x in (bins or {}).values()) for label, bins in pooled.items()}
         rows = []
         for lo in sorted({lo for bins in pooled.values() if bins for lo in bins}):
             for label, bins in pooled.items():
                 b = (bins or {}).get(lo)
                 if b is None or not b["steps"]:
                     continue
-                total = sum(x["time"] for x in bins.values())
+                total = totals[label]
                 step = b["time"] / b["steps"]
                 against = DASH
                 ref = (base or {}).get(lo)
