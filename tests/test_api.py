@@ -97,6 +97,18 @@ def test_llm_is_a_context_manager_whose_shutdown_frees_the_model_once():
     assert again.generate([[1, 2, 3]], GREEDY)[0].token_ids == first
 
 
+def test_a_built_engine_is_out_of_the_collectors_reach_until_shutdown():
+    """Start-up's objects frozen (engine/collector.py): a full collection during steps does not walk the
+    model; after shutdown they are the collector's again, so a dropped engine can be collected."""
+    with LLM("qwen3-tiny", num_kv_blocks=16, max_model_len=64) as llm:
+        model = llm.engine.runner.model
+        assert gc.get_freeze_count() > 0
+        assert not any(o is model for o in gc.get_objects()), "the model is still in a collected generation"
+        llm.generate([[1, 2, 3]], GREEDY)
+        del model
+    assert gc.get_freeze_count() == 0
+
+
 def test_request_larger_than_the_pool_is_rejected_not_hung(tiny):
     # 64 blocks of 16 tokens = 1024 tokens; max_model_len 256 fits, so shrink the pool instead
     llm = LLM("qwen3-tiny", max_model_len=256, num_kv_blocks=4)

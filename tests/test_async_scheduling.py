@@ -5,6 +5,7 @@ leak, and aborts mid-flight are clean."""
 from __future__ import annotations
 
 import itertools
+import time
 
 from llmbench import LLM, SamplingParams
 from llmbench.engine.async_scheduling import PENDING
@@ -105,3 +106,30 @@ def test_a_benchmark_run_with_async_scheduling_measures_the_same_tokens(tmp_path
         tokens.append([list(t) for t in requests["token_ids"]])
         assert run.meta["engine_config"]["async_scheduling"] is async_
     assert tokens[0] == tokens[1]
+
+
+def test_what_happens_in_a_steps_time_is_counted_in_that_step(monkeypatch):
+    """A stall after one step's tokens arrive (its delivery, the driver's own work between calls) lies in
+    the next step's time: the counters that explain it (a compile here, a collection in practice) must be
+    that step's too."""
+    from llmbench.engine import step_counters
+    from llmbench.engine.llm_engine import LLMEngine
+
+    real, calls = LLMEngine._deliver, {"n": 0}
+
+    def deliver(self, seq, tok, now, out):
+        calls["n"] += 1
+        if calls["n"] == 12:  # after the clock of the step delivered stopped
+            step_counters.note_triton_compile()
+            time.sleep(0.3)
+        return real(self, seq, tok, now, out)
+
+    monkeypatch.setattr(LLMEngine, "_deliver", deliver)
+    engine = _llm(True, max_num_seqs=1).engine
+    engine.add_request("a", PROMPTS[1], SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True))
+    steps = []
+    while engine.has_unfinished():
+        steps.append(engine.step().stats)
+    slow = max(steps, key=lambda s: s.end_time - s.start_time)
+    assert slow.end_time - slow.start_time >= 0.3
+    assert [s.step for s in steps if s.triton_compiles] == [slow.step]

@@ -22,7 +22,7 @@ import torch
 
 from llmbench.engine.outputs import StepStats
 from llmbench.engine.scheduler import ScheduledBatch
-from llmbench.engine.sequence import Sequence
+from llmbench.engine.sequence import Sequence, SequenceStatus
 from llmbench.engine.step_inputs import StepArrays
 
 PENDING = -1  # placeholder id of a token sampled on the device but not yet on the host
@@ -61,30 +61,27 @@ class InFlight:
 
 def sampling_rows(batch: ScheduledBatch) -> list[Sequence]:
     """The sequences whose step ends in a sample (``Scheduler.advance``'s answer, before it runs)."""
-    return [
-        s
-        for s, n in zip(batch.seqs, batch.num_new_tokens, strict=True)
-        if s.num_computed_tokens + n == s.num_tokens
-    ]
+    samples = batch.counts().samples
+    if samples.all():  # a decode step: every sequence samples
+        return list(batch.seqs)
+    seqs = batch.seqs
+    return [seqs[i] for i in np.flatnonzero(samples).tolist()]
 
 
 def set_token_fill(batch: ScheduledBatch, arrays: StepArrays) -> None:
     """Name this step's placeholder rows and where the last samples hold their tokens."""
-    rows, src = [], []
-    qstart = arrays.query_start_loc
-    for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens, strict=True)):
-        pos = seq.pending_pos
-        if pos is not None and seq.num_computed_tokens <= pos < seq.num_computed_tokens + n:
-            rows.append(int(qstart[i]) + pos - seq.num_computed_tokens)
-            src.append(seq.pending_src)
-    if rows:
-        arrays.fill_rows = np.asarray(rows, dtype=np.int64)
-        arrays.fill_src = np.asarray(src, dtype=np.int64)
+    c = batch.counts()
+    at = (c.pending >= c.computed) & (c.pending < c.computed + c.new)  # -1 (none) is never in range
+    if at.any():
+        arrays.fill_rows = (arrays.query_start_loc[:-1][at] + (c.pending - c.computed)[at]).astype(np.int64)
+        arrays.fill_src = c.pending_src[at]
 
 
 def mark_pending(sampling: list[Sequence]) -> None:
     """Give each sequence that sampled (and did not just end) its placeholder token."""
+    finished = SequenceStatus.FINISHED
     for j, seq in enumerate(sampling):
-        if not seq.is_finished:
-            seq.pending_pos, seq.pending_src = seq.num_tokens, j
-            seq.token_ids.append(PENDING)
+        if seq.status is not finished:
+            ids = seq.token_ids
+            seq.pending_pos, seq.pending_src = len(ids), j
+            ids.append(PENDING)

@@ -96,8 +96,10 @@ class BlockManager:
 
     def grow(self, seq: Sequence, num_new_tokens: int) -> bool:
         """Make room for ``num_new_tokens`` beyond the computed ones."""
-        new = self.blocks_needed(seq.num_computed_tokens + num_new_tokens) - len(seq.block_table)
-        if new > self.num_free_blocks:
+        new = -(-(seq.num_computed_tokens + num_new_tokens) // self.block_size) - len(seq.block_table)
+        if new <= 0:  # most calls: a decode step's token fits the last block
+            return True
+        if new > len(self.free_blocks):
             return False
         self._append_new(seq, new)
         return True

@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from llmbench.engine import step_counters, tp_lifecycle
+from llmbench.engine import collector, step_counters, tp_lifecycle
 from llmbench.engine.async_scheduling import InFlight, mark_pending, sampling_rows, set_token_fill
 from llmbench.engine.block_manager import BlockManager, SlabAllocator
 from llmbench.engine.config import ConfigError, EngineConfig
@@ -108,7 +108,9 @@ class LLMEngine:
         self._inflight: InFlight | None = None  # asynchronous scheduling: the step still on the device
         self._last_resolved = 0.0
         self._counters = step_counters.StepCounters(self.runner.device, self.runner.recompiles)
+        self._since = self._counters.read()  # asynchronous scheduling: the counters at the last delivery
         self.model_info = ModelInfo.of(config, model_config, self.runner)
+        collector.freeze_startup()  # no full collection walks the model and its modules during steps
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -148,6 +150,7 @@ class LLMEngine:
                 f"({longest} tokens) but the whole pool has {self.kv.num_blocks}"
             )
         seq = Sequence(request_id, ids, params, time.perf_counter() if arrival_time is None else arrival_time)
+        seq.stop_ids = frozenset() if params.ignore_eos else self.eos_token_ids
         self._seqs[request_id] = seq
         self.sampler.add(request_id, params)
         self.scheduler.add(seq)
@@ -172,24 +175,28 @@ class LLMEngine:
     # -- the loop ---------------------------------------------------------------------------------
 
     def step(self) -> StepOutput:
-        """One iteration of the loop; its stats also say what happened during the call (compilations,
-        allocator growth, garbage collection: engine/step_counters.py)."""
-        before = self._counters.read()
+        """One iteration of the loop. Its stats also say what happened in the step's time (compilations,
+        allocator growth, garbage collection: engine/step_counters.py), so that a slow step is explained by
+        what slowed it: under asynchronous scheduling from the delivery of the step before to its own (the
+        span its duration covers), else during the call."""
         with step_range():
-            out = self._step_async() if self.config.async_scheduling else self._step_sync()
-        self._counters.fill(out.stats, before)
-        return out
+            return self._step_async() if self.config.async_scheduling else self._step_sync()
 
     def _step_sync(self) -> StepOutput:
         start = time.perf_counter()
+        since = self._counters.read()
         with phase("schedule"):
             batch = self.scheduler.schedule()
         self._step += 1
         if batch is None:
-            return StepOutput(self._stats(start))
+            stats = self._stats(start)
+            self._counters.fill(stats, since)
+            return StepOutput(stats)
         stats = self._begin(batch, start)
         with phase("build_inputs"):
-            arrays = build_step(batch.seqs, batch.num_new_tokens, self.config.block_size, self.tables)
+            arrays = build_step(
+                batch.seqs, batch.num_new_tokens, self.config.block_size, self.tables, batch.counts()
+            )
             self.sampler.attach(arrays, batch)
         executed = self._execute(arrays)
         stats.graph_bucket, stats.graph_padding = executed.graph_bucket, executed.graph_padding
@@ -208,6 +215,7 @@ class LLMEngine:
             for seq, tok in zip(sampling, tokens, strict=True):
                 seq.token_ids.append(tok)
                 self._deliver(seq, tok, now, out)
+            self._counters.fill(stats, since)  # the whole call: its deliveries are in no step's time
             return self._end(out)
 
     def _execute(self, arrays: StepArrays) -> Executed:
@@ -260,9 +268,9 @@ class LLMEngine:
         """A sampled token has reached the host: record it, and finish its sequence if it ends here."""
         seq.token_times.append(now)
         out.tokens.append(TokenEvent(seq.request_id, tok, now))
-        if not seq.params.ignore_eos and tok in self.eos_token_ids:
+        if tok in seq.stop_ids:
             out.finished.append(self._finish(seq, "stop", now))
-        elif seq.num_output_tokens >= seq.params.max_tokens or seq.num_tokens >= self.max_model_len:
+        elif len(seq.token_ids) >= seq.max_len:  # max_tokens (add_request keeps it within max_model_len)
             out.finished.append(self._finish(seq, "length", now))
 
     def _end(self, out: StepOutput) -> StepOutput:
@@ -279,6 +287,8 @@ class LLMEngine:
     def _step_async(self) -> StepOutput:
         start = time.perf_counter()
         prev = self._inflight
+        if prev is None:  # the step launched now is timed from here, its counters read from here too
+            self._since = self._counters.read()
         with phase("schedule"):
             batch = self.scheduler.schedule()
         launched: InFlight | None = None
@@ -286,7 +296,9 @@ class LLMEngine:
             self._step += 1
             stats = self._begin(batch, start)
             with phase("build_inputs"):
-                arrays = build_step(batch.seqs, batch.num_new_tokens, self.config.block_size, self.tables)
+                arrays = build_step(
+                    batch.seqs, batch.num_new_tokens, self.config.block_size, self.tables, batch.counts()
+                )
                 set_token_fill(batch, arrays)
                 sampling = sampling_rows(batch)
                 self.sampler.attach(arrays, batch, sampling)
@@ -300,7 +312,7 @@ class LLMEngine:
                     tp_lifecycle.fail(self, e)
             with phase("copy_to_host"):
                 launched = InFlight.launch(batch, sampling, stats, ids)
-        out = self._resolve(prev) if prev is not None else StepOutput(self._stats(start))
+        out = self._resolve(prev) if prev is not None else StepOutput(self._stats(start))  # idle: no counts
         with phase("bookkeeping"):
             if launched is not None:
                 self.scheduler.advance(launched.batch)  # after ``prev``'s ids are in: blocks hash real ids
@@ -315,6 +327,7 @@ class LLMEngine:
             tokens = prev.wait()
         now = time.perf_counter()  # tokens are on the host now
         stats = prev.stats
+        self._since = self._counters.fill(stats, self._since)  # from the last delivery, as its time is
         stats.device_wait = now - waited
         stats.start_time = max(stats.start_time, self._last_resolved)  # overlapped: from the last delivery
         stats.end_time = self._last_resolved = now
@@ -377,6 +390,7 @@ class LLMEngine:
             self.runner.release_graphs()
             del self.runner
         self._counters = None  # it reads the runner's recompile count: it must not keep the model alive
+        collector.thaw()
 
     def __del__(self) -> None:
         # Dropped without shutdown(): stop the ranks and free the process group now, so that another

@@ -46,8 +46,9 @@ class StepStats:
     # q*c + q(q+1)/2 (a decode: its context length)
     attention_pairs: int = 0
     context_tokens: int = 0  # keys each sequence attends over after the step (cached + new), summed
-    # What happened during the ``step()`` call that returned these stats (engine/step_counters.py):
-    # what a slow step is explained by.
+    # What happened in the step's time (engine/step_counters.py): what a slow step is explained by. Under
+    # asynchronous scheduling from the delivery of the step before to this one's (the span its duration
+    # covers); otherwise during the ``step()`` call that returned these stats.
     triton_compiles: int = 0
     graph_captures: int = 0
     recompiles: int = 0  # torch.compile graphs built

@@ -123,16 +123,22 @@ class Sampler:
         """Put the rows of a step's sampling sequences (``sampling``, else found from ``batch``) into its
         upload; nothing while no request samples."""
         if self.active:
+            c = batch.counts()
             arrays.sample_params, arrays.sample_keys = self.rows(
-                sampling_rows(batch) if sampling is None else sampling
+                sampling_rows(batch) if sampling is None else sampling, c.total[c.samples]
             )
 
-    def rows(self, seqs: list[Sequence]) -> tuple[np.ndarray, np.ndarray]:
+    def rows(
+        self, seqs: list[Sequence], positions: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Host arrays for a step whose sampling rows are ``seqs`` (before their new tokens are added):
-        (4, N) float32 settings and (2, N) int64 seed keys and positions."""
+        (4, N) float32 settings and (2, N) int64 seed keys and positions (``positions``: the sequences'
+        lengths, when already read)."""
         n = len(seqs)
-        slots = np.fromiter((self._slot[s.request_id] for s in seqs), dtype=np.int64, count=n)
-        positions = np.fromiter((s.num_tokens for s in seqs), dtype=np.int64, count=n)
+        slot = self._slot
+        slots = np.fromiter((slot[s.request_id] for s in seqs), dtype=np.int64, count=n)
+        if positions is None:
+            positions = np.fromiter((s.num_tokens for s in seqs), dtype=np.int64, count=n)
         return np.ascontiguousarray(self._params[:, slots]), np.stack([self._keys[slots], positions])
 
     # -- the step -----------------------------------------------------------------------------------

@@ -24,6 +24,10 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import chain
+from typing import NamedTuple
+
+import numpy as np
 
 from llmbench.engine.block_manager import BlockManager, SlabAllocator
 from llmbench.engine.sequence import Sequence, SequenceStatus
@@ -36,6 +40,45 @@ LIMIT_STATIC = "static_batch"
 BATCH_LIMITS = (LIMIT_NONE, LIMIT_KV, LIMIT_SEQS, LIMIT_TOKENS, LIMIT_STATIC)
 
 
+class BatchCounts(NamedTuple):
+    """A batch's per-sequence counters as scheduled, read from its sequences in one pass: every use of them
+    before the step (its stats, inputs, fill rows, sampling rows) reads these arrays rather than each
+    sequence again. (B,) int64 each."""
+
+    computed: np.ndarray  # tokens with K/V in the cache
+    total: np.ndarray  # tokens of the sequence (a placeholder of asynchronous scheduling included)
+    prompt: np.ndarray
+    new: np.ndarray  # this step's query lengths
+    pending: np.ndarray  # position of the sequence's placeholder token, -1 for none
+    pending_src: np.ndarray  # the placeholder's row among the last step's sampled ids
+
+    @classmethod
+    def of(cls, seqs: list[Sequence], num_new_tokens: list[int]) -> BatchCounts:
+        n = len(seqs)
+        flat = np.fromiter(
+            chain.from_iterable(
+                (
+                    s.num_computed_tokens,
+                    len(s.token_ids),
+                    s.num_prompt_tokens,
+                    -1 if s.pending_pos is None else s.pending_pos,
+                    s.pending_src or 0,
+                )
+                for s in seqs
+            ),
+            dtype=np.int64,
+            count=5 * n,
+        )
+        cols = flat.reshape(n, 5).T.copy()  # each counter contiguous: positions go to kernels as they are
+        new = np.asarray(num_new_tokens, dtype=np.int64)
+        return cls(cols[0], cols[1], cols[2], new, cols[3], cols[4])
+
+    @property
+    def samples(self) -> np.ndarray:
+        """(B,) bool: the step reaches the sequence's last token, so its logits are sampled."""
+        return self.computed + self.new == self.total
+
+
 @dataclass
 class ScheduledBatch:
     seqs: list[Sequence]
@@ -44,19 +87,23 @@ class ScheduledBatch:
     prefix_hit_tokens: int = 0
     newly_scheduled: list[Sequence] = field(default_factory=list)
     limit: str = LIMIT_NONE  # what kept more work out of this step (module docstring)
+    _counts: BatchCounts | None = field(default=None, repr=False)
 
     def limited_by(self, reason: str) -> None:
         if self.limit == LIMIT_NONE:
             self.limit = reason
 
+    def counts(self) -> BatchCounts:
+        """The sequences' counters as scheduled, read once; valid until ``Scheduler.advance`` moves them."""
+        if self._counts is None:
+            self._counts = BatchCounts.of(self.seqs, self.num_new_tokens)
+        return self._counts
+
     def token_counts(self) -> tuple[int, int]:
         """(prefill tokens, decode tokens); valid until ``Scheduler.advance`` moves the counters."""
-        decode = sum(
-            1
-            for s, n in zip(self.seqs, self.num_new_tokens, strict=True)
-            if n == 1 and s.num_computed_tokens >= s.num_prompt_tokens
-        )
-        return sum(self.num_new_tokens) - decode, decode
+        c = self.counts()
+        decode = int(np.count_nonzero((c.new == 1) & (c.computed >= c.prompt)))
+        return int(c.new.sum()) - decode, decode
 
 
 def step_kind(prefill_tokens: int, decode_tokens: int) -> str:
@@ -158,23 +205,26 @@ class Scheduler:
         return budget
 
     def _schedule_running(self, batch: ScheduledBatch, budget: int) -> int:
+        running, grow = self.running, self.kv.grow
+        seqs, counts = batch.seqs, batch.num_new_tokens
         i = 0
-        while i < len(self.running) and budget > 0:
-            seq = self.running[i]
-            n = min(seq.num_uncomputed_tokens, budget)
-            if n < seq.num_uncomputed_tokens:
+        while i < len(running) and budget > 0:
+            seq = running[i]
+            uncomputed = len(seq.token_ids) - seq.num_computed_tokens
+            n = uncomputed if uncomputed <= budget else budget
+            if n < uncomputed:
                 batch.limited_by(LIMIT_TOKENS)
-            while not self.kv.grow(seq, n):
-                victim = self.running[-1]
+            while not grow(seq, n):
+                victim = running[-1]
                 self._preempt(victim)
                 batch.num_preemptions += 1
                 if victim is seq:
                     return budget
-            batch.seqs.append(seq)
-            batch.num_new_tokens.append(n)
+            seqs.append(seq)
+            counts.append(n)
             budget -= n
             i += 1
-        if i < len(self.running):  # the budget ran out before every running sequence had its tokens
+        if i < len(running):  # the budget ran out before every running sequence had its tokens
             batch.limited_by(LIMIT_TOKENS)
         return budget
 
@@ -191,11 +241,13 @@ class Scheduler:
     def advance(self, batch: ScheduledBatch) -> list[Sequence]:
         """Count this step's tokens as computed; return the sequences whose step ends in a sample."""
         sampling = []
+        finished = SequenceStatus.FINISHED
+        commit = self.kv.commit
         for seq, n in zip(batch.seqs, batch.num_new_tokens, strict=True):
-            if seq.is_finished:  # asynchronous scheduling: it ended while this step was on the device
+            if seq.status is finished:  # asynchronous scheduling: it ended while this step was on the device
                 continue
             seq.num_computed_tokens += n
-            self.kv.commit(seq)
-            if seq.num_computed_tokens == seq.num_tokens:
+            commit(seq)
+            if seq.num_computed_tokens == len(seq.token_ids):
                 sampling.append(seq)
         return sampling

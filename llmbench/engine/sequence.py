@@ -22,6 +22,8 @@ class Sequence:
         self.token_ids = list(prompt_token_ids)
         self.num_prompt_tokens = len(prompt_token_ids)
         self.params = params
+        self.max_len = self.num_prompt_tokens + params.max_tokens  # its length when it ends by max_tokens
+        self.stop_ids: frozenset[int] = frozenset()  # ids that end it (EOS; the engine sets them)
         self.arrival_time = arrival_time
         self.status = SequenceStatus.WAITING
         # Tokens whose K/V are in the cache; the rest of token_ids is still to be computed.

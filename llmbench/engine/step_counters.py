@@ -111,9 +111,10 @@ class MemoryReader:
 
 
 class StepCounters:
-    """Reads the counters at a step's start (``read``) and writes the differences into its stats at its
-    end. Memory is read once a step, at its end (it is the one read that costs microseconds): a step's
-    growth is counted from the end of the step before."""
+    """Reads the counters where a step's time starts (``read``) and writes the differences into its stats
+    where it ends (``fill``, which returns the counters then: under asynchronous scheduling one step's end
+    is where the next one's time starts). Memory is read once a step, at its end (it is the one read that
+    costs microseconds): a step's growth is counted from the end of the step before."""
 
     def __init__(self, device: torch.device, recompiles: Callable[[], int]) -> None:
         install()
@@ -125,7 +126,8 @@ class StepCounters:
         t = _totals
         return Snapshot(t.triton_compiles, t.graph_captures, self.recompiles(), t.gc_time, self._memory)
 
-    def fill(self, stats: StepStats, before: Snapshot) -> None:
+    def fill(self, stats: StepStats, before: Snapshot) -> Snapshot:
+        """Write what changed since ``before`` into ``stats``; return the counters now."""
         t = _totals
         self._memory = self.memory()
         stats.triton_compiles = t.triton_compiles - before.triton_compiles
@@ -133,3 +135,6 @@ class StepCounters:
         stats.recompiles = self.recompiles() - before.recompiles
         stats.memory_growth = self._memory - before.memory
         stats.gc_time = t.gc_time - before.gc_time
+        return Snapshot(
+            t.triton_compiles, t.graph_captures, stats.recompiles + before.recompiles, t.gc_time, self._memory
+        )

@@ -11,6 +11,7 @@ from itertools import chain
 
 import numpy as np
 
+from llmbench.engine.scheduler import BatchCounts
 from llmbench.engine.sequence import Sequence
 
 
@@ -49,13 +50,12 @@ class BlockTables:
 
     def gather(self, seqs: list[Sequence]) -> np.ndarray:
         """(B, widest table of the batch) int32."""
-        idx = np.empty(len(seqs), dtype=np.int64)
-        width = 0
-        for i, seq in enumerate(seqs):
+        rows, idx, width = self._rows, [], 0
+        for seq in seqs:
             table = seq.block_table
-            entry = self._rows.get(seq.request_id)
+            entry = rows.get(seq.request_id)
             if entry is None:
-                entry = self._rows[seq.request_id] = [self._take_row(), table, 0]
+                entry = rows[seq.request_id] = [self._take_row(), table, 0]
             elif entry[1] is not table:  # replaced: start the row again
                 self.matrix[entry[0], : entry[2]] = 0
                 entry[1], entry[2] = table, 0
@@ -63,8 +63,9 @@ class BlockTables:
             if entry[2] < n:
                 self.matrix[entry[0], entry[2] : n] = table[entry[2] :]
                 entry[2] = n
-            idx[i] = entry[0]
-            width = max(width, n)
+            idx.append(entry[0])
+            if n > width:
+                width = n
         return self.matrix[idx, :width]
 
     def forget(self, request_id: str) -> None:
@@ -82,19 +83,26 @@ class BlockTables:
 
 
 def build_step(
-    seqs: list[Sequence], num_new_tokens: list[int], block_size: int, mirror: BlockTables | None = None
+    seqs: list[Sequence],
+    num_new_tokens: list[int],
+    block_size: int,
+    mirror: BlockTables | None = None,
+    counts: BatchCounts | None = None,
 ) -> StepArrays:
     """Flatten a batch. Runs every step: host work here is on the hot path. ``mirror``: the engine's
-    running tables (without one, e.g. for warm-up batches, the tables are copied row by row)."""
+    running tables (without one, e.g. for warm-up batches, the tables are copied row by row); ``counts``:
+    the batch's counters already read (``ScheduledBatch.counts``)."""
     bs = block_size
     n = len(seqs)
+    if counts is None:
+        counts = BatchCounts.of(seqs, num_new_tokens)
     if mirror is not None:
         tables = mirror.gather(seqs)
     else:
         tables = np.zeros((n, max(len(s.block_table) for s in seqs)), dtype=np.int32)
         for i, s in enumerate(seqs):
             tables[i, : len(s.block_table)] = s.block_table
-    starts = np.fromiter((s.num_computed_tokens for s in seqs), dtype=np.int64, count=n)
+    starts = counts.computed
     if max(num_new_tokens) == 1:  # decode-shaped: one token per sequence, its position where it starts
         query_start = np.arange(n + 1, dtype=np.int32)
         row, positions = query_start[:-1], starts
@@ -102,23 +110,22 @@ def build_step(
             (s.token_ids[p] for s, p in zip(seqs, starts.tolist(), strict=True)), dtype=np.int64, count=n
         )
     else:  # every token's sequence and position, in numpy (8k tokens a step)
-        counts = np.asarray(num_new_tokens, dtype=np.int64)
+        new = counts.new
         query_start = np.zeros(n + 1, dtype=np.int32)
-        np.cumsum(counts, out=query_start[1:])
-        row = np.repeat(np.arange(n), counts)
+        np.cumsum(new, out=query_start[1:])
+        row = np.repeat(np.arange(n), new)
         positions = np.arange(int(query_start[-1]), dtype=np.int64) - np.repeat(
-            query_start[:-1] - starts, counts
+            query_start[:-1] - starts, new
         )
-        spans = zip(seqs, starts.tolist(), (starts + counts).tolist(), strict=True)
+        spans = zip(seqs, starts.tolist(), (starts + new).tolist(), strict=True)
         input_ids = np.fromiter(
             chain.from_iterable(s.token_ids[a:b] for s, a, b in spans),
             dtype=np.int64,
             count=int(query_start[-1]),
         )
     slots = tables[row, positions // bs].astype(np.int64) * bs + positions % bs
-    seq_lens = starts + np.diff(query_start)
-    ends = np.fromiter((s.num_tokens for s in seqs), dtype=np.int64, count=n)
-    logits_idx = (query_start[1:] - 1).astype(np.int64)[seq_lens == ends]  # rows that reach their last token
+    seq_lens = starts + counts.new
+    logits_idx = (query_start[1:] - 1).astype(np.int64)[counts.samples]  # rows that reach their last token
     return StepArrays(
         input_ids=input_ids,
         positions=positions,

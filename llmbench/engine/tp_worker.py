@@ -16,6 +16,7 @@ from typing import NoReturn
 
 import torch.distributed as dist
 
+from llmbench.engine import collector
 from llmbench.engine.ranges import step_range
 from llmbench.engine.tp import (
     close_group,
@@ -48,6 +49,7 @@ def serve(runner, receive: Callable[[], tuple[str, object]]) -> None:
     barrier, so that no step starts before every rank records, and rank 0 knows every file is there
     (``LLMEngine.start_trace``/``stop_trace``). Each step this rank
     serves is one ``llmbench.step`` range in its trace."""
+    collector.freeze_startup()  # a rank ends with its process: nothing to give back
     while True:
         kind, payload = receive()
         if kind == "stop":

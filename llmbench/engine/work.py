@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
+import numpy as np
+
 if TYPE_CHECKING:
     from torch import nn
 
@@ -75,10 +77,9 @@ def step_work(batch: ScheduledBatch) -> StepWork:
     """The batch's counts, taken before ``Scheduler.advance`` moves them on: a sequence with c tokens in
     the cache and q new ones has q*c + q(q+1)/2 query-key pairs and c + q keys, and samples when the step
     reaches its last token."""
-    rows = pairs = context = 0
-    for seq, q in zip(batch.seqs, batch.num_new_tokens, strict=True):
-        c = seq.num_computed_tokens
-        pairs += q * c + q * (q + 1) // 2
-        context += c + q
-        rows += c + q == seq.num_tokens
+    c = batch.counts()
+    q = c.new
+    pairs = int((q * c.computed + q * (q + 1) // 2).sum())
+    context = int((c.computed + q).sum())
+    rows = int(np.count_nonzero(c.samples))
     return StepWork(rows, pairs, context)
