@@ -14,8 +14,8 @@ sampling row at once: what is left is the host's own work, the part that must hi
 step for the GPU never to wait (prompt ids are taken modulo the stand-in model's vocabulary). On a GPU
 the engine is whole.
 
-Prints, per batch-size bin (``llmbench report --view batches``'s bins), the decode steps per run and the
-host's mean time per step in each phase of engine/ranges.py (``wait``, the wait for the device's ids, taken
+Prints, per batch-size bin of decode steps (``llmbench report --view batches``'s bins), then for prefill
+and for mixed steps, the steps per run and the host's mean time per step in each phase of engine/ranges.py (``wait``, the wait for the device's ids, taken
 out of copy_to_host), the driver's own handling of the tokens between steps, the rest of ``step()`` (``other``),
 and the host's total (all but the wait) per step and per sequence, over ``--repeats`` runs of the workload.
 """
@@ -117,15 +117,19 @@ def table(rows: list[tuple[str, int, dict[str, float]]], runs: int) -> None:
         + " ".join(f"{c:>14}" for c in COLUMNS)
         + f" {'host':>7} {'us/seq':>7}"
     )
+    groups = []
     for i, lo in enumerate(BATCH_EDGES):
         hi = BATCH_EDGES[i + 1] - 1 if i + 1 < len(BATCH_EDGES) else 1 << 30
-        sel = [(n, s) for kind, n, s in rows if kind == "decode" and lo <= n <= hi]
+        label = str(lo) if hi == lo else f"{lo}-{hi}" if hi < 1 << 30 else f">={lo}"
+        groups.append((label, [(n, s) for kind, n, s in rows if kind == "decode" and lo <= n <= hi]))
+    for kind in ("prefill", "mixed"):  # every size together
+        groups.append((kind, [(n, s) for k, n, s in rows if k == kind]))
+    for label, sel in groups:
         if not sel:
             continue
         mean = {c: sum(s.get(c, 0.0) for _, s in sel) / len(sel) * 1e3 for c in COLUMNS}
         host = sum(v for c, v in mean.items() if c != "wait")
         seqs = sum(n for n, _ in sel) / len(sel)
-        label = str(lo) if hi == lo else f"{lo}-{hi}" if hi < 1 << 30 else f">={lo}"
         print(
             f"{label:>10} {len(sel) // runs:>6} " + " ".join(f"{mean[c]:>14.3f}" for c in COLUMNS)
             + f" {host:>7.3f} {host * 1e3 / seqs:>7.1f}"
