@@ -98,10 +98,7 @@ class LLMEngine:
         )
         self.sampler = Sampler(self.runner.device, config.triton_kernels, config.seed)
         self.sampler.warm_up(model_config.vocab_size, config.torch_dtype)  # not inside a measured step
-        eos = set(model_config.eos_token_ids)
-        if self.tokenizer.eos_token_id is not None:
-            eos.add(self.tokenizer.eos_token_id)
-        self.eos_token_ids = frozenset(eos)
+        self.eos_token_ids = frozenset(model_config.eos_token_ids) | ({self.tokenizer.eos_token_id} - {None})
         self._seqs: dict[str, Sequence] = {}
         self._step = 0
         self.tables = BlockTables(-(-max_len // bs))  # rows of the running sequences' block tables
