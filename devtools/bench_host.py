@@ -40,6 +40,7 @@ import llmbench.engine.model_runner as model_runner  # noqa: E402
 from llmbench.bench.backends.engine import sampling_params  # noqa: E402
 from llmbench.bench.derived import BATCH_EDGES  # noqa: E402
 from llmbench.bench.driver import drive  # noqa: E402
+from llmbench.bench.report.batches import bin_label  # noqa: E402
 from llmbench.bench.scenario import load_scenario  # noqa: E402
 from llmbench.bench.workload import RequestSpec, build_requests  # noqa: E402
 from llmbench.engine.config import EngineConfig  # noqa: E402
@@ -119,9 +120,9 @@ def table(rows: list[tuple[str, int, dict[str, float]]], runs: int) -> None:
     )
     groups = []
     for i, lo in enumerate(BATCH_EDGES):
-        hi = BATCH_EDGES[i + 1] - 1 if i + 1 < len(BATCH_EDGES) else 1 << 30
-        label = str(lo) if hi == lo else f"{lo}-{hi}" if hi < 1 << 30 else f">={lo}"
-        groups.append((label, [(n, s) for kind, n, s in rows if kind == "decode" and lo <= n <= hi]))
+        hi = BATCH_EDGES[i + 1] - 1 if i + 1 < len(BATCH_EDGES) else None
+        sel = [(n, s) for kind, n, s in rows if kind == "decode" and lo <= n <= (hi or n)]
+        groups.append((bin_label(lo, hi), sel))
     for kind in ("prefill", "mixed"):  # every size together
         groups.append((kind, [(n, s) for k, n, s in rows if k == kind]))
     for label, sel in groups:

@@ -96,7 +96,7 @@ class BlockManager:
 
     def grow(self, seq: Sequence, num_new_tokens: int) -> bool:
         """Make room for ``num_new_tokens`` beyond the computed ones."""
-        new = -(-(seq.num_computed_tokens + num_new_tokens) // self.block_size) - len(seq.block_table)
+        new = blocks_for(seq.num_computed_tokens + num_new_tokens, self.block_size) - len(seq.block_table)
         if new <= 0:  # most calls: a decode step's token fits the last block
             return True
         if new > len(self.free_blocks):

@@ -146,8 +146,8 @@ class LLMEngine:
                 f"request {request_id!r} needs {self.kv.blocks_needed(longest)} KV blocks "
                 f"({longest} tokens) but the whole pool has {self.kv.num_blocks}"
             )
-        seq = Sequence(request_id, ids, params, time.perf_counter() if arrival_time is None else arrival_time)
-        seq.stop_ids = frozenset() if params.ignore_eos else self.eos_token_ids
+        arrival = time.perf_counter() if arrival_time is None else arrival_time
+        seq = Sequence(request_id, ids, params, arrival, self.eos_token_ids)
         self._seqs[request_id] = seq
         self.sampler.add(request_id, params)
         self.scheduler.add(seq)

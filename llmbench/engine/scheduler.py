@@ -51,6 +51,7 @@ class BatchCounts(NamedTuple):
     new: np.ndarray  # this step's query lengths
     pending: np.ndarray  # position of the sequence's placeholder token, -1 for none
     pending_src: np.ndarray  # the placeholder's row among the last step's sampled ids
+    samples: np.ndarray  # (B,) bool: the step reaches the sequence's last token, so its logits are sampled
 
     @classmethod
     def of(cls, seqs: list[Sequence], num_new_tokens: list[int]) -> BatchCounts:
@@ -71,12 +72,7 @@ class BatchCounts(NamedTuple):
         )
         cols = flat.reshape(n, 5).T.copy()  # each counter contiguous: positions go to kernels as they are
         new = np.asarray(num_new_tokens, dtype=np.int64)
-        return cls(cols[0], cols[1], cols[2], new, cols[3], cols[4])
-
-    @property
-    def samples(self) -> np.ndarray:
-        """(B,) bool: the step reaches the sequence's last token, so its logits are sampled."""
-        return self.computed + self.new == self.total
+        return cls(cols[0], cols[1], cols[2], new, cols[3], cols[4], cols[0] + new == cols[1])
 
 
 @dataclass
@@ -211,7 +207,7 @@ class Scheduler:
         while i < len(running) and budget > 0:
             seq = running[i]
             uncomputed = len(seq.token_ids) - seq.num_computed_tokens
-            n = uncomputed if uncomputed <= budget else budget
+            n = min(uncomputed, budget)
             if n < uncomputed:
                 batch.limited_by(LIMIT_TOKENS)
             while not grow(seq, n):

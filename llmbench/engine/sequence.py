@@ -16,14 +16,19 @@ class SequenceStatus(enum.Enum):
 
 class Sequence:
     def __init__(
-        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, arrival_time: float
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        arrival_time: float,
+        stop_ids: frozenset[int] = frozenset(),
     ) -> None:
         self.request_id = request_id
         self.token_ids = list(prompt_token_ids)
         self.num_prompt_tokens = len(prompt_token_ids)
         self.params = params
         self.max_len = self.num_prompt_tokens + params.max_tokens  # its length when it ends by max_tokens
-        self.stop_ids: frozenset[int] = frozenset()  # ids that end it (EOS; the engine sets them)
+        self.stop_ids = frozenset() if params.ignore_eos else stop_ids  # ids that end it (the model's EOS)
         self.arrival_time = arrival_time
         self.status = SequenceStatus.WAITING
         # Tokens whose K/V are in the cache; the rest of token_ids is still to be computed.

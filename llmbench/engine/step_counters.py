@@ -128,13 +128,11 @@ class StepCounters:
 
     def fill(self, stats: StepStats, before: Snapshot) -> Snapshot:
         """Write what changed since ``before`` into ``stats``; return the counters now."""
-        t = _totals
         self._memory = self.memory()
-        stats.triton_compiles = t.triton_compiles - before.triton_compiles
-        stats.graph_captures = t.graph_captures - before.graph_captures
-        stats.recompiles = self.recompiles() - before.recompiles
-        stats.memory_growth = self._memory - before.memory
-        stats.gc_time = t.gc_time - before.gc_time
-        return Snapshot(
-            t.triton_compiles, t.graph_captures, stats.recompiles + before.recompiles, t.gc_time, self._memory
-        )
+        now = self.read()
+        stats.triton_compiles = now.triton_compiles - before.triton_compiles
+        stats.graph_captures = now.graph_captures - before.graph_captures
+        stats.recompiles = now.recompiles - before.recompiles
+        stats.memory_growth = now.memory - before.memory
+        stats.gc_time = now.gc_time - before.gc_time
+        return now

@@ -16,8 +16,6 @@ from llmbench.bench.report.frame import Group
 from llmbench.bench.report.views import View
 
 QUALITY_FILE = "quality.json"
-
-
 QUALITY_WORK = "quality"  # the folder ``ablate --quality`` works in, made before anything is measured
 
 
@@ -60,15 +58,7 @@ def quality_views(scenario: str, groups: list[Group]) -> list[View]:
         return []
     headers = ["variant", "KL mean", "95% CI", "KL p99", "top-1 agreement", "greedy outputs", "perplexity"]
     if record.get("status") == "unrecorded":
-        row = [
-            "–",
-            "not recorded: the quality run stopped before its first variant's rows",
-            "",
-            "",
-            "",
-            "",
-            "",
-        ]
+        row = ["–", "not recorded: the quality run stopped before its first variant's rows"] + [""] * 5
         return [View(f"{scenario}: outputs against the baseline (--quality)", headers, [row], [False] * 7)]
     rows = []
     for entry in record["variants"]:
