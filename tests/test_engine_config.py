@@ -118,13 +118,13 @@ def message(**options) -> str:
             {"tuning": {"skinny_rows": 1}},
             "tuning.skinny_rows: unknown tuning knob; valid: compile_mode, cuda_graph_buckets, "
             "decode_longest_first, decode_split_tokens, decode_uniform_tiling, graph_sampling, kv_cache_scale, "
-            "skinny_fusion, "
-            "skinny_matmul_rows, tp_all_reduce, tp_fuse_matmul, tp_fuse_norm",
+            "mixed_step_decodes, skinny_fusion, skinny_matmul_rows, tp_all_reduce, tp_fuse_matmul, tp_fuse_norm",
         ),
         (
             {"tuning": 5},
             "tuning: expected a mapping of tuning knobs (cuda_graph_buckets, decode_split_tokens, decode_longest_first, "
-            "decode_uniform_tiling, graph_sampling, skinny_matmul_rows, skinny_fusion, tp_all_reduce, tp_fuse_norm, tp_fuse_matmul, compile_mode, kv_cache_scale), got 5",
+            "decode_uniform_tiling, mixed_step_decodes, graph_sampling, skinny_matmul_rows, skinny_fusion, tp_all_reduce, "
+            "tp_fuse_norm, tp_fuse_matmul, compile_mode, kv_cache_scale), got 5",
         ),
         (
             {"skinny_matmul_rows": 1},

@@ -8,6 +8,7 @@ element (or split-KV scratch entry) that a kernel forgets to write shows up as a
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -62,8 +63,9 @@ from llmbench.kernels.skinny_matmul import (  # noqa: E402
 )
 from llmbench.kernels.triton_decode import decode_attention  # noqa: E402
 from llmbench.kernels.triton_prefill import PrefillConfig, prefill_attention  # noqa: E402
+from llmbench.layers.attention.backends import TritonBackend  # noqa: E402
 from llmbench.layers.attention.flash import FlashAttnBackend  # noqa: E402
-from llmbench.layers.attention.metadata import AttentionMetadata  # noqa: E402
+from llmbench.layers.attention.metadata import AttentionMetadata, leading_decodes  # noqa: E402
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 # Under the interpreter Triton only runs on CPU tensors; compiled, only on CUDA ones.
@@ -704,6 +706,51 @@ def test_paged_prefill_only_decodes_equals_decode_kernel(setting: Setting) -> No
     )
 
 
+@pytest.mark.parametrize("ordered", [False, True])
+@pytest.mark.parametrize("Hq,Hk,D,block_size", PREFILL_SHAPES[:3])
+def test_mixed_step_decodes_taken_by_the_decode_kernel_match_reference(
+    setting: Setting, Hq: int, Hk: int, D: int, block_size: int, ordered: bool
+) -> None:
+    # A mixed step as the scheduler lays it out: decodes first (contexts from one token to several pages),
+    # then a chunk after earlier chunks, a fresh prompt, a one-token prompt. The decode kernel takes the
+    # leading decodes (longest first, or in batch order), the prefill kernel the rest, into one output.
+    # 37 decodes: more rows than a query tile, so that the prefill kernel's grid has tiles before its first
+    # sequence's rows.
+    query_lens = [1] * 37 + [block_size + 1, 23, 1]
+    context_lens = [(9, 0, 3 * block_size + 2, block_size)[i % 4] for i in range(37)]
+    context_lens += [2 * block_size - 1, 0, 0]
+    seq_lens = [q + c for q, c in zip(query_lens, context_lens, strict=True)]
+    k_cache, v_cache, block_tables = random_paged_cache(setting, seq_lens, block_size, Hk, D)
+    q = torch.randn(sum(query_lens), Hq, D, device=setting.device, dtype=setting.dtype)
+    starts = [0, *itertools.accumulate(query_lens)]
+    qsl = torch.tensor(starts, device=setting.device, dtype=torch.int32)
+    sl = torch.tensor(seq_lens, device=setting.device, dtype=torch.int32)
+    nd = leading_decodes(query_lens)
+    assert nd == 37
+    meta = AttentionMetadata(
+        slot_mapping=torch.zeros(len(q), dtype=torch.int64, device=setting.device),
+        query_start_loc=qsl, seq_lens=sl, block_tables=block_tables, max_query_len=max(query_lens),
+        max_seq_len=max(seq_lens), query_lens_cpu=query_lens, seq_lens_cpu=seq_lens, num_decodes=nd,
+        decode_order=longest_first(sl[:nd]) if ordered else None,
+    )  # fmt: skip
+    out = TritonBackend().attend(q, k_cache, v_cache, meta, D**-0.5)
+    ref = paged_attention_prefill_ref(q, k_cache, v_cache, block_tables, qsl, sl, max(query_lens), D**-0.5)
+    check(f"mixed step, decodes apart, {Hq}/{Hk}x{D}", out, ref, setting)
+    # The prefill kernel from the first sequence after the decodes leaves their rows as they were.
+    rest = prefill_attention(
+        q, k_cache, v_cache, block_tables, qsl, sl, max(query_lens), D**-0.5, first_seq=nd,
+        out=torch.full_like(q, float("nan")),
+    )  # fmt: skip
+    assert torch.isnan(rest[:nd]).all()
+    check("prefill from the first non-decode", rest[nd:], ref[nd:], setting)
+
+
+def test_leading_decodes_counts_the_one_row_sequences_in_front() -> None:
+    assert leading_decodes([1, 1, 5, 1]) == 2
+    assert leading_decodes([3, 1]) == 0
+    assert leading_decodes([1, 1, 1]) == 3
+
+
 def test_paged_prefill_long_prompt_matches_reference(setting: Setting) -> None:
     # Several 128-row query tiles with the default (GPU) tiles, after a prefix hit.
     run_prefill(setting, [300, 1], [45, 200], 4, 1, 128, 16)
@@ -807,17 +854,23 @@ print(rmsnorm.rms_norm_ref(x, torch.ones(8), 1e-6)[0].shape)
 @pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8_e4m3"])
 def test_eager_decode_steps_compile_nothing_after_the_warm_up(kv_cache_dtype: str) -> None:
     # A JIT compile inside a measured step is a ~1 s stall: the start-up warm-up must cover every
-    # split-KV variant an eager decode step can pick (batch and block-table width vary per step), and the
-    # tiles of batches of one context length (a float8 cache's differ).
+    # split-KV variant an eager decode step can pick (batch and block-table width vary per step), the
+    # tiles of batches of one context length (a float8 cache's differ), and the decodes of mixed steps
+    # (a small token budget chunks the longer prompts beside running decodes: Tuning.mixed_step_decodes).
     from llmbench import LLM, SamplingParams
-    from llmbench.kernels import triton_decode
+    from llmbench.kernels import triton_decode, triton_prefill
 
     def compiled() -> int:  # Triton 3.x: device_caches[device][0] is the compiled-kernel cache
-        kernels = (triton_decode._decode_kernel, triton_decode._decode_reduce_kernel)
+        kernels = (
+            triton_decode._decode_kernel,
+            triton_decode._decode_reduce_kernel,
+            triton_prefill._prefill_kernel,
+        )
         return sum(len(entry[0]) for k in kernels for entry in k.device_caches.values())
 
     llm = LLM("qwen3-tiny", device="cuda", cuda_graph=False, max_model_len=2048, num_kv_blocks=512,
-              kv_cache_dtype=kv_cache_dtype)  # fmt: skip
+              kv_cache_dtype=kv_cache_dtype, max_num_batched_tokens=512)  # fmt: skip
+    assert llm.engine.config.tuning.mixed_step_decodes
     before = compiled()
     params = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
     llm.generate([[1] * n for n in (1, 30, 300, 1500)], params)  # widths and batch sizes that vary

@@ -198,6 +198,35 @@ def test_decode_rows_taken_longest_first_keep_tokens(arch_model, monkeypatch):
     assert llm.engine.config.tuning.decode_longest_first and max(taken) > 1
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("mixed_decodes", [False, True])
+def test_mixed_steps_keep_tokens_whichever_kernel_takes_their_decodes(arch_model, monkeypatch, mixed_decodes):
+    # Tuning.mixed_step_decodes: a step that mixes decodes with prompt chunks attends the decodes with the
+    # decode kernel (the prefill kernel starting after them) or lets the prefill kernel take them all.
+    arch, folder, expected = arch_model
+    if arch != "qwen3" or not triton_usable("cuda" if torch.cuda.is_available() else "cpu"):
+        pytest.skip("one architecture is enough (interpreted Triton is slow); needs triton")
+    from llmbench.layers.attention import backends
+
+    first_seqs = []
+    real = backends.prefill_attention
+
+    def spy(*args, **kwargs):
+        first_seqs.append(kwargs.get("first_seq", 0))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(backends, "prefill_attention", spy)
+    got, llm = _generate(
+        folder, attention_backend="triton", max_num_batched_tokens=24, max_num_seqs=4,
+        tuning={"mixed_step_decodes": mixed_decodes},
+    )  # fmt: skip
+    assert got == expected
+    assert llm.engine.config.tuning.mixed_step_decodes == mixed_decodes
+    assert (max(first_seqs) > 0) == mixed_decodes, (
+        "no mixed step had leading decodes" if mixed_decodes else ""
+    )
+
+
 @pytest.mark.gpu  # past the GPU's width: more sequences than its multiprocessors hold programs
 @pytest.mark.parametrize("cuda_graph", [False, True])
 def test_a_large_decode_batch_taken_longest_first_keeps_tokens(arch_model, cuda_graph):

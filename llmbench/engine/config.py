@@ -78,6 +78,10 @@ class Tuning:
         are about one length (the shortest at least half the longest) the tiling measured fastest on such
         batches, and other batches the one measured fastest on mixed lengths; CUDA Graphs capture both
         for the batch sizes where they differ. auto: on with attention_backend 'triton'.
+    mixed_step_decodes: in a step that mixes prompt chunks with decodes, Triton attention takes the
+        decodes with its decode kernel (as a decode step would, longest first where that pays) and the
+        chunks with its prefill kernel: two launches a layer. off: the prefill kernel takes them all, each
+        decode a tile of up to 128 query rows of its own. auto: on with attention_backend 'triton'.
     graph_sampling: the draw of a decode step's tokens (greedy and temperature rows; a step whose
         requests ask for top-k, top-p or min-p samples after the graph) inside its CUDA Graph, so that it
         costs no launches on the host. auto: on with cuda_graph and triton_kernels.
@@ -103,6 +107,7 @@ class Tuning:
     decode_split_tokens: int = 0
     decode_longest_first: bool | None = None
     decode_uniform_tiling: bool | None = None
+    mixed_step_decodes: bool | None = None
     graph_sampling: bool | None = None
     skinny_matmul_rows: int | None = None
     skinny_fusion: str = AUTO
@@ -283,6 +288,7 @@ def flippable_knobs() -> tuple[str, ...]:
     return (
         "tuning.decode_longest_first",
         "tuning.decode_uniform_tiling",
+        "tuning.mixed_step_decodes",
         "tuning.graph_sampling",
         "tuning.tp_fuse_norm",
         "tuning.tp_fuse_matmul",

@@ -30,7 +30,7 @@ from llmbench.kernels import sample as draw_kernel
 from llmbench.kernels.kv_layout import by_token
 from llmbench.kernels.kv_quant import is_fp8, kv_dtype
 from llmbench.layers.attention.backends import make_backend
-from llmbench.layers.attention.metadata import AttentionMetadata
+from llmbench.layers.attention.metadata import AttentionMetadata, leading_decodes
 from llmbench.layers.parallel import TPGroup
 from llmbench.models.config import ModelConfig
 from llmbench.models.fused_decode import DecodePlan, fuse_decode
@@ -244,13 +244,14 @@ class ModelRunner:
     # -- one step ---------------------------------------------------------------------------------
 
     def to_inputs(self, step: StepArrays) -> StepInputs:
-        ordered = self._orders(step)
+        decodes = self._decode_rows(step)
+        ordered = self._orders(decodes)
         with phase("build_inputs"):
-            arrays = self._host_arrays(step, ordered)
+            arrays = self._host_arrays(step, decodes if ordered else 0)
         with phase("copy_to_device"):
-            return self._upload(step, arrays, ordered)
+            return self._upload(step, arrays, ordered, decodes)
 
-    def _host_arrays(self, step: StepArrays, ordered: bool) -> list[np.ndarray]:
+    def _host_arrays(self, step: StepArrays, ordered: int) -> list[np.ndarray]:
         arrays = [
             step.input_ids,
             step.positions,
@@ -265,19 +266,23 @@ class ModelRunner:
             arrays += [step.fill_rows, step.fill_src]
         if step.sample_params is not None and step.sample_keys is not None:
             arrays += [step.sample_params, step.sample_keys]
-        if ordered:  # last: the rows by context length, longest first (stable: ties in batch order)
-            arrays.append(np.argsort(-step.seq_lens, kind="stable"))
+        if ordered:  # last: the decode rows by context length, longest first (stable: ties in batch order)
+            arrays.append(np.argsort(-step.seq_lens[:ordered], kind="stable"))
         return arrays
 
-    def _orders(self, step: StepArrays) -> bool:
-        """Whether the step's decode attention takes its rows longest first (Tuning.decode_longest_first):
-        a decode-only batch large enough for the order to pay, decided and sorted here, on the host, which
-        knows the lengths (a sort on the device cannot be captured in a CUDA Graph)."""
-        return (
-            self.config.tuning.decode_longest_first
-            and max(step.query_lens) == 1
-            and self._order_pays(len(step.query_lens))
-        )
+    def _decode_rows(self, step: StepArrays) -> int:
+        """The step's rows that the decode kernel takes: all of a decode-only step; a mixed step's leading
+        decodes (the scheduler puts its running sequences first) with Tuning.mixed_step_decodes; else none."""
+        lens = step.query_lens
+        if max(lens) == 1:
+            return len(lens)
+        return leading_decodes(lens) if self.config.tuning.mixed_step_decodes else 0
+
+    def _orders(self, decodes: int) -> bool:
+        """Whether the step's decode attention takes its ``decodes`` rows longest first
+        (Tuning.decode_longest_first): a batch large enough for the order to pay, decided and sorted here,
+        on the host, which knows the lengths (a sort on the device cannot be captured in a CUDA Graph)."""
+        return self.config.tuning.decode_longest_first and self._order_pays(decodes)
 
     def _order_pays(self, batch: int) -> bool:
         return decode_config.order_pays(batch, self.kv_heads, self.device)
@@ -304,7 +309,7 @@ class ModelRunner:
             )  # fmt: skip
         return differs
 
-    def _upload(self, step: StepArrays, arrays: list[np.ndarray], ordered: bool) -> StepInputs:
+    def _upload(self, step: StepArrays, arrays: list[np.ndarray], ordered: bool, decodes: int) -> StepInputs:
         fill = step.fill_rows is not None
         sampled = step.sample_params is not None and step.sample_keys is not None
         if self.device.type == "cuda":
@@ -329,6 +334,7 @@ class ModelRunner:
             seq_lens_cpu=step.seq_lens.tolist(),
             decode_order=order,
             decode_uniform=self._uniform(step),
+            num_decodes=decodes,
         )
         return StepInputs(input_ids, positions, meta, logits_indices, sample_rows)
 

@@ -156,6 +156,7 @@ TUNING_CHECKS: dict[str, Check] = {
     "decode_split_tokens": _decode_split,
     "decode_longest_first": _boolean(auto=True),
     "decode_uniform_tiling": _boolean(auto=True),
+    "mixed_step_decodes": _boolean(auto=True),
     "graph_sampling": _boolean(auto=True),
     "skinny_matmul_rows": _integer(0, SKINNY_MATMUL_MAX_ROWS, auto=True),
     "skinny_fusion": _choice(SKINNY_FUSIONS, auto=True),

@@ -26,6 +26,7 @@ class ResolvedTuning:
     decode_split_tokens: int  # 0: equal slices per sequence, chosen per step
     decode_longest_first: bool
     decode_uniform_tiling: bool
+    mixed_step_decodes: bool
     graph_sampling: bool
     skinny_matmul_rows: int  # 0: cuBLAS always
     skinny_fusion: str  # "all" | "silu" | "none"
@@ -63,6 +64,11 @@ def resolve_tuning(
     uniform_tiling = switch(
         t.decode_uniform_tiling,
         "tuning.decode_uniform_tiling=True picks the Triton decode kernel's tiling by the batch's lengths",
+        ("attention_backend 'triton'", backend == "triton"),
+    )
+    mixed_decodes = switch(
+        t.mixed_step_decodes,
+        "tuning.mixed_step_decodes=True attends a mixed step's decodes with the Triton decode kernel",
         ("attention_backend 'triton'", backend == "triton"),
     )
     graph_sampling = switch(
@@ -108,6 +114,7 @@ def resolve_tuning(
         decode_split_tokens=t.decode_split_tokens,
         decode_longest_first=longest_first,
         decode_uniform_tiling=uniform_tiling,
+        mixed_step_decodes=mixed_decodes,
         graph_sampling=graph_sampling,
         skinny_matmul_rows=skinny_rows,
         skinny_fusion=fusion,

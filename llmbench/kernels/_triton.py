@@ -89,3 +89,15 @@ def runs_ptx(t: torch.Tensor) -> bool:
     """Whether a kernel launched on ``t`` can run inline PTX: an NVIDIA GPU, not the CPU interpreter
     (or ROCm)."""
     return t.device.type == "cuda" and torch.version.hip is None
+
+
+def out_like(q: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    """A kernel's output: ``out`` where the caller gives one (checked to be like ``q``), else a fresh one."""
+    if out is None:
+        return torch.empty_like(q, memory_format=torch.contiguous_format)
+    if out.shape != q.shape or out.dtype != q.dtype or out.device != q.device or out.stride(-1) != 1:
+        raise ValueError(
+            f"out must have q's shape {tuple(q.shape)} and dtype {q.dtype}, contiguous in its last dimension; "
+            f"got {tuple(out.shape)} {out.dtype} with strides {out.stride()}"
+        )
+    return out

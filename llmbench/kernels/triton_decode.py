@@ -35,7 +35,7 @@ import math
 
 import torch
 
-from llmbench.kernels._triton import jit, next_power_of_2, require_triton, tl
+from llmbench.kernels._triton import jit, next_power_of_2, out_like, require_triton, tl
 from llmbench.kernels.decode_config import (
     SLICE_TILE,
     DecodeConfig,
@@ -224,6 +224,7 @@ def decode_attention(
     v_scale: torch.Tensor | None = None,
     order: torch.Tensor | None = None,
     uniform: bool = False,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``paged_attention_decode`` with the split count and tile config exposed (tests, tuning).
 
@@ -232,7 +233,8 @@ def decode_attention(
     ``split_tokens`` of the longest context the block tables allow. ``k_scale``, ``v_scale`` (Hk,): the
     scales of a float8 cache. ``order`` (B,) integer: a permutation of the rows, the order in which
     programs take them (``longest_first``); the output is the same whatever it is. ``uniform``: the
-    contexts are about one length (``is_uniform``), which the default tiles may take into account."""
+    contexts are about one length (``is_uniform``), which the default tiles may take into account. ``out``:
+    the (B, Hq, D) tensor to write into (default: a fresh one)."""
     require_triton("paged_attention_decode")
     dequant = check_scales("paged_attention_decode", k_cache, k_scale, v_scale)
     # q: (B, Hq, D); caches: (num_blocks, page_size, Hk, D); block_tables: (B, max_blocks); seq_lens: (B,)
@@ -264,7 +266,7 @@ def decode_attention(
         num_splits = max(1, -(-max_context // split_tokens))
     elif num_splits is None:
         num_splits = choose_num_splits(B, Hk, max_context, config, q.device)
-    out = torch.empty((B, Hq, D), dtype=q.dtype, device=q.device)  # (B, Hq, D)
+    out = out_like(q, out)  # (B, Hq, D)
     if B == 0:
         return out
     group = Hq // Hk

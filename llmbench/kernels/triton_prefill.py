@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import torch
 
-from llmbench.kernels._triton import jit, next_power_of_2, require_triton, tl
+from llmbench.kernels._triton import jit, next_power_of_2, out_like, require_triton, tl
 from llmbench.kernels.kv_layout import by_token, load_v_by_token
 from llmbench.kernels.kv_quant import check_scales
 from llmbench.kernels.online_softmax import fold_tile
@@ -63,13 +63,14 @@ def default_prefill_config(
 
 
 @jit
-def _find_seq(query_start_loc_ptr, num_seqs, pid, BLOCK_Q: tl.constexpr):
-    # Last sequence s whose first tile index query_start_loc[s] // BLOCK_Q + s is <= pid.
-    lo = 0
+def _find_seq(query_start_loc_ptr, first_seq, num_seqs, pid, BLOCK_Q: tl.constexpr):
+    # Last sequence s >= first_seq whose first tile index query_start_loc[s] // BLOCK_Q + s - first_seq is
+    # <= pid; first_seq - 1 if none is (a tile before the first sequence's rows).
+    lo = first_seq
     hi = num_seqs
     while lo < hi:
         mid = (lo + hi) // 2
-        first_tile = tl.load(query_start_loc_ptr + mid) // BLOCK_Q + mid
+        first_tile = tl.load(query_start_loc_ptr + mid) // BLOCK_Q + mid - first_seq
         if first_tile <= pid:
             lo = mid + 1
         else:
@@ -115,10 +116,10 @@ def _attend_tiles(
     return m, l_sum, acc
 
 
-@jit(do_not_specialize=("num_seqs", "stride_bt"))
+@jit(do_not_specialize=("first_seq", "num_seqs", "stride_bt"))
 def _prefill_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, query_start_loc_ptr, seq_lens_ptr, out_ptr,
-    k_scale_ptr, v_scale_ptr, qk_scale, num_seqs,
+    k_scale_ptr, v_scale_ptr, qk_scale, first_seq, num_seqs,
     stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_vd,
     stride_bt, stride_ot, stride_oh,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
@@ -129,10 +130,12 @@ def _prefill_kernel(
     # Reversed, so the causally heaviest tiles (a sequence's last) start first and the last wave is light.
     pid = tl.num_programs(0) - 1 - tl.program_id(0)
     kv_head = tl.program_id(1)
-    seq = _find_seq(query_start_loc_ptr, num_seqs, pid, BLOCK_Q)
+    seq = _find_seq(query_start_loc_ptr, first_seq, num_seqs, pid, BLOCK_Q)
+    if seq < first_seq:  # a spare tile of the upper-bound grid, before the first sequence's rows
+        return
     q_start = tl.load(query_start_loc_ptr + seq)
     q_len = tl.load(query_start_loc_ptr + seq + 1) - q_start
-    q_block = pid - (q_start // BLOCK_Q + seq)
+    q_block = pid - (q_start // BLOCK_Q + seq - first_seq)
     if q_block * BLOCK_Q >= q_len:  # a spare tile of the upper-bound grid
         return
     seq_len = tl.load(seq_lens_ptr + seq)
@@ -195,9 +198,13 @@ def prefill_attention(
     config: PrefillConfig | None = None,
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
+    first_seq: int = 0,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``paged_attention_prefill`` with the tile config exposed (tests, tuning); ``k_scale``, ``v_scale``
-    (Hk,): the scales of a float8 cache."""
+    (Hk,): the scales of a float8 cache. ``first_seq``: attend the sequences from this one on and leave the
+    rows of those before it unwritten (a mixed step's decodes, which the decode kernel takes); ``out``: the
+    (T, Hq, D) tensor to write into (default: a fresh one)."""
     require_triton("paged_attention_prefill")
     dequant = check_scales("paged_attention_prefill", k_cache, k_scale, v_scale)
     # q: (T, Hq, D); caches: (num_blocks, page_size, Hk, D); query_start_loc: (B+1,); seq_lens: (B,)
@@ -219,14 +226,18 @@ def prefill_attention(
     config = config or default_prefill_config(max_query_len, group_pad, D, q.dtype, dequant)
     if config.block_m < group_pad:
         raise ValueError(f"block_m {config.block_m} must hold a whole KV group of {group_pad} heads")
-    out = torch.empty((T, Hq, D), dtype=q.dtype, device=q.device)  # (T, Hq, D)
-    if T == 0 or B == 0:
+    if not 0 <= first_seq <= B:
+        raise ValueError(f"first_seq must lie in [0, {B}], got {first_seq}")
+    out = out_like(q, out)  # (T, Hq, D)
+    if T == 0 or B == first_seq:
         return out
     block_q = config.block_m // group_pad
-    _prefill_kernel[(T // block_q + B, Hk)](
+    # An upper bound on the query tiles of the sequences from first_seq on, numbered from the tile that
+    # holds first_seq's first row (the tiles before it exit at once).
+    _prefill_kernel[(T // block_q + B - first_seq, Hk)](
         q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, out,
         k_scale if dequant else out, v_scale if dequant else out,  # placeholders when DEQUANT is False
-        scale * LOG2E, B,
+        scale * LOG2E, first_seq, B,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         *v_cache.stride(), block_tables.stride(0), out.stride(0), out.stride(1),
         GROUP=group, GROUP_PAD=group_pad, HEAD_DIM=D, PAGE_SIZE=page_size,

@@ -24,6 +24,7 @@ from llmbench.kernels import kv_store, paged_attention
 from llmbench.kernels.attention_prologue import attention_prologue, qkv_heads_ref
 from llmbench.kernels.kv_quant import dequantize_ref
 from llmbench.kernels.triton_decode import decode_attention
+from llmbench.kernels.triton_prefill import prefill_attention
 from llmbench.layers.attention.kv import LayerKV, calibrate
 from llmbench.layers.attention.metadata import AttentionMetadata
 
@@ -192,18 +193,20 @@ class TritonBackend(CacheAttentionBackend):
                 split_tokens=self.decode_split_tokens, k_scale=k_scale, v_scale=v_scale,
                 order=meta.decode_order, uniform=meta.decode_uniform,
             )  # fmt: skip
-        return paged_attention.paged_attention_prefill(
-            q,
-            k_cache,
-            v_cache,
-            meta.block_tables,
-            meta.query_start_loc,
-            meta.seq_lens,
-            meta.max_query_len,
-            scale,
-            k_scale,
-            v_scale,
-        )
+        # A mixed step's leading decodes (Tuning.mixed_step_decodes) through the decode kernel: in the
+        # prefill kernel each would fill a tile of up to 128 query rows with its few query heads.
+        nd = meta.num_decodes
+        out = torch.empty_like(q) if nd else None
+        if nd:
+            decode_attention(
+                q[:nd], k_cache, v_cache, meta.block_tables[:nd], meta.seq_lens[:nd], scale,
+                split_tokens=self.decode_split_tokens, k_scale=k_scale, v_scale=v_scale,
+                order=meta.decode_order, out=out[:nd],
+            )  # fmt: skip
+        return prefill_attention(
+            q, k_cache, v_cache, meta.block_tables, meta.query_start_loc, meta.seq_lens, meta.max_query_len,
+            scale, k_scale=k_scale, v_scale=v_scale, first_seq=nd, out=out,
+        )  # fmt: skip
 
 
 def make_backend(name: str, decode_split_tokens: int | None = None) -> AttentionBackend:

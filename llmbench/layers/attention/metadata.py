@@ -38,6 +38,9 @@ class AttentionMetadata:
     # Decode steps whose contexts are about one length (Tuning.decode_uniform_tiling), from the host: the
     # Triton decode kernel takes the tiles measured fastest on such batches.
     decode_uniform: bool = False
+    # The leading rows the decode kernel takes: every row of a decode-only step, a mixed step's leading
+    # decodes (Tuning.mixed_step_decodes; the scheduler puts running sequences first), else 0.
+    num_decodes: int = 0
 
     @property
     def num_seqs(self) -> int:
@@ -46,3 +49,11 @@ class AttentionMetadata:
     @property
     def is_decode_only(self) -> bool:
         return self.max_query_len == 1
+
+
+def leading_decodes(query_lens: list[int]) -> int:
+    """How many of a step's sequences, from the first, have one query row each."""
+    for i, n in enumerate(query_lens):
+        if n != 1:
+            return i
+    return len(query_lens)
