@@ -251,7 +251,7 @@ class ModelRunner:
         with phase("copy_to_device"):
             return self._upload(step, arrays, ordered, decodes)
 
-    def _host_arrays(self, step: StepArrays, ordered: int) -> list[np.ndarray]:
+    def _host_arrays(self, step: StepArrays, ordered_rows: int) -> list[np.ndarray]:
         arrays = [
             step.input_ids,
             step.positions,
@@ -266,8 +266,8 @@ class ModelRunner:
             arrays += [step.fill_rows, step.fill_src]
         if step.sample_params is not None and step.sample_keys is not None:
             arrays += [step.sample_params, step.sample_keys]
-        if ordered:  # last: the decode rows by context length, longest first (stable: ties in batch order)
-            arrays.append(np.argsort(-step.seq_lens[:ordered], kind="stable"))
+        if ordered_rows:  # last: the decode rows by context length, longest first (ties in batch order)
+            arrays.append(np.argsort(-step.seq_lens[:ordered_rows], kind="stable"))
         return arrays
 
     def _decode_rows(self, step: StepArrays) -> int:
