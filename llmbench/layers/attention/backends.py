@@ -195,9 +195,9 @@ class TritonBackend(CacheAttentionBackend):
             )  # fmt: skip
         # A mixed step's leading decodes (Tuning.mixed_step_decodes) through the decode kernel: in the
         # prefill kernel each would fill a tile of up to 128 query rows with its few query heads.
-        nd = meta.num_decodes
-        out = torch.empty_like(q) if nd else None
+        nd, out = meta.num_decodes, None
         if nd:
+            out = torch.empty_like(q)
             decode_attention(
                 q[:nd], k_cache, v_cache, meta.block_tables[:nd], meta.seq_lens[:nd], scale,
                 split_tokens=self.decode_split_tokens, k_scale=k_scale, v_scale=v_scale,
