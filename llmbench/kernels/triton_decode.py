@@ -14,7 +14,9 @@ Design (decode is memory bound: every K/V byte of the context is read once, ever
   context is cut into ``num_splits`` equal slices (cut from the real ``seq_len`` inside the kernel);
   each writes a normalised partial output and its log-sum-exp to float32 scratch, and a second kernel
   merges them. ``num_splits`` depends on shapes only (batch, heads, block-table width), so launches
-  are CUDA-graph safe: no host syncs, scratch sized from shapes.
+  are CUDA-graph safe: no host syncs, scratch sized from shapes. A slice holds at least one tile, so a
+  context shorter than the block table allows leaves the last slices empty: they write nothing, and the
+  merge reads only the filled ones.
 - Longest first: with more programs than the GPU runs at once, a batch of mixed lengths ends with a
   few long programs running alone (the last wave). Given ``order`` (the sequences by context length,
   longest first: ``longest_first``), the programs of grid row i take sequence ``order[i]``. The GPU
@@ -167,7 +169,7 @@ def _decode_kernel(
         HEAD_DIM, PAGE_SIZE, BLOCK_D, TAIL_N, True, DOT_PRECISION, DEQUANT, V_BY_TOKEN,
     )  # fmt: skip
 
-    # An empty slice (or seq_len 0) has l_sum = 0: it writes zeros and lse -inf, weightless when merged.
+    # An empty slice has l_sum = 0: unsplit (seq_len 0, a padded graph row) it writes zeros; split, nothing.
     o = acc / tl.where(l_sum > 0, l_sum, 1.0)[:, None]  # (BLOCK_G, BLOCK_D)
     if DEQUANT:  # float8 V: its head's scale
         o = o * tl.load(v_scale_ptr + kv_head)
@@ -175,29 +177,40 @@ def _decode_kernel(
     if SPLIT:
         # (BLOCK_G,) rows of the (B, Hq, num_splits) scratch
         row = (seq * (GROUP * tl.num_programs(0)) + head) * num_splits + split
-        lse = m + tl.log2(tl.where(l_sum > 0, l_sum, 1.0))  # -inf for an empty slice, where m is -inf
-        tl.store(part_out_ptr + row[:, None] * HEAD_DIM + d[None, :], o, mask=o_mask)
-        tl.store(part_lse_ptr + row, lse, mask=g_mask)
+        lse = m + tl.log2(tl.where(l_sum > 0, l_sum, 1.0))
+        rows_ok = g_mask & (g * 0 + split * split_len < seq_len)  # (BLOCK_G,): none in an empty slice
+        tl.store(
+            part_out_ptr + row[:, None] * HEAD_DIM + d[None, :], o, mask=rows_ok[:, None] & d_mask[None, :]
+        )
+        tl.store(part_lse_ptr + row, lse, mask=rows_ok)
     else:
         o_ptrs = out_ptr + seq * stride_ob + head[:, None] * stride_oh + d[None, :]
         tl.store(o_ptrs, o.to(out_ptr.dtype.element_ty), mask=o_mask)
 
 
-@jit(do_not_specialize=("num_splits",))
+@jit(do_not_specialize=("num_splits", "split_tokens"))
 def _decode_reduce_kernel(
-    part_out_ptr, part_lse_ptr, out_ptr, num_splits, stride_ob, stride_oh,
+    part_out_ptr, part_lse_ptr, out_ptr, seq_lens_ptr, num_splits, split_tokens, block_n, stride_ob, stride_oh,
     HEAD_DIM: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
-    # Grid (B, Hq): merge the slices of one query head, weighting each by exp(lse - max lse).
+    # Grid (B, Hq): merge the slices of one query head, weighting each by exp(lse - max lse). Only the
+    # slices that hold tokens are read (the decode kernel cuts them the same way and writes no other):
+    # a short context in a graph captured for the longest leaves most of its slices empty.
     seq = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
+    seq_len = tl.load(seq_lens_ptr + seq).to(tl.int32)
+    if split_tokens > 0:
+        split_len = split_tokens
+    else:
+        split_len = tl.cdiv(tl.cdiv(seq_len, num_splits), block_n) * block_n
+    filled = tl.cdiv(seq_len, tl.maximum(split_len, 1))  # 0 for an empty sequence: its output is 0
     s = tl.arange(0, BLOCK_S)
     d = tl.arange(0, BLOCK_D)
-    s_mask = s < num_splits
+    s_mask = s < tl.minimum(filled, num_splits)
     row = (seq * tl.num_programs(1) + head) * num_splits + s  # (BLOCK_S,)
     lse = tl.load(part_lse_ptr + row, mask=s_mask, other=float("-inf"))
     m = tl.max(lse, axis=0)
-    w = tl.exp2(lse - tl.where(m == float("-inf"), 0.0, m))  # (BLOCK_S,); 0 for empty slices
+    w = tl.exp2(lse - tl.where(m == float("-inf"), 0.0, m))  # (BLOCK_S,)
     parts = tl.load(
         part_out_ptr + row[:, None] * HEAD_DIM + d[None, :],
         mask=s_mask[:, None] & (d[None, :] < HEAD_DIM),
@@ -296,7 +309,8 @@ def decode_attention(
     )  # fmt: skip
     if split:
         _decode_reduce_kernel[(B, Hq)](
-            part_out, part_lse, out, num_splits, out.stride(0), out.stride(1),
+            part_out, part_lse, out, seq_lens, num_splits, split_tokens or 0, config.block_n, out.stride(0),
+            out.stride(1),
             HEAD_DIM=D, BLOCK_S=next_power_of_2(num_splits), BLOCK_D=block_d, num_warps=4,
         )  # fmt: skip
     return out
