@@ -104,6 +104,18 @@ def _decode_tiles(
     return m, l_sum, acc
 
 
+@jit
+def _slice_len(seq_len, num_splits, split_tokens, block_n):
+    # Tokens per slice, whole tiles, so only a slice's last tile is ragged. By default each sequence is
+    # cut into num_splits equal slices; with split_tokens > 0 into slices of that length (a short
+    # sequence then leaves its last slices empty), which evens out a batch of mixed lengths.
+    if split_tokens > 0:
+        n = split_tokens
+    else:
+        n = tl.cdiv(tl.cdiv(seq_len, num_splits), block_n) * block_n
+    return n
+
+
 @jit(do_not_specialize=("num_splits", "split_tokens", "stride_bt"))
 def _decode_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, order_ptr,
@@ -124,13 +136,7 @@ def _decode_kernel(
     else:
         seq = tl.program_id(2).to(tl.int64)
     seq_len = tl.load(seq_lens_ptr + seq).to(tl.int32)  # int32 like split_tokens: both branches below agree
-    # Whole tiles per slice, so only a slice's last tile is ragged. By default each sequence is cut
-    # into num_splits equal slices; with split_tokens > 0 into slices of that length (a short sequence
-    # then leaves its last slices empty), which evens out a batch of mixed lengths.
-    if split_tokens > 0:
-        split_len = split_tokens
-    else:
-        split_len = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
+    split_len = _slice_len(seq_len, num_splits, split_tokens, BLOCK_N)
     start = split * split_len
     end = tl.minimum(start + split_len, seq_len)
 
@@ -199,11 +205,8 @@ def _decode_reduce_kernel(
     seq = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
     seq_len = tl.load(seq_lens_ptr + seq).to(tl.int32)
-    if split_tokens > 0:
-        split_len = split_tokens
-    else:
-        split_len = tl.cdiv(tl.cdiv(seq_len, num_splits), block_n) * block_n
-    filled = tl.cdiv(seq_len, tl.maximum(split_len, 1))  # 0 for an empty sequence: its output is 0
+    split_len = tl.maximum(_slice_len(seq_len, num_splits, split_tokens, block_n), 1)
+    filled = tl.cdiv(seq_len, split_len)  # 0 for an empty sequence: its output is 0
     s = tl.arange(0, BLOCK_S)
     d = tl.arange(0, BLOCK_D)
     s_mask = s < tl.minimum(filled, num_splits)
