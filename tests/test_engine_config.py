@@ -101,6 +101,10 @@ def message(**options) -> str:
             "tuning.cuda_graph_buckets: expected a list of batch sizes (integers >= 1) or auto, got '1,2'",
         ),
         (
+            {"tuning": {"prefill_graph_tokens": [0]}},
+            "tuning.prefill_graph_tokens: expected a list of token counts (integers >= 1) or auto, got [0]",
+        ),
+        (
             {"tuning": {"skinny_fusion": "norm"}},
             "tuning.skinny_fusion: unsupported 'norm'; supported: auto, all, silu, none",
         ),
@@ -118,12 +122,12 @@ def message(**options) -> str:
             {"tuning": {"skinny_rows": 1}},
             "tuning.skinny_rows: unknown tuning knob; valid: compile_mode, cuda_graph_buckets, "
             "decode_longest_first, decode_split_tokens, decode_uniform_tiling, graph_sampling, kv_cache_scale, "
-            "mixed_step_decodes, skinny_fusion, skinny_matmul_rows, tp_all_reduce, tp_fuse_matmul, tp_fuse_norm",
+            "mixed_step_decodes, prefill_graph_tokens, prefill_graphs, skinny_fusion, skinny_matmul_rows, tp_all_reduce, tp_fuse_matmul, tp_fuse_norm",
         ),
         (
             {"tuning": 5},
             "tuning: expected a mapping of tuning knobs (cuda_graph_buckets, decode_split_tokens, decode_longest_first, "
-            "decode_uniform_tiling, mixed_step_decodes, graph_sampling, skinny_matmul_rows, skinny_fusion, tp_all_reduce, "
+            "decode_uniform_tiling, mixed_step_decodes, graph_sampling, prefill_graphs, prefill_graph_tokens, skinny_matmul_rows, skinny_fusion, tp_all_reduce, "
             "tp_fuse_norm, tp_fuse_matmul, compile_mode, kv_cache_scale), got 5",
         ),
         (
@@ -238,6 +242,19 @@ def test_on_an_h200_the_fast_paths_are_chosen():
     assert r.tuning.graph_sampling  # the draw inside the decode graphs, where there are graphs
     assert not resolved(h200s(), cuda_graph=False).tuning.graph_sampling
     assert not resolved(CPU).tuning.graph_sampling
+    # prefill and mixed steps from graphs cut at attention: buckets of powers of two up to the budget
+    assert r.tuning.prefill_graphs
+    assert r.tuning.prefill_graph_tokens == (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+    assert resolved(h200s(), tuning={"prefill_graph_tokens": [512, 64]}).tuning.prefill_graph_tokens == (
+        64,
+        512,
+    )
+    assert resolved(h200s(), max_num_batched_tokens=3000).tuning.prefill_graph_tokens[-2:] == (2048, 3000)
+    assert resolved(h200s(flash_attn=True), attention_backend="flash_attn").tuning.prefill_graph_tokens
+    for off in ({"cuda_graph": False}, {"torch_compile": True}, {"attention_backend": "sdpa"}):
+        assert resolved(h200s(), **off).tuning.prefill_graph_tokens == (), off
+    assert resolved(h200s(), tuning={"prefill_graphs": False}).tuning.prefill_graph_tokens == ()
+    assert resolved(CPU).tuning.prefill_graph_tokens == ()
     assert r.max_model_len == 8192
 
 
@@ -370,6 +387,12 @@ def test_the_cpu_at_tp2_uses_gloo_without_fusions():
             {"triton_kernels": False, "tuning": {"graph_sampling": True}},
             "tuning.graph_sampling=True draws decode steps' tokens inside their CUDA Graphs: it needs "
             "triton_kernels=True (the draw is a Triton kernel)",
+        ),
+        (
+            h200s(),
+            {"torch_compile": True, "attention_backend": "sdpa", "tuning": {"prefill_graphs": True}},
+            "tuning.prefill_graphs=True runs prefill and mixed steps from CUDA Graphs cut at attention: it needs "
+            "cuda_graph=True, attention_backend 'triton' or 'flash_attn', torch_compile=False",
         ),
         (
             CPU,

@@ -380,6 +380,20 @@ def test_rms_norm_matches_reference(setting: Setting, with_residual: bool, T: in
         assert h is None
 
 
+def test_rms_norm_updates_the_residual_in_place(setting: Setting) -> None:
+    # h_out=residual (a forward cut at attention keeps the residual stream in one buffer): each row is read
+    # before it is written, so the result is the fresh-output one; a wrong shape is refused.
+    kw = dict(device=setting.device, dtype=setting.dtype)
+    x, weight, residual = torch.randn(9, 96, **kw), torch.randn(96, **kw), torch.randn(9, 96, **kw)
+    ref_out, ref_h = rms_norm_ref(x, weight, 1e-6, residual)
+    out, h = rms_norm(x, weight, 1e-6, residual, residual)
+    assert h is not None and h.data_ptr() == residual.data_ptr()
+    check("rms_norm out, residual in place", out, ref_out, setting)
+    check("rms_norm residual in place", residual, ref_h, setting)
+    with pytest.raises(ValueError, match="h_out must be a \\(T, H\\) tensor like x"):
+        rms_norm(x, weight, 1e-6, residual, torch.empty(9, 95, **kw))
+
+
 def test_rms_norm_per_head_of_3d_input(setting: Setting) -> None:
     # Qwen3's q/k norm normalises each head: (T, H, D) with weight (D,).
     x = torch.randn(5, 6, 128, device=setting.device, dtype=setting.dtype)

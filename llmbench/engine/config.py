@@ -85,6 +85,15 @@ class Tuning:
     graph_sampling: the draw of a decode step's tokens (greedy and temperature rows; a step whose
         requests ask for top-k, top-p or min-p samples after the graph) inside its CUDA Graph, so that it
         costs no launches on the host. auto: on with cuda_graph and triton_kernels.
+    prefill_graphs: prefill and mixed steps of up to max_num_batched_tokens tokens run their forward from
+        CUDA Graphs as well: all of it but attention, cut at each layer's attention into pieces captured
+        per bucket of token counts (prefill_graph_tokens; a step runs in the smallest that holds it, its
+        padded rows storing no K/V), with the host launching attention between them. An eager step's host launches about ten kernels a layer, which costs it about as long as the
+        device takes to run them. auto: on with cuda_graph, triton_kernels, attention_backend 'triton' or
+        'flash_attn', tp=1 and torch_compile off.
+    prefill_graph_tokens: with prefill_graphs, the token counts that get graphs (a step runs in the smallest
+        that holds it, eagerly above the largest). auto: 16, 32, 64, ... up to max_num_batched_tokens, and
+        max_num_batched_tokens itself.
     skinny_matmul_rows: linear layers take the skinny Triton matmul for inputs of up to this many rows
         (0..8; decode at small batches), cuBLAS above; 0: cuBLAS always. auto: 1 with triton_kernels, else 0.
     skinny_fusion: what the skinny matmul does on its input's loads: 'all' (the RMSNorm before it, with
@@ -109,6 +118,8 @@ class Tuning:
     decode_uniform_tiling: bool | None = None
     mixed_step_decodes: bool | None = None
     graph_sampling: bool | None = None
+    prefill_graphs: bool | None = None
+    prefill_graph_tokens: tuple[int, ...] | None = None
     skinny_matmul_rows: int | None = None
     skinny_fusion: str = AUTO
     tp_all_reduce: str = AUTO
@@ -143,7 +154,8 @@ class EngineConfig:
         ops). auto: on for CUDA with Triton installed.
     torch_compile: torch.compile on the model's step functions (Tuning.compile_mode).
     cuda_graph: decode steps replayed from CUDA Graphs captured per batch-size bucket
-        (Tuning.cuda_graph_buckets). auto: on for CUDA with a graph-safe attention backend.
+        (Tuning.cuda_graph_buckets), and other steps' forward but attention from graphs per token-count
+        bucket (Tuning.prefill_graphs). auto: on for CUDA with a graph-safe attention backend.
     async_scheduling: step N+1 scheduled and launched before step N's ids reach the host. auto: on for
         CUDA (on the CPU host and device are the same cores: nothing overlaps).
     tp: tensor-parallel degree (NCCL between GPUs, gloo on the CPU).
@@ -290,6 +302,7 @@ def flippable_knobs() -> tuple[str, ...]:
         "tuning.decode_uniform_tiling",
         "tuning.mixed_step_decodes",
         "tuning.graph_sampling",
+        "tuning.prefill_graphs",
         "tuning.tp_fuse_norm",
         "tuning.tp_fuse_matmul",
     )

@@ -1,7 +1,8 @@
 """Builds the model and its KV pool on one device, and runs one scheduled step through it.
 
 A step: flatten the batch into token ids, positions and attention metadata; forward (eagerly, compiled,
-or by replaying a CUDA Graph for decode batches); compute logits only at positions that sample.
+by replaying a CUDA Graph for decode batches, or for other steps by replaying graphs of everything but
+attention); compute logits only at positions that sample.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from llmbench.distributed import Communicator, single_rank
 from llmbench.engine import kv_cache, warmup
 from llmbench.engine.cuda_graph import CUDAGraphRunner
 from llmbench.engine.outputs import StartupStats
+from llmbench.engine.prefill_graph import PrefillGraphRunner
 from llmbench.engine.ranges import enable_nvtx, phase
 from llmbench.engine.resolve import ResolvedConfig
 from llmbench.engine.sampler import SCALE
@@ -36,6 +38,7 @@ from llmbench.models.config import ModelConfig
 from llmbench.models.fused_decode import DecodePlan, fuse_decode
 from llmbench.models.llama import BuildOptions
 from llmbench.models.loader import iter_checkpoint, load_weights
+from llmbench.models.piecewise import PiecewiseForward
 from llmbench.models.random_weights import random_checkpoint
 from llmbench.models.registry import build_model
 
@@ -191,6 +194,16 @@ class ModelRunner:
             self.startup.graph_capture_time = self.graphs.capture_time
             self.startup.graph_memory_bytes = self.graphs.memory_bytes
             self.startup.graph_buckets = list(self.graphs.buckets)
+        self.prefill_graphs: PrefillGraphRunner | None = None
+        if config.tuning.prefill_graph_tokens:
+            self.prefill_graphs = PrefillGraphRunner(
+                PiecewiseForward(self.model, self.kv_caches),
+                list(config.tuning.prefill_graph_tokens),
+                self.device,
+            )
+            self.prefill_graphs.capture()
+            self.startup.graph_capture_time += self.prefill_graphs.capture_time
+            self.startup.graph_memory_bytes += self.prefill_graphs.memory_bytes
         # Every warm-up above may compile (the kernel warm-up's own small pools are new shapes): steady
         # state starts here.
         self._graphs_after_warmup = _dynamo_graph_count() if config.torch_compile else 0
@@ -236,6 +249,9 @@ class ModelRunner:
         if self.graphs is not None:
             self.graphs.release()
             self.graphs = None
+        if self.prefill_graphs is not None:
+            self.prefill_graphs.release()
+            self.prefill_graphs = None
 
     def recompiles(self) -> int:
         """Graphs torch.compile built after the warm-up: 0 means no recompilation in steady state."""
@@ -380,8 +396,12 @@ class ModelRunner:
                 if not every_row:
                     logits = logits[inputs.logits_indices]
                 return Executed(logits, bucket, bucket - n, rows, ids)
+        pieces = self.prefill_graphs
         with phase("forward"):
-            hidden = self._forward(inputs.input_ids, inputs.positions, inputs.meta, self.kv_caches)
+            if pieces is not None and not calibrate and pieces.bucket_for(len(step.input_ids)) is not None:
+                hidden, _ = pieces.run(inputs.input_ids, inputs.positions, inputs.meta)
+            else:
+                hidden = self._forward(inputs.input_ids, inputs.positions, inputs.meta, self.kv_caches)
             logits = self.model.compute_logits(hidden[inputs.logits_indices])
             return Executed(logits, None, 0, inputs.sample_rows)
 

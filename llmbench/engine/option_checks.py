@@ -119,12 +119,17 @@ def _decode_split(value: Any) -> Any:
     return value
 
 
-def _buckets(value: Any) -> Any:
-    if _is_auto(value):
-        return None
-    if isinstance(value, (list, tuple)) and value and all(_is_int(b) and b >= 1 for b in value):
-        return tuple(value)
-    raise Invalid(f"expected a list of batch sizes (integers >= 1) or auto, got {value!r}")
+def _sizes(what: str) -> Check:
+    """A list of ``what`` (integers >= 1), or auto (None)."""
+
+    def check(value: Any) -> Any:
+        if _is_auto(value):
+            return None
+        if isinstance(value, (list, tuple)) and value and all(_is_int(b) and b >= 1 for b in value):
+            return tuple(value)
+        raise Invalid(f"expected a list of {what} (integers >= 1) or auto, got {value!r}")
+
+    return check
 
 
 ENGINE_CHECKS: dict[str, Check] = {
@@ -152,12 +157,14 @@ ENGINE_CHECKS: dict[str, Check] = {
 }
 
 TUNING_CHECKS: dict[str, Check] = {
-    "cuda_graph_buckets": _buckets,
+    "cuda_graph_buckets": _sizes("batch sizes"),
     "decode_split_tokens": _decode_split,
     "decode_longest_first": _boolean(auto=True),
     "decode_uniform_tiling": _boolean(auto=True),
     "mixed_step_decodes": _boolean(auto=True),
     "graph_sampling": _boolean(auto=True),
+    "prefill_graphs": _boolean(auto=True),
+    "prefill_graph_tokens": _sizes("token counts"),
     "skinny_matmul_rows": _integer(0, SKINNY_MATMUL_MAX_ROWS, auto=True),
     "skinny_fusion": _choice(SKINNY_FUSIONS, auto=True),
     "tp_all_reduce": _choice(TP_ALL_REDUCE, auto=True),

@@ -74,6 +74,7 @@ class ResolvedConfig:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["tuning"]["cuda_graph_buckets"] = list(self.tuning.cuda_graph_buckets)
+        d["tuning"]["prefill_graph_tokens"] = list(self.tuning.prefill_graph_tokens)
         return d
 
 

@@ -28,6 +28,8 @@ class ResolvedTuning:
     decode_uniform_tiling: bool
     mixed_step_decodes: bool
     graph_sampling: bool
+    prefill_graphs: bool
+    prefill_graph_tokens: tuple[int, ...]  # () when prefill_graphs is off
     skinny_matmul_rows: int  # 0: cuBLAS always
     skinny_fusion: str  # "all" | "silu" | "none"
     tp_all_reduce: str  # "nccl" (gloo on the CPU) | "symm_mem" | "none" (tp=1)
@@ -77,6 +79,15 @@ def resolve_tuning(
         ("cuda_graph=True", cuda_graph),
         ("triton_kernels=True (the draw is a Triton kernel)", triton_kernels),
     )
+    prefill_graphs = switch(
+        t.prefill_graphs,
+        "tuning.prefill_graphs=True runs prefill and mixed steps from CUDA Graphs cut at attention",
+        ("cuda_graph=True", cuda_graph),
+        ("triton_kernels=True (the pieces end in the fused attention prologue)", triton_kernels),
+        ("attention_backend 'triton' or 'flash_attn'", backend in ("triton", "flash_attn")),
+        ("tp=1", config.tp == 1),
+        ("torch_compile=False", not config.torch_compile),
+    )
     all_reduce = _all_reduce(t.tp_all_reduce, config.tp, device, facts)
     fuse_norm = switch(
         t.tp_fuse_norm,
@@ -116,6 +127,12 @@ def resolve_tuning(
         decode_uniform_tiling=uniform_tiling,
         mixed_step_decodes=mixed_decodes,
         graph_sampling=graph_sampling,
+        prefill_graphs=prefill_graphs,
+        prefill_graph_tokens=(
+            tuple(sorted(set(t.prefill_graph_tokens or prefill_buckets(config.max_num_batched_tokens))))
+            if prefill_graphs
+            else ()
+        ),
         skinny_matmul_rows=skinny_rows,
         skinny_fusion=fusion,
         tp_all_reduce=all_reduce,
@@ -130,6 +147,12 @@ def default_buckets(max_num_seqs: int) -> list[int]:
     """CUDA Graph batch sizes: fine steps where padding would cost most (small batches), then every 16."""
     small = [b for b in (1, 2, 4, 8) if b <= max_num_seqs]
     return sorted(set(small + list(range(16, max_num_seqs + 1, 16)) + [max_num_seqs]))
+
+
+def prefill_buckets(max_tokens: int) -> list[int]:
+    """Token counts of prefill and mixed steps that get CUDA Graphs: powers of two from 16 up to the
+    per-step token budget, and the budget (a prefill phase's full steps fill it exactly)."""
+    return sorted({b for b in (16 << k for k in range(32)) if b < max_tokens} | {max_tokens})
 
 
 def auto(asked: Any, default: Any) -> Any:

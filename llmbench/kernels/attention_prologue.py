@@ -168,8 +168,10 @@ def attention_prologue(
     num_kv_heads: int,
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Triton version of ``attention_prologue_ref``: one program per token, one kernel per layer."""
+    """Triton version of ``attention_prologue_ref``: one program per token, one kernel per layer; q into
+    ``out`` (T, Hq, D) where given."""
     require_triton("attention_prologue")
     quant = check_scales("attention_prologue", k_cache, k_scale, v_scale)
     T = qkv.shape[0]
@@ -192,7 +194,15 @@ def attention_prologue(
     if v_cache.stride() != k_cache.stride() and not by_token(v_cache):
         raise ValueError("the V cache must be laid out as the K cache or by token (kv_layout.py)")
     has_norm = q_norm_weight is not None and k_norm_weight is not None
-    q = torch.empty((T, num_heads, D), dtype=qkv.dtype, device=qkv.device)
+    shape = (T, num_heads, D)
+    if out is None:
+        q = torch.empty(shape, dtype=qkv.dtype, device=qkv.device)
+    elif out.shape != shape or out.dtype != qkv.dtype or not out.is_contiguous():
+        raise ValueError(
+            f"out must be a contiguous {shape} tensor of {qkv.dtype}; got {tuple(out.shape)} {out.dtype}"
+        )
+    else:
+        q = out
     if T > 0:
         qw = q_norm_weight.contiguous() if has_norm else qkv  # placeholders when HAS_NORM is False
         kw = k_norm_weight.contiguous() if has_norm else qkv

@@ -5,7 +5,8 @@ With ``residual``: ``h = x + residual``; returns ``(rmsnorm(h) * weight, h)``. W
 normalised value is cast back to the input dtype before the weight multiply.
 
 ``rms_norm_ref`` is plain torch; ``rms_norm`` is the Triton version with the same signature (one
-program per row, fresh outputs; inputs are not modified).
+program per row, fresh outputs; inputs are not modified). ``h_out`` gives h a tensor to be written into
+instead, which may be ``residual`` itself: the residual stream updated in place.
 """
 
 from __future__ import annotations
@@ -16,14 +17,20 @@ from llmbench.kernels._triton import jit, next_power_of_2, require_triton, tl
 
 
 def rms_norm_ref(
-    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    residual: torch.Tensor | None = None,
+    h_out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     # x, residual: (T, H); weight: (H,)
     # The add happens in the model dtype, as in Hugging Face's decoder layer.
     h = x if residual is None else x + residual
     hf = h.float()
     out = (hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
-    return out, (None if residual is None else h)
+    if residual is None:
+        return out, None
+    return out, (h if h_out is None else h_out.copy_(h))
 
 
 @jit
@@ -50,7 +57,11 @@ def _rms_norm_kernel(
 
 
 def rms_norm(
-    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    residual: torch.Tensor | None = None,
+    h_out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Triton version of ``rms_norm_ref``: one read of x (and residual), one write of out (and h)."""
     require_triton("rms_norm")
@@ -69,7 +80,15 @@ def rms_norm(
     if residual is not None:
         r2 = residual.reshape(-1, H)
         r2 = r2 if r2.stride(-1) == 1 else r2.contiguous()
-        h = torch.empty((T, H), dtype=x.dtype, device=x.device)
+        if h_out is None:
+            h = torch.empty((T, H), dtype=x.dtype, device=x.device)
+        elif h_out.shape != x.shape or h_out.dtype != x.dtype or h_out.stride(-1) != 1 or h_out.dim() != 2:
+            raise ValueError(
+                f"h_out must be a (T, H) tensor like x {tuple(x.shape)} {x.dtype}, contiguous in its rows; "
+                f"got {tuple(h_out.shape)} {h_out.dtype}"
+            )
+        else:
+            h = h_out  # may be the residual itself: each program reads its row before writing it
     else:
         r2, h = x2, out  # placeholders, never touched when HAS_RESIDUAL is False
     BLOCK_H = next_power_of_2(H)

@@ -146,7 +146,9 @@ class CacheAttentionBackend(AttentionBackend):
         scale: float,
         k_scale: torch.Tensor | None = None,
         v_scale: torch.Tensor | None = None,
+        out: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """Attention of q (T, Hq, D) over the cache: (T, Hq, D), written into ``out`` where given."""
         raise NotImplementedError
 
     def forward(self, q, k, v, kv, meta, scale):  # type: ignore[override]
@@ -186,18 +188,18 @@ class TritonBackend(CacheAttentionBackend):
     def __init__(self, decode_split_tokens: int | None = None) -> None:
         self.decode_split_tokens = decode_split_tokens  # see Tuning.decode_split_tokens
 
-    def attend(self, q, k_cache, v_cache, meta, scale, k_scale=None, v_scale=None):
+    def attend(self, q, k_cache, v_cache, meta, scale, k_scale=None, v_scale=None, out=None):
         if meta.is_decode_only:  # split_tokens None: equal slices chosen from the batch shape
             return decode_attention(
                 q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale,
                 split_tokens=self.decode_split_tokens, k_scale=k_scale, v_scale=v_scale,
-                order=meta.decode_order, uniform=meta.decode_uniform,
+                order=meta.decode_order, uniform=meta.decode_uniform, out=out,
             )  # fmt: skip
         # A mixed step's leading decodes (Tuning.mixed_step_decodes) through the decode kernel: in the
         # prefill kernel each would fill a tile of up to 128 query rows with its few query heads.
-        nd, out = meta.num_decodes, None
+        nd = meta.num_decodes
         if nd:
-            out = torch.empty_like(q)
+            out = torch.empty_like(q) if out is None else out
             decode_attention(
                 q[:nd], k_cache, v_cache, meta.block_tables[:nd], meta.seq_lens[:nd], scale,
                 split_tokens=self.decode_split_tokens, k_scale=k_scale, v_scale=v_scale,

@@ -32,11 +32,13 @@ class FlashAttnBackend(CacheAttentionBackend):
     def __init__(self) -> None:
         self.version, self._fn = _import_flash()
 
-    def attend(self, q, k_cache, v_cache, meta: AttentionMetadata, scale, k_scale=None, v_scale=None):
+    def attend(
+        self, q, k_cache, v_cache, meta: AttentionMetadata, scale, k_scale=None, v_scale=None, out=None
+    ):
         if k_scale is not None or v_scale is not None:  # EngineConfig refuses this pairing first
             raise ValueError("the flash_attn backend cannot read a float8 KV cache")
         if self.version == "fa4":
-            out = self._fn(
+            res = self._fn(
                 q,
                 k_cache,
                 v_cache,
@@ -50,7 +52,7 @@ class FlashAttnBackend(CacheAttentionBackend):
         else:
             cu_k = torch.zeros_like(meta.query_start_loc)
             torch.cumsum(meta.seq_lens, 0, out=cu_k[1:])
-            out = self._fn(
+            res = self._fn(
                 q,
                 k_cache,
                 v_cache,
@@ -62,4 +64,5 @@ class FlashAttnBackend(CacheAttentionBackend):
                 causal=True,
                 block_table=meta.block_tables,
             )
-        return out[0] if isinstance(out, tuple) else out
+        o = res[0] if isinstance(res, tuple) else res
+        return o if out is None else out.copy_(o)

@@ -1,7 +1,9 @@
 """The attention layer of a decoder: q/k/v projection, optional q/k norm, RoPE, backend, output projection.
 
 ``attend`` is what lies between the two projections, for the fused decode (models/fused_decode.py), which
-runs the projections itself.
+runs the projections itself. A layer with the fused prologue also splits ``attend`` in two, for a forward
+cut at attention (models/piecewise.py): ``store_qkv`` (from the projection's output to q, K/V stored) and
+``attend_stored`` (attention over the cache).
 """
 
 from __future__ import annotations
@@ -9,7 +11,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from llmbench.layers.attention.backends import AttentionBackend
+from llmbench.kernels.attention_prologue import attention_prologue
+from llmbench.layers.attention.backends import AttentionBackend, CacheAttentionBackend
 from llmbench.layers.attention.kv import LayerKV
 from llmbench.layers.attention.metadata import AttentionMetadata
 from llmbench.layers.linear import QKVParallelLinear, RowParallelLinear
@@ -95,3 +98,32 @@ class Attention(nn.Module):
         q, k = self.rotary(positions, q, k)
         o = self.backend.forward(q, k, v, kv_cache, meta, self.scale)  # (T, Hq, D)
         return o.reshape(T, q_size)
+
+    def store_qkv(
+        self,
+        positions: torch.Tensor,  # (T,)
+        qkv: torch.Tensor,  # (T, (Hq + 2 Hk) D)
+        slot_mapping: torch.Tensor,  # (T,): -1 for a padded row, which stores nothing
+        kv_cache: LayerKV,
+        q_out: torch.Tensor,  # (T, Hq, D)
+    ) -> None:
+        """The fused prologue alone: q and k normalised and rotated, K/V into their slots, q into ``q_out``.
+        Never the step that sets a float8 cache's scales (``forward_qkv`` takes that one)."""
+        assert self.fused_prologue, "store_qkv is the fused prologue's first half"
+        attention_prologue(
+            qkv, positions, self.rotary.cos_sin_cache,
+            None if self.q_norm is None else self.q_norm.weight,
+            None if self.k_norm is None else self.k_norm.weight,
+            self.eps, kv_cache.k, kv_cache.v, slot_mapping, self.num_heads, self.num_kv_heads,
+            kv_cache.k_scale, kv_cache.v_scale, out=q_out,
+        )  # fmt: skip
+
+    def attend_stored(
+        self, q: torch.Tensor, meta: AttentionMetadata, kv_cache: LayerKV, out: torch.Tensor
+    ) -> None:
+        """Attention of q (T, Hq, D) over the cache that ``store_qkv`` wrote, into ``out`` (T, Hq, D)."""
+        backend = self.backend
+        assert isinstance(backend, CacheAttentionBackend)
+        backend.attend(
+            q, kv_cache.k, kv_cache.v, meta, self.scale, kv_cache.k_scale, kv_cache.v_scale, out=out
+        )
