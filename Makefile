@@ -71,6 +71,9 @@ bench-ablations:  # what sampling, the float8 KV cache, CUDA Graphs, torch.compi
 	  $(ABLATE) $$f --toggle cuda_graph --toggle torch_compile --toggle async_scheduling --design one-at-a-time \
 	  || exit 1; done
 	$(ABLATE) scenarios/chat.yaml --toggle prefix_cache
+	$(ABLATE) scenarios/chat.yaml --toggle tuning.prefill_graphs
+	$(ABLATE) scenarios/bench/throughput_greedy.yaml --toggle tuning.prefill_graphs
+	$(ABLATE) scenarios/bench/throughput_8b_greedy.yaml --toggle tuning.prefill_graphs
 
 bench-profiles:  # where each variant's time goes
 	for t in cuda_graph triton_kernels; do \
