@@ -12,6 +12,7 @@ import torch
 
 from llmbench import LLM, SamplingParams
 from llmbench.engine.facts import triton_usable
+from llmbench.engine.prefill_graph import PrefillGraphRunner
 from llmbench.engine.sequence import Sequence
 from llmbench.engine.step_inputs import build_step
 from llmbench.models.piecewise import PieceBuffers, PiecewiseForward
@@ -82,6 +83,54 @@ def test_pieces_give_the_forward_values_and_store_the_same_kv(qwen3, padding):
     else:
         assert torch.equal(got, expected)
     assert torch.equal(runner.kv_pool, stored), "the pieces stored other K/V than the forward"
+
+
+class _Eager:
+    """Stands in for a captured graph on the CPU: a replay runs the piece again."""
+
+    def __init__(self, run) -> None:
+        self.run = run
+
+    def replay(self) -> None:
+        self.run()
+
+
+def _eager_graphs(runner: PrefillGraphRunner) -> None:
+    """What ``capture`` leaves, with each piece run eagerly at replay (its output into a fixed tensor)."""
+    pieces, buf = runner.pieces, runner.buffers
+    last = pieces.num_pieces - 1
+    for bucket in runner.buckets:
+        out = runner.outputs[bucket] = torch.empty(bucket, pieces.model.config.hidden_size)
+        graphs = [_Eager(lambda i=i, b=bucket: pieces.piece(i, buf, b)) for i in range(last)]
+        graphs.append(_Eager(lambda b=bucket, out=out: out.copy_(pieces.piece(last, buf, b))))
+        runner.graphs[bucket] = graphs
+
+
+@torch.inference_mode()
+def test_a_step_runs_in_the_smallest_bucket_and_its_padded_rows_store_nothing(qwen3):
+    # The runner's replay loop: a step's ids, positions and slots copied in, the rows past it given slot -1
+    # (a larger step before left real slots there), attention between the pieces, the output cut to the step.
+    folder, _ = qwen3
+    llm = _llm(folder)
+    runner = llm.engine.runner
+    inputs, tokens = _mixed_step(runner)
+    graphs = PrefillGraphRunner(
+        PiecewiseForward(runner.model, runner.kv_caches), [16, tokens + 8, 256], runner.device
+    )
+    _eager_graphs(graphs)
+    assert graphs.bucket_for(tokens) == tokens + 8 and graphs.bucket_for(257) is None
+    torch.manual_seed(0)
+    runner.kv_pool.copy_(torch.randn_like(runner.kv_pool))
+    start = runner.kv_pool.clone()
+    expected = runner.model(inputs.input_ids, inputs.positions, inputs.meta, runner.kv_caches)
+    stored = runner.kv_pool.clone()
+
+    runner.kv_pool.copy_(start)
+    graphs.buffers.slot_mapping.copy_(torch.arange(256))  # what a larger step would have left
+    got, bucket = graphs.run(inputs.input_ids, inputs.positions, inputs.meta)
+    assert bucket == tokens + 8 and graphs.replays == 1
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert torch.equal(runner.kv_pool, stored), "padded rows stored K/V"
 
 
 def test_a_model_without_the_fused_prologue_is_refused(qwen3):
