@@ -511,3 +511,27 @@ def test_the_facts_say_how_ranks_start_and_whether_they_can_share_memory(monkeyp
     assert not facts.ranks_share_memory  # the other rank is on another host
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     assert read_facts(model).ranks_share_memory
+
+
+def test_memory_the_options_leave_too_small_is_an_engine_options_error(monkeypatch):
+    # The KV pool's budget on a GPU (total * gpu_memory_utilization - the warm-up's peak) below one
+    # max_model_len sequence, and the CUDA Graphs running out of what the pool left: both say which
+    # options give more memory, as engine-option errors (the CLI: "engine options: ...", exit 2).
+    import torch
+
+    from llmbench.engine import kv_cache
+
+    config = resolved(h200s(), gpu_memory_utilization=0.5)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (80 << 30, 140 << 30))
+    per_block = kv_cache.block_bytes(28, config.block_size, 8, 128, torch.bfloat16)
+    assert kv_cache.num_blocks_for(config, 8192, per_block, 60 << 30) > 0
+    with pytest.raises(ConfigError, match="fewer than one max_model_len=8192 sequence needs"):
+        kv_cache.num_blocks_for(config, 8192, per_block, 139 << 29)  # 69.5 GiB: 0.5 left
+    err = kv_cache.out_of_memory(
+        "capturing the prefill CUDA Graphs", "tuning.prefill_graphs=False", config, 3 << 30
+    )
+    assert isinstance(err, ConfigError)
+    assert str(err) == (
+        "capturing the prefill CUDA Graphs ran out of GPU memory once the KV pool held 3.0 GiB: lower "
+        "gpu_memory_utilization (now 0.5) or set num_kv_blocks, or set tuning.prefill_graphs=False"
+    )

@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 import torch
 
+from llmbench.engine.config import ConfigError
 from llmbench.engine.resolve import ResolvedConfig
 from llmbench.kernels.kv_layout import by_token_view
 from llmbench.kernels.kv_quant import is_fp8
@@ -30,8 +31,17 @@ _CPU_DEFAULT_CAP = 1 << 30  # bytes: the default CPU pool never takes more than 
 _CUDA_HEADROOM = 256 << 20  # bytes left free for the allocator's fragmentation and CUDA Graph pools
 
 
-class KVCacheError(RuntimeError):
-    pass
+class KVCacheError(ConfigError):
+    """The memory the options leave cannot hold what the engine needs (the KV pool, its CUDA Graphs)."""
+
+
+def out_of_memory(what: str, off: str, config: ResolvedConfig, kv_bytes: int) -> KVCacheError:
+    """The error for ``what`` running out of GPU memory after the KV pool took ``kv_bytes``: how to
+    leave it more (``off``: the option that does without it)."""
+    return KVCacheError(
+        f"{what} ran out of GPU memory once the KV pool held {kv_bytes / 2**30:.1f} GiB: lower "
+        f"gpu_memory_utilization (now {config.gpu_memory_utilization}) or set num_kv_blocks, or set {off}"
+    )
 
 
 def block_bytes(num_layers: int, block_size: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:

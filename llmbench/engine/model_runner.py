@@ -190,7 +190,7 @@ class ModelRunner:
                 uniform=self._uniform_differs if config.tuning.decode_uniform_tiling else None,
                 draw=draw_kernel.sample if config.tuning.graph_sampling else None,
             )
-            self.graphs.capture()
+            self._capture(self.graphs, "capturing the decode CUDA Graphs", "cuda_graph=False")
             self.startup.graph_capture_time = self.graphs.capture_time
             self.startup.graph_memory_bytes = self.graphs.memory_bytes
             self.startup.graph_buckets = list(self.graphs.buckets)
@@ -201,7 +201,9 @@ class ModelRunner:
                 list(config.tuning.prefill_graph_tokens),
                 self.device,
             )
-            self.prefill_graphs.capture()
+            self._capture(
+                self.prefill_graphs, "capturing the prefill CUDA Graphs", "tuning.prefill_graphs=False"
+            )
             self.startup.graph_capture_time += self.prefill_graphs.capture_time
             self.startup.graph_memory_bytes += self.prefill_graphs.memory_bytes
         # Every warm-up above may compile (the kernel warm-up's own small pools are new shapes): steady
@@ -209,6 +211,12 @@ class ModelRunner:
         self._graphs_after_warmup = _dynamo_graph_count() if config.torch_compile else 0
         self.tracer = Tracer(self.model, self.device, compiled=config.torch_compile)
         enable_nvtx(self.device)
+
+    def _capture(self, graphs: CUDAGraphRunner | PrefillGraphRunner, what: str, off: str) -> None:
+        try:
+            graphs.capture()
+        except torch.OutOfMemoryError as exc:  # what the KV pool left was not enough
+            raise kv_cache.out_of_memory(what, off, self.config, self.startup.kv_cache_bytes) from exc
 
     @property
     def kv_scales(self) -> torch.Tensor | None:
