@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 import llmbench.engine.llm_engine as llm_engine  # noqa: E402
 import llmbench.engine.model_runner as model_runner  # noqa: E402
+import llmbench.engine.step_upload as step_upload  # noqa: E402
 from llmbench.bench.backends.engine import sampling_params  # noqa: E402
 from llmbench.bench.derived import BATCH_EDGES  # noqa: E402
 from llmbench.bench.driver import drive  # noqa: E402
@@ -158,7 +159,7 @@ def main() -> None:
         key, _, value = item.partition("=")
         options[key] = yaml.safe_load(value)
     clock = PhaseClock()
-    llm_engine.phase = model_runner.phase = clock  # type: ignore[assignment]
+    llm_engine.phase = model_runner.phase = step_upload.phase = clock  # type: ignore[assignment]
     engine = llm_engine.LLMEngine(
         EngineConfig.from_options(args.model or ("qwen3-tiny" if cpu else "qwen3-0.6b"), **options)
     )

@@ -20,6 +20,7 @@ import torch
 
 import llmbench.engine.llm_engine as llm_engine
 import llmbench.engine.model_runner as model_runner
+import llmbench.engine.step_upload as step_upload
 from llmbench.engine import ranges
 from llmbench.engine.config import EngineConfig
 from llmbench.engine.sampling_params import SamplingParams
@@ -54,15 +55,16 @@ def main() -> None:
         EngineConfig.from_options(args.model, device=args.device, max_model_len=2048)
     )
     ways = {
-        "shipped": (llm_engine.phase, model_runner.phase, llm_engine.step_range),
-        "removed": (_off, _off, _off),
-        "record_function always": (_AlwaysOn, _AlwaysOn, _AlwaysOn),
+        "shipped": (llm_engine.phase, model_runner.phase, step_upload.phase, llm_engine.step_range),
+        "removed": (_off, _off, _off, _off),
+        "record_function always": (_AlwaysOn, _AlwaysOn, _AlwaysOn, _AlwaysOn),
     }
     medians: dict[str, list[float]] = {w: [] for w in ways}
     params = SamplingParams(temperature=0.0, max_tokens=args.steps + 10, ignore_eos=True)
     for r in range(args.repeats):
-        for way, (phase, runner_phase, step_range) in ways.items():
+        for way, (phase, runner_phase, upload_phase, step_range) in ways.items():
             llm_engine.phase, model_runner.phase, llm_engine.step_range = phase, runner_phase, step_range
+            step_upload.phase = upload_phase
             ids = [f"{r}-{way}-{i}" for i in range(args.batch)]
             for i, rid in enumerate(ids):
                 engine.add_request(rid, [1 + i] * 16, params)

@@ -8,11 +8,9 @@ attention); compute logits only at positions that sample.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-import numpy as np
 import torch
 
 from llmbench.distributed import Communicator, single_rank
@@ -23,16 +21,14 @@ from llmbench.engine.prefill_graph import PrefillGraphRunner
 from llmbench.engine.ranges import enable_nvtx, phase
 from llmbench.engine.resolve import ResolvedConfig
 from llmbench.engine.sampler import SCALE
-from llmbench.engine.staging import Staging
 from llmbench.engine.step_inputs import StepArrays
+from llmbench.engine.step_upload import StepInputs, StepUploader
 from llmbench.engine.tracer import Tracer
 from llmbench.engine.work import RankWeights, rank_weights
-from llmbench.kernels import decode_config
 from llmbench.kernels import sample as draw_kernel
-from llmbench.kernels.kv_layout import by_token
 from llmbench.kernels.kv_quant import is_fp8, kv_dtype
 from llmbench.layers.attention.backends import make_backend
-from llmbench.layers.attention.metadata import AttentionMetadata, leading_decodes
+from llmbench.layers.attention.metadata import AttentionMetadata
 from llmbench.layers.parallel import TPGroup
 from llmbench.models.config import ModelConfig
 from llmbench.models.fused_decode import DecodePlan, fuse_decode
@@ -41,19 +37,6 @@ from llmbench.models.loader import iter_checkpoint, load_weights
 from llmbench.models.piecewise import PiecewiseForward
 from llmbench.models.random_weights import random_checkpoint
 from llmbench.models.registry import build_model
-
-
-@dataclass
-class StepInputs:
-    input_ids: torch.Tensor  # (T,) int64
-    positions: torch.Tensor  # (T,) int64
-    meta: AttentionMetadata
-    logits_indices: torch.Tensor  # (N,) rows of the flat batch whose logits are sampled
-    sample_rows: tuple[torch.Tensor, torch.Tensor] | None = None  # StepArrays.sample_params, sample_keys
-
-    @property
-    def decode_only(self) -> bool:
-        return self.meta.is_decode_only
 
 
 class Executed(NamedTuple):
@@ -91,7 +74,6 @@ class ModelRunner:
             self.startup.all_reduce_norm = comm.fuses_norm
             self.startup.all_reduce_matmul = comm.fuses_product
         self.last_ids: torch.Tensor | None = None  # the last step's samples (asynchronous scheduling)
-        self._staging = Staging(self.device, separate=config.torch_compile)
         dtype = config.torch_dtype
 
         start = time.perf_counter()
@@ -129,6 +111,7 @@ class ModelRunner:
 
         attn = self.model.model.layers[0].self_attn
         self.kv_heads, self.head_dim = attn.num_kv_heads, attn.head_dim
+        self.inputs = StepUploader(config, self.device, self.kv_heads, self.head_dim)
         self.num_layers = model_config.num_hidden_layers
         self.kv_dtype = kv_dtype(config.kv_cache_dtype, dtype)
         self.kv_scale = 1.0 if config.tuning.kv_cache_scale is None else float(config.tuning.kv_cache_scale)
@@ -163,7 +146,7 @@ class ModelRunner:
         if config.cuda_graph:
             self.kv_pool.zero_()  # padded CUDA Graph rows read block 0: keep it finite
         self.num_blocks = num_blocks
-        self._uniform_tiles: dict[int, bool] = {}  # batch size: whether its one-length tiles differ
+        self.inputs.kv = self.kv_caches[0]  # its layout picks the decode kernel's tiles
         self.startup.kv_num_blocks = num_blocks
         self.startup.kv_block_bytes = self.block_bytes
         self.startup.kv_cache_bytes = num_blocks * self.block_bytes
@@ -186,8 +169,8 @@ class ModelRunner:
                 self.max_blocks_per_seq,
                 max_model_len,
                 self.device,
-                ordered=self._order_pays if config.tuning.decode_longest_first else None,
-                uniform=self._uniform_differs if config.tuning.decode_uniform_tiling else None,
+                ordered=self.inputs.order_pays if config.tuning.decode_longest_first else None,
+                uniform=self.inputs.uniform_differs if config.tuning.decode_uniform_tiling else None,
                 draw=draw_kernel.sample if config.tuning.graph_sampling else None,
             )
             self._capture(self.graphs, "capturing the decode CUDA Graphs", "cuda_graph=False")
@@ -268,99 +251,8 @@ class ModelRunner:
     # -- one step ---------------------------------------------------------------------------------
 
     def to_inputs(self, step: StepArrays) -> StepInputs:
-        decodes = self._decode_rows(step)
-        ordered = self._orders(decodes)
-        with phase("build_inputs"):
-            arrays = self._host_arrays(step, decodes if ordered else 0)
-        with phase("copy_to_device"):
-            return self._upload(step, arrays, ordered, decodes)
-
-    def _host_arrays(self, step: StepArrays, ordered_rows: int) -> list[np.ndarray]:
-        arrays = [
-            step.input_ids,
-            step.positions,
-            step.slot_mapping,
-            step.query_start_loc,
-            step.seq_lens.astype(np.int32),
-            step.block_tables,
-            step.logits_indices,
-        ]
-        if step.fill_rows is not None:
-            assert step.fill_src is not None and self.last_ids is not None, "a fill needs the last samples"
-            arrays += [step.fill_rows, step.fill_src]
-        if step.sample_params is not None and step.sample_keys is not None:
-            arrays += [step.sample_params, step.sample_keys]
-        if ordered_rows:  # last: the decode rows by context length, longest first (ties in batch order)
-            arrays.append(np.argsort(-step.seq_lens[:ordered_rows], kind="stable"))
-        return arrays
-
-    def _decode_rows(self, step: StepArrays) -> int:
-        """The step's rows that the decode kernel takes: all of a decode-only step; a mixed step's leading
-        decodes (the scheduler puts its running sequences first) with Tuning.mixed_step_decodes; else none."""
-        lens = step.query_lens
-        if max(lens) == 1:
-            return len(lens)
-        return leading_decodes(lens) if self.config.tuning.mixed_step_decodes else 0
-
-    def _orders(self, decodes: int) -> bool:
-        """Whether the step's decode attention takes its ``decodes`` rows longest first
-        (Tuning.decode_longest_first): a batch large enough for the order to pay, decided and sorted here,
-        on the host, which knows the lengths (a sort on the device cannot be captured in a CUDA Graph)."""
-        return self.config.tuning.decode_longest_first and self._order_pays(decodes)
-
-    def _order_pays(self, batch: int) -> bool:
-        return decode_config.order_pays(batch, self.kv_heads, self.device)
-
-    def _uniform(self, step: StepArrays) -> bool:
-        """Whether the step's decode attention takes the tiles for contexts of about one length
-        (Tuning.decode_uniform_tiling): a decode-only batch of such contexts, at a size where they differ."""
-        return (
-            self.config.tuning.decode_uniform_tiling
-            and max(step.query_lens) == 1
-            and self._uniform_differs(len(step.query_lens))
-            and decode_config.is_uniform(int(step.seq_lens.min()), int(step.seq_lens.max()))
-        )
-
-    def _uniform_differs(self, batch: int) -> bool:
-        """Whether a decode batch of this size has tiles of its own for one-length contexts; the cache's
-        layout is fixed for the run, so the answer is kept per batch size."""
-        differs = self._uniform_tiles.get(batch)
-        if differs is None:
-            kv = self.kv_caches[0]
-            differs = self._uniform_tiles[batch] = decode_config.uniform_tiling_differs(
-                batch, self.kv_heads, self.head_dim, self.config.torch_dtype, kv.quantised, by_token(kv.v),
-                self.device,
-            )  # fmt: skip
-        return differs
-
-    def _upload(self, step: StepArrays, arrays: list[np.ndarray], ordered: bool, decodes: int) -> StepInputs:
-        fill = step.fill_rows is not None
-        sampled = step.sample_params is not None and step.sample_keys is not None
-        if self.device.type == "cuda":
-            tensors = self._staging.upload(arrays)  # one host-to-device copy for all of them
-        else:
-            tensors = [torch.from_numpy(a) for a in arrays]
-            if fill:  # filled in place below: leave the step's own array alone
-                tensors[0] = tensors[0].clone()
-        order = tensors.pop() if ordered else None
-        input_ids, positions, slots, query_start, seq_lens, tables, logits_indices = tensors[:7]
-        if fill:
-            input_ids[tensors[7]] = self.last_ids[tensors[8]]
-        sample_rows = (tensors[-2], tensors[-1]) if sampled else None
-        meta = AttentionMetadata(
-            slot_mapping=slots,
-            query_start_loc=query_start,
-            seq_lens=seq_lens,
-            block_tables=tables,
-            max_query_len=max(step.query_lens),
-            max_seq_len=int(step.seq_lens.max()),
-            query_lens_cpu=step.query_lens,
-            seq_lens_cpu=step.seq_lens.tolist(),
-            decode_order=order,
-            decode_uniform=self._uniform(step),
-            num_decodes=decodes,
-        )
-        return StepInputs(input_ids, positions, meta, logits_indices, sample_rows)
+        """The step's inputs on the device (``StepUploader.upload``), with the last step's samples."""
+        return self.inputs.upload(step, self.last_ids)
 
     @torch.inference_mode()
     def execute(self, step: StepArrays, draw: bool = False) -> Executed:

@@ -17,7 +17,8 @@ from llmbench.engine.sequence import Sequence
 from llmbench.engine.step_inputs import build_step
 
 if TYPE_CHECKING:
-    from llmbench.engine.model_runner import ModelRunner, StepInputs
+    from llmbench.engine.model_runner import ModelRunner
+    from llmbench.engine.step_upload import StepInputs
 
 _DUMMY_PARAMS = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
 
