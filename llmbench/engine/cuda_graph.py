@@ -132,8 +132,7 @@ class CUDAGraphRunner:
         self.outputs.clear()
 
     def bucket_for(self, batch_size: int) -> int | None:
-        i = bisect.bisect_left(self.buckets, batch_size)
-        return self.buckets[i] if i < len(self.buckets) else None
+        return smallest_holding(self.buckets, batch_size)
 
     def run(
         self,
@@ -179,3 +178,9 @@ class CUDAGraphRunner:
         self.graphs[key].replay()
         logits, ids = self.outputs[key]
         return logits[:n], ids[:n] if draw else None, bs
+
+
+def smallest_holding(buckets: list[int], n: int) -> int | None:
+    """The smallest of the sorted ``buckets`` that is at least ``n``; None past the largest."""
+    i = bisect.bisect_left(buckets, n)
+    return buckets[i] if i < len(buckets) else None

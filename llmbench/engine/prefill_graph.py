@@ -12,11 +12,11 @@ one piece's temporaries at the largest bucket.
 
 from __future__ import annotations
 
-import bisect
 import time
 
 import torch
 
+from llmbench.engine.cuda_graph import smallest_holding
 from llmbench.engine.step_counters import note_graph_capture
 from llmbench.layers.attention.metadata import AttentionMetadata
 from llmbench.models.piecewise import PieceBuffers, PiecewiseForward
@@ -34,8 +34,7 @@ class PrefillGraphRunner:
         self.replays = 0  # steps run from the graphs
 
     def bucket_for(self, tokens: int) -> int | None:
-        i = bisect.bisect_left(self.buckets, tokens)
-        return self.buckets[i] if i < len(self.buckets) else None
+        return smallest_holding(self.buckets, tokens)
 
     @torch.inference_mode()
     def capture(self) -> None:
