@@ -174,11 +174,31 @@ class CacheAttentionBackend(AttentionBackend):
             q, k, v = qkv_heads_ref(qkv, positions, cos_sin_cache, *norms, num_heads, num_kv_heads)
             store(k, v, kv, meta, kv_store.store_kv)
         else:
-            q = attention_prologue(
-                qkv, positions, cos_sin_cache, *norms, kv.k, kv.v, meta.slot_mapping, num_heads, num_kv_heads,
-                kv.k_scale, kv.v_scale,
-            )  # fmt: skip
+            q = self.prologue(
+                qkv, positions, cos_sin_cache, *norms, num_heads, num_kv_heads, kv, meta.slot_mapping
+            )
         return self.attend(q, kv.k, kv.v, meta, scale, kv.k_scale, kv.v_scale)
+
+    @staticmethod
+    def prologue(
+        qkv: torch.Tensor,
+        positions: torch.Tensor,
+        cos_sin_cache: torch.Tensor,
+        q_norm_weight: torch.Tensor | None,
+        k_norm_weight: torch.Tensor | None,
+        eps: float,
+        num_heads: int,
+        num_kv_heads: int,
+        kv: LayerKV,
+        slot_mapping: torch.Tensor,  # (T,): -1 for a padded row, which stores nothing
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``forward_qkv``'s first half, one kernel: K/V into their slots, q (T, Hq, D) returned (into
+        ``out`` where given). Never for the step that sets a float8 cache's scales."""
+        return attention_prologue(
+            qkv, positions, cos_sin_cache, q_norm_weight, k_norm_weight, eps, kv.k, kv.v, slot_mapping,
+            num_heads, num_kv_heads, kv.k_scale, kv.v_scale, out=out,
+        )  # fmt: skip
 
 
 class TritonBackend(CacheAttentionBackend):

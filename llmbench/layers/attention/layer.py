@@ -11,7 +11,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from llmbench.kernels.attention_prologue import attention_prologue
 from llmbench.layers.attention.backends import AttentionBackend, CacheAttentionBackend
 from llmbench.layers.attention.kv import LayerKV
 from llmbench.layers.attention.metadata import AttentionMetadata
@@ -78,8 +77,7 @@ class Attention(nn.Module):
                 qkv,
                 positions,
                 self.rotary.cos_sin_cache,
-                None if self.q_norm is None else self.q_norm.weight,
-                None if self.k_norm is None else self.k_norm.weight,
+                *self._qk_norm_weights,
                 self.eps,
                 self.num_heads,
                 self.num_kv_heads,
@@ -99,6 +97,13 @@ class Attention(nn.Module):
         o = self.backend.forward(q, k, v, kv_cache, meta, self.scale)  # (T, Hq, D)
         return o.reshape(T, q_size)
 
+    @property
+    def _qk_norm_weights(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        return (
+            None if self.q_norm is None else self.q_norm.weight,
+            None if self.k_norm is None else self.k_norm.weight,
+        )
+
     def store_qkv(
         self,
         positions: torch.Tensor,  # (T,)
@@ -109,13 +114,11 @@ class Attention(nn.Module):
     ) -> None:
         """The fused prologue alone: q and k normalised and rotated, K/V into their slots, q into ``q_out``.
         Never the step that sets a float8 cache's scales (``forward_qkv`` takes that one)."""
-        assert self.fused_prologue, "store_qkv is the fused prologue's first half"
-        attention_prologue(
-            qkv, positions, self.rotary.cos_sin_cache,
-            None if self.q_norm is None else self.q_norm.weight,
-            None if self.k_norm is None else self.k_norm.weight,
-            self.eps, kv_cache.k, kv_cache.v, slot_mapping, self.num_heads, self.num_kv_heads,
-            kv_cache.k_scale, kv_cache.v_scale, out=q_out,
+        backend = self.backend
+        assert self.fused_prologue and isinstance(backend, CacheAttentionBackend)
+        backend.prologue(
+            qkv, positions, self.rotary.cos_sin_cache, *self._qk_norm_weights, self.eps, self.num_heads,
+            self.num_kv_heads, kv_cache, slot_mapping, out=q_out,
         )  # fmt: skip
 
     def attend_stored(
