@@ -165,3 +165,22 @@ def test_prefill_graphs_keep_tokens(tmp_path, arch):
     got = [o.token_ids for o in llm.generate(prompts, params)]
     assert got == expected
     assert runner.prefill_graphs.replays > 0, "no step ran from the prefill graphs"
+
+
+@pytest.mark.gpu  # CUDA Graphs need a GPU
+def test_prefill_graphs_over_a_float8_cache_give_the_eager_steps_tokens(tmp_path):
+    # The first prefill sets the float8 scales eagerly; every later step reads them from memory, so the
+    # graphs captured before it see them. Float8 changes the numerics: the reference is the eager engine.
+    make_tiny("qwen3", tmp_path)
+    prompts = [[(7 * i + 3 * j) % 384 for j in range(1 + (13 * i) % 40)] for i in range(6)]
+    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    runs = []
+    for graphs in (False, True):
+        llm = _llm(
+            tmp_path, cuda_graph=True, max_num_batched_tokens=24, kv_cache_dtype="fp8_e4m3",
+            tuning={"prefill_graphs": graphs},
+        )  # fmt: skip
+        runs.append([o.token_ids for o in llm.generate(prompts, params)])
+        pieces = llm.engine.runner.prefill_graphs
+        assert (pieces is not None and pieces.replays > 0) == graphs
+    assert runs[0] == runs[1]
