@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from llmbench import LLM
 from llmbench.cli.app import app
 from llmbench.models.errors import ModelError
+from llmbench.models.loader import read_model_config
 
 from tiny_models import make_tiny
 
@@ -126,9 +127,9 @@ CASES: list[tuple[str, str, Callable[[Path], object], str]] = [
     (
         "no architecture named",
         "qwen3",
-        lambda m: edit_config(m, lambda c: c.pop("architectures")),
+        lambda m: edit_config(m, lambda c: (c.pop("architectures"), c.update(model_type="mistral"))),
         "{m}/config.json: Unsupported architecture: none named (no 'architectures' field; model_type "
-        f"'qwen3'). Supported: {SUPPORTED}",
+        f"'mistral'). Supported: {SUPPORTED}",
     ),
     (
         "unsupported rope type",
@@ -279,3 +280,12 @@ def test_a_tensor_parallel_engine_raises_the_same_error(qwen3, tmp_path):
     assert str(info.value) == (
         f"{folder}/model.safetensors: tensor 'model.norm.weight': shape (3,) does not fit the parameter's (64,)"
     )
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+def test_a_config_without_architectures_takes_the_class_its_model_type_names(arch, tmp_path):
+    # as transformers does: config.json's model_type alone picks the class
+    make_tiny(arch, tmp_path)
+    named = read_model_config(tmp_path)
+    edit_config(tmp_path, lambda c: c.pop("architectures"))
+    assert read_model_config(tmp_path) == named

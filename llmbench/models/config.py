@@ -130,6 +130,9 @@ def model_config_from_hf(cfg: dict[str, Any], supported: dict[str, dict[str, boo
     if isinstance(archs, str):
         archs = [archs]
     arch = next((a for a in archs if isinstance(a, str) and a in supported), None)
+    if arch is None and not archs:  # as transformers does, the model type names the class
+        model_type = str(cfg.get("model_type", "")).lower()
+        arch = next((a for a in supported if a.removesuffix("ForCausalLM").lower() == model_type), None)
     if arch is None:
         if archs:
             named = repr(archs[0]) if len(archs) == 1 else repr(archs)
