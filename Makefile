@@ -74,6 +74,11 @@ bench-ablations:  # what sampling, the float8 KV cache, CUDA Graphs, torch.compi
 	$(ABLATE) scenarios/chat.yaml --toggle tuning.prefill_graphs
 	$(ABLATE) scenarios/bench/throughput_greedy.yaml --toggle tuning.prefill_graphs
 	$(ABLATE) scenarios/bench/throughput_8b_greedy.yaml --toggle tuning.prefill_graphs
+	$(ABLATE) scenarios/bench/single_0.6b.yaml --toggle tuning.programmatic_launch_rows=32,0
+	for f in scenarios/bench/batch8_0.6b.yaml scenarios/bench/fixed_64_0.6b.yaml; do \
+	  $(ABLATE) $$f --toggle tuning.programmatic_launch_rows=0,256 || exit 1; done
+	$(ABLATE) scenarios/bench/throughput_greedy.yaml --toggle tuning.programmatic_launch_rows=0,32,128
+	$(ABLATE) scenarios/bench/batch8_0.6b.yaml --toggle tuning.skinny_matmul_rows=1,8
 
 bench-profiles:  # where each variant's time goes
 	for t in cuda_graph triton_kernels; do \

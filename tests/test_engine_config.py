@@ -11,7 +11,7 @@ import pytest
 from llmbench.engine.config import ConfigError, EngineConfig, Tuning, check_option, nest, with_option
 from llmbench.engine.facts import Facts, ModelFacts
 from llmbench.engine.resolve import resolve
-from llmbench.engine.resolve_tuning import default_buckets
+from llmbench.engine.resolve_tuning import PROGRAMMATIC_LAUNCH_ROWS, default_buckets
 from llmbench.models.presets import PRESETS
 
 
@@ -25,14 +25,14 @@ CPU_INTERPRETED = Facts(model=model_facts("qwen3-tiny"), triton=True, triton_int
 
 def h200s(model: str = "qwen3-0.6b", **facts) -> Facts:
     """Two H200s of one host, Triton installed, ranks spawned by rank 0."""
-    return Facts(
-        model=model_facts(model),
-        cuda_devices=2,
-        device_name="NVIDIA H200",
-        capability=(9, 0),
-        triton=True,
-        **facts,
-    )
+    base = {
+        "cuda_devices": 2,
+        "device_name": "NVIDIA H200",
+        "capability": (9, 0),
+        "triton": True,
+        "triton_gdc": True,
+    }
+    return Facts(model=model_facts(model), **{**base, **facts})
 
 
 def resolved(facts: Facts = CPU, model: str | None = None, **options):
@@ -122,12 +122,14 @@ def message(**options) -> str:
             {"tuning": {"skinny_rows": 1}},
             "tuning.skinny_rows: unknown tuning knob; valid: compile_mode, cuda_graph_buckets, "
             "decode_longest_first, decode_split_tokens, decode_uniform_tiling, graph_sampling, kv_cache_scale, "
-            "mixed_step_decodes, prefill_graph_tokens, prefill_graphs, skinny_fusion, skinny_matmul_rows, tp_all_reduce, tp_fuse_matmul, tp_fuse_norm",
+            "mixed_step_decodes, prefill_graph_tokens, prefill_graphs, programmatic_launch_rows, skinny_fusion, skinny_matmul_rows, "
+            "tp_all_reduce, tp_fuse_matmul, tp_fuse_norm",
         ),
         (
             {"tuning": 5},
             "tuning: expected a mapping of tuning knobs (cuda_graph_buckets, decode_split_tokens, decode_longest_first, "
-            "decode_uniform_tiling, mixed_step_decodes, graph_sampling, prefill_graphs, prefill_graph_tokens, skinny_matmul_rows, skinny_fusion, tp_all_reduce, "
+            "decode_uniform_tiling, mixed_step_decodes, graph_sampling, prefill_graphs, prefill_graph_tokens, programmatic_launch_rows, "
+            "skinny_matmul_rows, skinny_fusion, tp_all_reduce, "
             "tp_fuse_norm, tp_fuse_matmul, compile_mode, kv_cache_scale), got 5",
         ),
         (
@@ -255,6 +257,18 @@ def test_on_an_h200_the_fast_paths_are_chosen():
         assert resolved(h200s(), **off).tuning.prefill_graph_tokens == (), off
     assert resolved(h200s(), tuning={"prefill_graphs": False}).tuning.prefill_graph_tokens == ()
     assert resolved(CPU).tuning.prefill_graph_tokens == ()
+    # programmatic dependent launch: Hopper and later, with the Triton kernels, uncompiled, a Triton that has it
+    assert r.tuning.programmatic_launch_rows == PROGRAMMATIC_LAUNCH_ROWS > 0
+    assert resolved(h200s(), tuning={"programmatic_launch_rows": 256}).tuning.programmatic_launch_rows == 256
+    for off in (
+        {"triton_kernels": False},
+        {"torch_compile": True},
+        {"tuning": {"programmatic_launch_rows": 0}},
+    ):
+        assert resolved(h200s(), **off).tuning.programmatic_launch_rows == 0, off
+    assert resolved(h200s(capability=(8, 0))).tuning.programmatic_launch_rows == 0
+    assert resolved(h200s(triton_gdc=False)).tuning.programmatic_launch_rows == 0
+    assert resolved(CPU).tuning.programmatic_launch_rows == 0
     assert r.max_model_len == 8192
 
 
@@ -393,6 +407,20 @@ def test_the_cpu_at_tp2_uses_gloo_without_fusions():
             {"torch_compile": True, "attention_backend": "sdpa", "tuning": {"prefill_graphs": True}},
             "tuning.prefill_graphs=True runs prefill and mixed steps from CUDA Graphs cut at attention: it needs "
             "cuda_graph=True, attention_backend 'triton' or 'flash_attn', torch_compile=False",
+        ),
+        (
+            CPU_INTERPRETED,
+            {"tuning": {"programmatic_launch_rows": 8}},
+            "tuning.programmatic_launch_rows=8 launches Triton kernels with programmatic dependent launch: it "
+            "needs an NVIDIA GPU of compute capability 9.0 or later, triton_kernels=True, a Triton with grid "
+            "dependency control (3.4 or later)",
+        ),
+        (
+            h200s(capability=(8, 0), triton_gdc=False),
+            {"torch_compile": True, "tuning": {"programmatic_launch_rows": 1}},
+            "tuning.programmatic_launch_rows=1 launches Triton kernels with programmatic dependent launch: it "
+            "needs an NVIDIA GPU of compute capability 9.0 or later, torch_compile=False, a Triton with grid "
+            "dependency control (3.4 or later)",
         ),
         (
             CPU,

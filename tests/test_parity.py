@@ -244,6 +244,31 @@ def test_a_large_decode_batch_taken_longest_first_keeps_tokens(arch_model, cuda_
     assert runs[0] == runs[1]
 
 
+@pytest.mark.gpu  # programmatic dependent launch is an NVIDIA GPU's (Hopper and later)
+@pytest.mark.parametrize("cuda_graph", [False, True])
+def test_programmatic_launch_keeps_tokens(arch_model, cuda_graph):
+    # Each Triton kernel placed while the one before drains must still read only what that one wrote: the
+    # greedy tokens of transformers, and of a batch wider than the GPU with the launches on and off.
+    _, folder, expected = arch_model
+    got, llm = _generate(
+        folder, attention_backend="triton", triton_kernels=True, cuda_graph=cuda_graph,
+        tuning={"programmatic_launch_rows": 256},
+    )  # fmt: skip
+    assert got == expected
+    assert llm.engine.config.tuning.programmatic_launch_rows == 256
+    prompts = [[(5 * i + j) % 384 for j in range(1 + (11 * i) % 60)] for i in range(200)]
+    params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
+    runs = []
+    for rows in (0, 256):
+        llm = LLM(
+            str(folder), block_size=BLOCK, max_model_len=128, dtype="float32", num_kv_blocks=2048,
+            attention_backend="triton", cuda_graph=cuda_graph, max_num_seqs=256,
+            tuning={"programmatic_launch_rows": rows},
+        )  # fmt: skip
+        runs.append([o.token_ids for o in llm.generate(prompts, params)])
+    assert runs[0] == runs[1]
+
+
 @pytest.mark.gpu  # CUDA Graphs need a GPU
 @pytest.mark.parametrize("compile_", [False, True])
 def test_cuda_graph_replay_keeps_tokens(arch_model, compile_):

@@ -94,6 +94,13 @@ class Tuning:
     prefill_graph_tokens: with prefill_graphs, the token counts that get graphs (a step runs in the smallest
         that holds it, eagerly above the largest). auto: 16, 32, 64, ... up to max_num_batched_tokens, and
         max_num_batched_tokens itself.
+    programmatic_launch_rows: the Triton kernels (norms, rotary and KV store, attention, activation, the
+        draw) of steps of up to this many rows (sequences of a decode step, tokens of other steps) are
+        launched with programmatic dependent launch: each is placed on the GPU while the kernel before it
+        drains and waits there for its inputs, instead of being launched once that kernel has finished;
+        CUDA Graphs keep it. 0: never. auto: PROGRAMMATIC_LAUNCH_ROWS (engine/resolve_tuning.py) on NVIDIA
+        GPUs of compute capability 9.0 (Hopper) and later, with triton_kernels, torch_compile off and a
+        Triton that has it; else 0.
     skinny_matmul_rows: linear layers take the skinny Triton matmul for inputs of up to this many rows
         (0..8; decode at small batches), cuBLAS above; 0: cuBLAS always. auto: 1 with triton_kernels, else 0.
     skinny_fusion: what the skinny matmul does on its input's loads: 'all' (the RMSNorm before it, with
@@ -120,6 +127,7 @@ class Tuning:
     graph_sampling: bool | None = None
     prefill_graphs: bool | None = None
     prefill_graph_tokens: tuple[int, ...] | None = None
+    programmatic_launch_rows: int | None = None
     skinny_matmul_rows: int | None = None
     skinny_fusion: str = AUTO
     tp_all_reduce: str = AUTO

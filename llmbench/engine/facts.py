@@ -49,6 +49,7 @@ class Facts:
     device_name: str | None = None  # of the first GPU
     capability: tuple[int, int] | None = None  # its compute capability
     triton: bool = False  # the triton package is installed
+    triton_gdc: bool = False  # ... with grid dependency control (programmatic dependent launch)
     flash_attn: bool = False  # flash-attn is installed
     triton_interpret: bool = False  # TRITON_INTERPRET=1: Triton kernels run on the CPU, interpreted
     launcher: str = "spawn"  # tensor-parallel ranks: "spawn" (rank 0 starts them on this host), "torchrun"
@@ -82,6 +83,7 @@ def read_facts(model: ModelFacts) -> Facts:
         device_name=props.name if props else None,
         capability=(props.major, props.minor) if props else None,
         triton=_triton_installed(),
+        triton_gdc=_triton_has_gdc(),
         flash_attn=_flash_attn_installed(),
         triton_interpret=os.environ.get("TRITON_INTERPRET") == "1",
         launcher="torchrun" if launched else "spawn",
@@ -93,6 +95,12 @@ def read_facts(model: ModelFacts) -> Facts:
 
 def _triton_installed() -> bool:
     return importlib.util.find_spec("triton") is not None
+
+
+def _triton_has_gdc() -> bool:
+    from llmbench.kernels._triton import HAS_GDC
+
+    return HAS_GDC
 
 
 def _flash_attn_installed() -> bool:

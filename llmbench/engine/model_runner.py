@@ -26,6 +26,7 @@ from llmbench.engine.step_upload import StepInputs, StepUploader
 from llmbench.engine.tracer import Tracer
 from llmbench.engine.work import RankWeights, rank_weights
 from llmbench.kernels import sample as draw_kernel
+from llmbench.kernels._triton import set_programmatic_launch
 from llmbench.kernels.kv_quant import is_fp8, kv_dtype
 from llmbench.layers.attention.backends import make_backend
 from llmbench.layers.attention.metadata import AttentionMetadata
@@ -75,6 +76,7 @@ class ModelRunner:
             self.startup.all_reduce_matmul = comm.fuses_product
         self.last_ids: torch.Tensor | None = None  # the last step's samples (asynchronous scheduling)
         dtype = config.torch_dtype
+        set_programmatic_launch(config.tuning.programmatic_launch_rows)  # the warm-up and graphs too
 
         start = time.perf_counter()
         backend = make_backend(config.attention_backend, config.tuning.decode_split_tokens or None)
@@ -265,6 +267,8 @@ class ModelRunner:
         Under tensor parallelism every rank runs this with the same ``step``; the collectives inside the
         model keep them in lockstep and rank 0 alone samples."""
         n = len(step.query_lens)
+        # this process's launches are this engine's (another engine may have run a step in between)
+        set_programmatic_launch(self.config.tuning.programmatic_launch_rows)
         calibrate = self.kv_calibrate  # this step sets the float8 scales (never inside a graph)
         use_graph = (
             self.graphs is not None

@@ -165,6 +165,7 @@ TUNING_CHECKS: dict[str, Check] = {
     "graph_sampling": _boolean(auto=True),
     "prefill_graphs": _boolean(auto=True),
     "prefill_graph_tokens": _sizes("token counts"),
+    "programmatic_launch_rows": _integer(0, auto=True),
     "skinny_matmul_rows": _integer(0, SKINNY_MATMUL_MAX_ROWS, auto=True),
     "skinny_fusion": _choice(SKINNY_FUSIONS, auto=True),
     "tp_all_reduce": _choice(TP_ALL_REDUCE, auto=True),

@@ -16,6 +16,9 @@ SKINNY_MATMUL_ROWS = 1  # where the skinny kernel beat cuBLAS on every layer of 
 # fused kernel sums the whole row's squares for itself, which paid at hidden size 1024 (qwen3-0.6b, -2.7%
 # per token on an H200) and cost at 4096 (qwen3-8b, +1.6%).
 NORM_FUSION_MAX_HIDDEN = 2048
+# Programmatic dependent launch up to this many rows: measured on an H200 (BENCHMARKS.md, "Programmatic
+# dependent launch"), it shortens a one-sequence decode step and lengthens a 256-row one.
+PROGRAMMATIC_LAUNCH_ROWS = 32
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,7 @@ class ResolvedTuning:
     graph_sampling: bool
     prefill_graphs: bool
     prefill_graph_tokens: tuple[int, ...]  # () when prefill_graphs is off
+    programmatic_launch_rows: int  # 0: never
     skinny_matmul_rows: int  # 0: cuBLAS always
     skinny_fusion: str  # "all" | "silu" | "none"
     tp_all_reduce: str  # "nccl" (gloo on the CPU) | "symm_mem" | "none" (tp=1)
@@ -88,6 +92,7 @@ def resolve_tuning(
         ("tp=1", config.tp == 1),
         ("torch_compile=False", not config.torch_compile),
     )
+    programmatic_rows = _programmatic_rows(t.programmatic_launch_rows, config, facts, cuda, triton_kernels)
     all_reduce = _all_reduce(t.tp_all_reduce, config.tp, device, facts)
     fuse_norm = switch(
         t.tp_fuse_norm,
@@ -133,6 +138,7 @@ def resolve_tuning(
             if prefill_graphs
             else ()
         ),
+        programmatic_launch_rows=programmatic_rows,
         skinny_matmul_rows=skinny_rows,
         skinny_fusion=fusion,
         tp_all_reduce=all_reduce,
@@ -169,6 +175,22 @@ def switch(asked: bool | None, what: str, *needs: tuple[str, bool]) -> bool:
     if asked and missing:
         raise ConfigError(f"{what}: it needs {', '.join(missing)}")
     return asked
+
+
+def _programmatic_rows(
+    asked: int | None, config: EngineConfig, facts: Facts, cuda: bool, triton_kernels: bool
+) -> int:
+    """Programmatic dependent launch up to PROGRAMMATIC_LAUNCH_ROWS rows where it can apply; asked for
+    where it cannot, an error naming what is missing."""
+    on = switch(
+        None if asked is None or asked == AUTO else asked > 0,
+        f"tuning.programmatic_launch_rows={asked} launches Triton kernels with programmatic dependent launch",
+        ("an NVIDIA GPU of compute capability 9.0 or later", cuda and (facts.capability or (0, 0)) >= (9, 0)),
+        ("triton_kernels=True", triton_kernels),
+        ("torch_compile=False", not config.torch_compile),
+        ("a Triton with grid dependency control (3.4 or later)", facts.triton_gdc),
+    )
+    return auto(asked, PROGRAMMATIC_LAUNCH_ROWS) if on else 0
 
 
 def _all_reduce(asked: str, tp: int, device: str, facts: Facts) -> str:

@@ -4,6 +4,13 @@ Every kernel module must import without Triton (the torch references are always 
 decorated with ``jit``, which is ``triton.jit`` when Triton is installed and a no-op otherwise; each
 Triton wrapper calls ``require_triton`` first, so a missing Triton is a clear error at call time and
 never an ImportError at import time.
+
+Programmatic dependent launch (``set_programmatic_launch``): on Hopper and later a kernel may be launched
+before the one ahead of it in the stream has finished, so that its programs are placed on the
+multiprocessors while that one drains, and wait inside (``wait_for_inputs``, the first thing every
+kernel that takes it does) until its inputs are written. A kernel launched this way must call
+``wait_for_inputs`` before it reads or writes anything, in every program; the kernels here that take it do
+so on their first line.
 """
 
 from __future__ import annotations
@@ -19,10 +26,18 @@ try:
     import triton.language as tl
 
     HAS_TRITON = True
+    try:
+        from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+        HAS_GDC = True
+    except ImportError:  # an older Triton: kernels are launched the ordinary way
+        gdc_launch_dependents = gdc_wait = None
+        HAS_GDC = False
 except ImportError:  # the references still work; the Triton versions raise in require_triton
     triton = None
     tl = None
     HAS_TRITON = False
+    HAS_GDC = False
 
 
 def jit(
@@ -59,6 +74,33 @@ def aligns_on_request() -> bool:
     import inspect
 
     return "do_not_specialize_on_alignment" in inspect.signature(triton.jit).parameters
+
+
+_programmatic_rows = 0  # set_programmatic_launch: this process's CUDA launches from now on
+
+
+def set_programmatic_launch(max_rows: int) -> None:
+    """Launch the kernels that take it (``programmatic``) over up to ``max_rows`` rows (tokens,
+    sequences) with programmatic dependent launch from now on; 0: none. The engine sets it before each
+    step and before capturing its CUDA Graphs, which keep what their launches were."""
+    global _programmatic_rows
+    _programmatic_rows = int(max_rows) if HAS_GDC else 0
+
+
+def programmatic(t: torch.Tensor, rows: int) -> dict[str, bool]:
+    """A launch's extra arguments: programmatic dependent launch for a kernel over ``rows`` rows where it
+    is on for that many and the launch is on an NVIDIA GPU, nothing otherwise (the interpreter cannot run
+    it)."""
+    return {"PDL": True, "launch_pdl": True} if rows <= _programmatic_rows and runs_ptx(t) else {}
+
+
+@jit
+def wait_for_inputs(PDL: tl.constexpr):
+    # Under programmatic dependent launch: wait until the kernel before has finished and its writes are
+    # visible, then let the kernel after be launched (it waits in turn). Nothing without it.
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
 
 
 def require_triton(name: str) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from llmbench.kernels._triton import cdiv, jit, require_triton, tl
+from llmbench.kernels._triton import cdiv, jit, programmatic, require_triton, tl, wait_for_inputs
 
 
 def silu_and_mul_ref(x: torch.Tensor) -> torch.Tensor:
@@ -20,7 +20,10 @@ def silu_and_mul_ref(x: torch.Tensor) -> torch.Tensor:
 
 
 @jit
-def _silu_and_mul_kernel(x_ptr, out_ptr, inter, stride_x, stride_o, BLOCK: tl.constexpr):
+def _silu_and_mul_kernel(
+    x_ptr, out_ptr, inter, stride_x, stride_o, BLOCK: tl.constexpr, PDL: tl.constexpr = False
+):
+    wait_for_inputs(PDL)
     # Grid (T, cdiv(I, BLOCK)): a 2-D grid keeps every program's work equal for any T and I.
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
@@ -47,6 +50,6 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     BLOCK = 1024  # 4 warps x 32 threads x 8 bf16 = one 16-byte load per thread per half
     if T > 0 and inter > 0:
         _silu_and_mul_kernel[(T, cdiv(inter, BLOCK))](
-            x2, out, inter, x2.stride(0), out.stride(0), BLOCK=BLOCK, num_warps=4
+            x2, out, inter, x2.stride(0), out.stride(0), BLOCK=BLOCK, num_warps=4, **programmatic(x2, T)
         )
     return out.view(*x.shape[:-1], inter)

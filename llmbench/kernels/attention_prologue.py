@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from llmbench.kernels._triton import jit, next_power_of_2, require_triton, tl
+from llmbench.kernels._triton import jit, next_power_of_2, programmatic, require_triton, tl, wait_for_inputs
 from llmbench.kernels.kv_layout import by_token
 from llmbench.kernels.kv_quant import check_scales, fp8_constants, quantize_fp8
 from llmbench.kernels.kv_store import store_kv_ref
@@ -103,7 +103,9 @@ def _prologue_kernel(
     HQ, HK, HALF, BLOCK_SIZE, eps,
     HAS_NORM: tl.constexpr, BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr, BLOCK_HALF: tl.constexpr,
     QUANT: tl.constexpr, FP8_MAX: tl.constexpr, FP8_MANTISSA: tl.constexpr, FP8_MIN_NORMAL: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
+    wait_for_inputs(PDL)
     # One program per token: its cos/sin row once, then all q heads, all k heads and all v heads.
     t = tl.program_id(0).to(tl.int64)
     pos = tl.load(pos_ptr + t).to(tl.int64)
@@ -215,5 +217,6 @@ def attention_prologue(
             HAS_NORM=has_norm, BLOCK_HQ=next_power_of_2(num_heads), BLOCK_HK=next_power_of_2(num_kv_heads),
             BLOCK_HALF=next_power_of_2(D // 2), num_warps=4,
             QUANT=quant, **fp8_constants(k_cache.dtype),
+            **programmatic(qkv, T),
         )  # fmt: skip
     return q

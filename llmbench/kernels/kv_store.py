@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from llmbench.kernels._triton import jit, next_power_of_2, require_triton, tl
+from llmbench.kernels._triton import jit, next_power_of_2, programmatic, require_triton, tl, wait_for_inputs
 from llmbench.kernels.kv_layout import by_token
 from llmbench.kernels.kv_quant import check_scales, fp8_constants, quantize_fp8, quantize_ref
 
@@ -46,7 +46,9 @@ def _store_kv_kernel(
     H, D, BLOCK_SIZE,
     BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, QUANT: tl.constexpr,
     FP8_MAX: tl.constexpr, FP8_MANTISSA: tl.constexpr, FP8_MIN_NORMAL: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
+    wait_for_inputs(PDL)
     # One program per token: all of its heads, K and V.
     t = tl.program_id(0).to(tl.int64)
     slot = tl.load(slot_ptr + t).to(tl.int64)
@@ -102,4 +104,5 @@ def store_kv(
             *v_cache.stride(), H, D, k_cache.shape[1],
             BLOCK_H=next_power_of_2(H), BLOCK_D=next_power_of_2(D), QUANT=quant,
             **fp8_constants(k_cache.dtype), num_warps=4,
+            **programmatic(k, T),
         )  # fmt: skip

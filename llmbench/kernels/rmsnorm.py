@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from llmbench.kernels._triton import jit, next_power_of_2, require_triton, tl
+from llmbench.kernels._triton import jit, next_power_of_2, programmatic, require_triton, tl, wait_for_inputs
 
 
 def rms_norm_ref(
@@ -38,7 +38,9 @@ def _rms_norm_kernel(
     x_ptr, res_ptr, w_ptr, out_ptr, h_ptr,
     H, stride_x, stride_r, stride_o, stride_h, eps,
     HAS_RESIDUAL: tl.constexpr, BLOCK_H: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
+    wait_for_inputs(PDL)
     # One program per row: a whole hidden vector fits in registers (H <= 16K).
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_H)
@@ -99,6 +101,7 @@ def rms_norm(
             x2, r2, weight.contiguous(), out, h,
             H, x2.stride(0), r2.stride(0), out.stride(0), h.stride(0), eps,
             HAS_RESIDUAL=residual is not None, BLOCK_H=BLOCK_H, num_warps=num_warps,
+            **programmatic(x2, T),
         )  # fmt: skip
     out = out.view(x.shape)
     return out, (None if residual is None else h.view(x.shape))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from llmbench.kernels._triton import jit, next_power_of_2, require_triton, tl
+from llmbench.kernels._triton import jit, next_power_of_2, programmatic, require_triton, tl, wait_for_inputs
 
 
 def apply_rotary_ref(
@@ -49,7 +49,9 @@ def _rotary_kernel(
     stride_qt, stride_qh, stride_kt, stride_kh, stride_qot, stride_qoh, stride_kot, stride_koh, stride_cs,
     HQ, HK, HALF,
     BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr, BLOCK_HALF: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
+    wait_for_inputs(PDL)
     # One program per token: its cos/sin row is read once and used for all q and k heads.
     t = tl.program_id(0).to(tl.int64)
     pos = tl.load(pos_ptr + t).to(tl.int64)
@@ -88,5 +90,6 @@ def apply_rotary(
             Hq, Hk, D // 2,
             BLOCK_HQ=next_power_of_2(Hq), BLOCK_HK=next_power_of_2(Hk), BLOCK_HALF=next_power_of_2(D // 2),
             num_warps=4,
+            **programmatic(q, T),
         )  # fmt: skip
     return q_out, k_out

@@ -35,7 +35,16 @@ from typing import NamedTuple
 
 import torch
 
-from llmbench.kernels._triton import cdiv, jit, num_sms, require_triton, runs_ptx, tl
+from llmbench.kernels._triton import (
+    cdiv,
+    jit,
+    num_sms,
+    programmatic,
+    require_triton,
+    runs_ptx,
+    tl,
+    wait_for_inputs,
+)
 
 MASK32 = 0xFFFFFFFF
 GOLDEN = 0x9E3779B9  # 2^32 / golden ratio: offsets the inputs so that 0 does not hash to 0
@@ -150,7 +159,9 @@ def _sample_kernel(
     V, stride, blocks_per_prog,
     HAS_CUT: tl.constexpr, SPLIT: tl.constexpr, BLOCK: tl.constexpr,
     FAST_LOG2: tl.constexpr, LG2_ASM: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
+    wait_for_inputs(PDL)
     # Grid (N, S): program (r, s) covers blocks [s * blocks_per_prog, (s + 1) * blocks_per_prog) of row r.
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
@@ -194,7 +205,8 @@ def _sample_kernel(
 
 
 @jit(do_not_specialize=("n_parts",))
-def _pick_kernel(best_ptr, idx_ptr, out_ptr, n_parts, BLOCK_S: tl.constexpr):
+def _pick_kernel(best_ptr, idx_ptr, out_ptr, n_parts, BLOCK_S: tl.constexpr, PDL: tl.constexpr = False):
+    wait_for_inputs(PDL)
     # One program per row: the first slice holding the row's maximum has the lowest index of it.
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK_S)
@@ -254,7 +266,8 @@ def sample(
         HAS_CUT=threshold is not None, SPLIT=split, BLOCK=config.block, num_warps=config.num_warps,
         FAST_LOG2=config.fast_log2, LG2_ASM=config.fast_log2 and runs_ptx(logits),
         enable_fp_fusion=False,  # x * scale rounded before the subtraction, as the reference does
+        **programmatic(logits, N),
     )  # fmt: skip
     if split:
-        _pick_kernel[(N,)](best, idx, out, parts, BLOCK_S=MAX_PARTS)
+        _pick_kernel[(N,)](best, idx, out, parts, BLOCK_S=MAX_PARTS, **programmatic(best, N))
     return out

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from llmbench.kernels._triton import jit, require_triton, tl
+from llmbench.kernels._triton import jit, programmatic, require_triton, tl, wait_for_inputs
 from llmbench.kernels.sample import REF_CHUNK_ELEMENTS
 
 # the per-row settings: rows of a step's uploaded (4, N) array, at offsets that follow N (sample.py)
@@ -76,7 +76,9 @@ def _cut_kernel(
     V, stride,
     HAS_FLOOR: tl.constexpr, HAS_TOP_P: tl.constexpr, HAS_MIN_P: tl.constexpr,
     BLOCK: tl.constexpr, MAX_PASSES: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
+    wait_for_inputs(PDL)
     row = tl.program_id(0).to(tl.int64)
     base = logits_ptr + row * stride
     scale = tl.load(scale_ptr + row)
@@ -165,5 +167,6 @@ def cut_threshold(
         V, logits.stride(0),
         HAS_FLOOR=floor is not None, HAS_TOP_P=top_p is not None, HAS_MIN_P=min_p is not None,
         BLOCK=BLOCK, MAX_PASSES=MAX_SEARCH_PASSES, num_warps=8,
+        **programmatic(logits, N),
     )  # fmt: skip
     return out

@@ -34,8 +34,10 @@ from llmbench.kernels._triton import (
     cdiv,
     jit,
     next_power_of_2,
+    programmatic,
     require_triton,
     tl,
+    wait_for_inputs,
 )
 from llmbench.kernels.activation import silu_and_mul_ref
 from llmbench.kernels.allreduce_norm import arrived_sum, no_negative_zero
@@ -99,7 +101,9 @@ def _skinny_matmul_kernel(
     SS_BLOCK: tl.constexpr,  # NORM with the row's squares summed already: SS_PARTS sums at ss_ptr (pow2 >=)
     REDUCE: tl.constexpr,  # then the sum over the ranks and the residual add (kernels/skinny_allreduce.py)
     RANK: tl.constexpr, WORLD: tl.constexpr, RED_RES: tl.constexpr, BLOCK_H: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
+    wait_for_inputs(PDL)
     # Grid (cdiv(N, BLOCK_N),): one program per BLOCK_N output features, all M rows, all of K.
     pid = tl.program_id(0)
     offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)  # (BN,)
@@ -383,5 +387,6 @@ def launch(
         BLOCK_H=min(red.block, next_power_of_2(N)),
         num_warps=t.num_warps,
         num_stages=t.num_stages,
+        **(programmatic(x, M) if reduce is None else {}),  # not the summing form (it spins on the other GPUs)
     )
     return y

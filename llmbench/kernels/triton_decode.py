@@ -37,7 +37,15 @@ import math
 
 import torch
 
-from llmbench.kernels._triton import jit, next_power_of_2, out_like, require_triton, tl
+from llmbench.kernels._triton import (
+    jit,
+    next_power_of_2,
+    out_like,
+    programmatic,
+    require_triton,
+    tl,
+    wait_for_inputs,
+)
 from llmbench.kernels.decode_config import (
     SLICE_TILE,
     DecodeConfig,
@@ -128,7 +136,9 @@ def _decode_kernel(
     TAIL_N: tl.constexpr, SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr,
     DEQUANT: tl.constexpr, FP8_TO_F16: tl.constexpr, ORDERED: tl.constexpr,
     V_BY_TOKEN: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
+    wait_for_inputs(PDL)
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
     if ORDERED:
@@ -198,7 +208,9 @@ def _decode_kernel(
 def _decode_reduce_kernel(
     part_out_ptr, part_lse_ptr, out_ptr, seq_lens_ptr, num_splits, split_tokens, block_n, stride_ob, stride_oh,
     HEAD_DIM: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
+    wait_for_inputs(PDL)
     # Grid (B, Hq): merge the slices of one query head, weighting each by exp(lse - max lse). Only the
     # slices that hold tokens are read (the decode kernel cuts them the same way and writes no other):
     # a short context in a graph captured for the longest leaves most of its slices empty.
@@ -309,12 +321,14 @@ def decode_attention(
         num_warps=config.num_warps, num_stages=config.num_stages,
         DEQUANT=dequant, FP8_TO_F16=dequant and config.fp8_to == "fp16" and q.dtype != torch.float32, ORDERED=order is not None,
         V_BY_TOKEN=v_tokens,
+        **programmatic(q, B),
     )  # fmt: skip
     if split:
         _decode_reduce_kernel[(B, Hq)](
             part_out, part_lse, out, seq_lens, num_splits, split_tokens or 0, config.block_n, out.stride(0),
             out.stride(1),
             HEAD_DIM=D, BLOCK_S=next_power_of_2(num_splits), BLOCK_D=block_d, num_warps=4,
+            **programmatic(out, B),
         )  # fmt: skip
     return out
 

@@ -29,7 +29,15 @@ from typing import NamedTuple
 
 import torch
 
-from llmbench.kernels._triton import jit, next_power_of_2, out_like, require_triton, tl
+from llmbench.kernels._triton import (
+    jit,
+    next_power_of_2,
+    out_like,
+    programmatic,
+    require_triton,
+    tl,
+    wait_for_inputs,
+)
 from llmbench.kernels.kv_layout import by_token, load_v_by_token
 from llmbench.kernels.kv_quant import check_scales
 from llmbench.kernels.online_softmax import fold_tile
@@ -125,7 +133,9 @@ def _prefill_kernel(
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
     DOT_PRECISION: tl.constexpr, DEQUANT: tl.constexpr, FP8_TO_F16: tl.constexpr, V_BY_TOKEN: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
+    wait_for_inputs(PDL)
     # BLOCK_M rows = BLOCK_Q tokens x GROUP_PAD heads, token-major.
     # Reversed, so the causally heaviest tiles (a sequence's last) start first and the last wave is light.
     pid = tl.num_programs(0) - 1 - tl.program_id(0)
@@ -245,6 +255,7 @@ def prefill_attention(
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", DEQUANT=dequant,
         FP8_TO_F16=dequant and q.dtype != torch.float32, V_BY_TOKEN=v_tokens,
         num_warps=config.num_warps, num_stages=config.num_stages,
+        **programmatic(q, T),
     )  # fmt: skip
     return out
 
