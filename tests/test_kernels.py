@@ -574,6 +574,29 @@ def test_paged_decode_in_whole_tiles_then_a_tail_matches_reference(
             decode_attention(q, k_cache, v_cache, block_tables, sl, 0.1, config=config._replace(tail_n=bad))
 
 
+def test_programmatic_launch_goes_to_kernels_of_up_to_the_rows_set_on_a_gpu_only(monkeypatch) -> None:
+    from llmbench.kernels import _triton
+
+    t = torch.zeros(1)
+    monkeypatch.setattr(_triton, "runs_ptx", lambda _: True)  # as if on an NVIDIA GPU
+    monkeypatch.setattr(_triton, "HAS_GDC", True)
+    try:
+        _triton.set_programmatic_launch(32)
+        on = {"PDL": True, "launch_pdl": True}
+        assert [_triton.programmatic(t, rows) for rows in (1, 32, 33, 0)] == [on, on, {}, {}]
+        _triton.set_programmatic_launch(0)
+        assert _triton.programmatic(t, 1) == {}
+        monkeypatch.setattr(_triton, "HAS_GDC", False)  # a Triton without grid dependency control
+        _triton.set_programmatic_launch(32)
+        assert _triton.programmatic(t, 1) == {}
+        monkeypatch.setattr(_triton, "HAS_GDC", True)
+        monkeypatch.undo()  # the interpreter (or ROCm) cannot run it, whatever was set
+        _triton.set_programmatic_launch(32)
+        assert _triton.programmatic(t, 1) == {}
+    finally:
+        _triton.set_programmatic_launch(0)
+
+
 def test_longest_first_is_taken_only_where_programs_outnumber_multiprocessors() -> None:
     cpu = torch.device("cpu")  # the interpreter stands for an H200: 132 multiprocessors
     assert not order_pays(1, 64, cpu)  # one sequence: nothing to order

@@ -91,7 +91,7 @@ def programmatic(t: torch.Tensor, rows: int) -> dict[str, bool]:
     """A launch's extra arguments: programmatic dependent launch for a kernel over ``rows`` rows where it
     is on for that many and the launch is on an NVIDIA GPU, nothing otherwise (the interpreter cannot run
     it)."""
-    return {"PDL": True, "launch_pdl": True} if rows <= _programmatic_rows and runs_ptx(t) else {}
+    return {"PDL": True, "launch_pdl": True} if 0 < rows <= _programmatic_rows and runs_ptx(t) else {}
 
 
 @jit
