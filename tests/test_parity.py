@@ -231,17 +231,19 @@ def test_mixed_steps_keep_tokens_whichever_kernel_takes_their_decodes(arch_model
 @pytest.mark.parametrize("cuda_graph", [False, True])
 def test_a_large_decode_batch_taken_longest_first_keeps_tokens(arch_model, cuda_graph):
     _, folder, _ = arch_model
-    prompts = [[(7 * i + j) % 384 for j in range(1 + (13 * i) % 60)] for i in range(160)]  # mixed lengths
-    params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
-    runs = []
-    for longest_first in (False, True):
-        llm = LLM(
-            str(folder), block_size=BLOCK, max_model_len=128, dtype="float32", num_kv_blocks=2048,
-            attention_backend="triton", cuda_graph=cuda_graph, max_num_seqs=256,
-            tuning={"decode_longest_first": longest_first},
-        )  # fmt: skip
-        runs.append([o.token_ids for o in llm.generate(prompts, params)])
+    runs = [_wide_batch(folder, 160, cuda_graph, {"decode_longest_first": on}) for on in (False, True)]
     assert runs[0] == runs[1]
+
+
+def _wide_batch(folder, n: int, cuda_graph: bool, tuning: dict) -> list[list[int]]:
+    """Greedy tokens of ``n`` prompts of mixed lengths, all in one decode batch of the Triton kernels."""
+    prompts = [[(7 * i + j) % 384 for j in range(1 + (13 * i) % 60)] for i in range(n)]
+    params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
+    llm = LLM(
+        str(folder), block_size=BLOCK, max_model_len=128, dtype="float32", num_kv_blocks=2048,
+        attention_backend="triton", cuda_graph=cuda_graph, max_num_seqs=256, tuning=tuning,
+    )  # fmt: skip
+    return [o.token_ids for o in llm.generate(prompts, params)]
 
 
 @pytest.mark.gpu  # programmatic dependent launch is an NVIDIA GPU's (Hopper and later)
@@ -256,16 +258,7 @@ def test_programmatic_launch_keeps_tokens(arch_model, cuda_graph):
     )  # fmt: skip
     assert got == expected
     assert llm.engine.config.tuning.programmatic_launch_rows == 256
-    prompts = [[(5 * i + j) % 384 for j in range(1 + (11 * i) % 60)] for i in range(200)]
-    params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
-    runs = []
-    for rows in (0, 256):
-        llm = LLM(
-            str(folder), block_size=BLOCK, max_model_len=128, dtype="float32", num_kv_blocks=2048,
-            attention_backend="triton", cuda_graph=cuda_graph, max_num_seqs=256,
-            tuning={"programmatic_launch_rows": rows},
-        )  # fmt: skip
-        runs.append([o.token_ids for o in llm.generate(prompts, params)])
+    runs = [_wide_batch(folder, 200, cuda_graph, {"programmatic_launch_rows": rows}) for rows in (0, 256)]
     assert runs[0] == runs[1]
 
 
