@@ -10,6 +10,8 @@ import torch
 
 from llmbench import LLM, SamplingParams
 from llmbench.engine.facts import triton_usable
+from llmbench.engine.sequence import Sequence
+from llmbench.engine.step_inputs import build_step
 from llmbench.models.fused_decode import DecodePlan, FusedDecode
 
 from tiny_models import hf_greedy, make_tiny
@@ -196,6 +198,10 @@ def test_decode_rows_taken_longest_first_keep_tokens(arch_model, monkeypatch):
     got, llm = _generate(folder, attention_backend="triton", max_num_batched_tokens=24)
     assert got == expected
     assert llm.engine.config.tuning.decode_longest_first and max(taken) > 1
+    # a step without decodes (a prompt alone, as the GPU's warm-up runs) has no rows to order
+    prompt = Sequence("p", list(range(9)), SamplingParams(max_tokens=1), 0.0)
+    prompt.block_table = [0, 1]
+    assert llm.engine.runner.to_inputs(build_step([prompt], [9], BLOCK)).meta.decode_order is None
 
 
 @pytest.mark.slow

@@ -92,7 +92,7 @@ class StepUploader:
         """Whether the step's decode attention takes its ``decodes`` rows longest first
         (Tuning.decode_longest_first): a batch large enough for the order to pay, decided and sorted here,
         on the host, which knows the lengths (a sort on the device cannot be captured in a CUDA Graph)."""
-        return self.tuning.decode_longest_first and self.order_pays(decodes)
+        return decodes > 0 and self.tuning.decode_longest_first and self.order_pays(decodes)
 
     def order_pays(self, batch: int) -> bool:
         """Whether a decode batch of this size takes its rows longest first (where that pays)."""
