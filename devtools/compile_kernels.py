@@ -35,8 +35,11 @@ try:
 except ImportError:  # pragma: no cover - the CLI says so below
     triton = None
 
+from llmbench.kernels import (
+    _triton,  # noqa: E402
+    triton_decode,  # noqa: E402
+)
 from llmbench.kernels import sample as sample_module  # noqa: E402
-from llmbench.kernels import triton_decode  # noqa: E402
 from llmbench.kernels._triton import runs_ptx  # noqa: E402
 from llmbench.kernels.activation import silu_and_mul  # noqa: E402
 from llmbench.kernels.allreduce_norm import allreduce_norm  # noqa: E402
@@ -67,7 +70,7 @@ TRITON_DTYPES = {
     torch.float8_e4m3fn: "fp8e4nv",
     torch.float8_e5m2: "fp8e5",
 }
-LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas")
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "launch_pdl")
 
 # (name, q heads, kv heads, head_dim, hidden, intermediate, q/k norm): the presets' shapes, and the
 # per-GPU shards of qwen3-8b at tp=2 (GQA 4) and a llama-style model without q/k norm.
@@ -97,7 +100,7 @@ class Launch:
         # are vectorised.
         self.attrs: dict[tuple[int, ...], list] = {}
         for i, p in enumerate(params):
-            value = values[p.name]
+            value = values[p.name] if p.name in values else p.default  # a parameter left at its default
             one = type(value) is int and value == 1 and not p.do_not_specialize
             if p.is_constexpr or one:
                 # an integer 1 is a constant to a launch's compile too (Triton's specialisation)
@@ -144,12 +147,13 @@ def runtime_type(name: str, value: Any) -> str:
     raise TypeError(f"argument {name}: cannot give a Triton type to {type(value).__name__}")
 
 
-def capture(calls: Callable[[], None]) -> list[Launch]:
+def capture(calls: Callable[[], None], programmatic: bool = False) -> list[Launch]:
     """Run ``calls`` with every Triton launch recorded instead of run, the wrappers taking the CPU
-    tensors for a GPU's (their inline PTX paths included)."""
+    tensors for a GPU's (their inline PTX paths included); with ``programmatic``, every kernel that takes
+    it launched with programmatic dependent launch."""
     launches: list[Launch] = []
     original = JITFunction.run
-    wrappers = (sample_module, triton_decode)
+    wrappers = (sample_module, triton_decode, _triton)
 
     def record(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> None:
         launches.append(Launch(self, args, kwargs))
@@ -157,10 +161,12 @@ def capture(calls: Callable[[], None]) -> list[Launch]:
     JITFunction.run = record
     for module in wrappers:
         module.runs_ptx = lambda t: True
+    _triton.set_programmatic_launch(1 << 30 if programmatic else 0)
     try:
         calls()
     finally:
         JITFunction.run = original
+        _triton.set_programmatic_launch(0)
         for module in wrappers:
             module.runs_ptx = runs_ptx
     return launches
@@ -305,8 +311,10 @@ def main() -> int:
         return 2
     results = compile_all(
         capture(lambda: [engine_calls(dtype) for dtype in dtypes])
+        + capture(lambda: engine_calls(dtypes[0]), programmatic=True)  # as on Hopper and later
         + capture(fp8_kv_calls)
-        + capture(sampler_calls),
+        + capture(sampler_calls)
+        + capture(sampler_calls, programmatic=True),
         args.arch,
     )
     failed = [(launch, error) for launch, error in results if error]
