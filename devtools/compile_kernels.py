@@ -35,10 +35,7 @@ try:
 except ImportError:  # pragma: no cover - the CLI says so below
     triton = None
 
-from llmbench.kernels import (
-    _triton,  # noqa: E402
-    triton_decode,  # noqa: E402
-)
+from llmbench.kernels import _triton, triton_decode  # noqa: E402
 from llmbench.kernels import sample as sample_module  # noqa: E402
 from llmbench.kernels._triton import runs_ptx  # noqa: E402
 from llmbench.kernels.activation import silu_and_mul  # noqa: E402
