@@ -182,7 +182,7 @@ def engine_calls(dtype: torch.dtype = torch.bfloat16) -> None:
             for residual in (None, t(rows, hidden)):
                 allreduce_norm(addrs, addrs, 1, (rows, hidden), dtype, residual, t(hidden), 1e-6)
         qkv = (hq + 2 * hk) * d
-        for rows in (1, 2, 8):  # decode at small batches: the skinny matmuls, plain and fused
+        for rows in (1, 2, 8, 16, 64):  # decode at small batches: the skinny matmuls, plain and fused
             skinny_matmul(t(rows, hidden), t(qkv, hidden))
             skinny_silu_matmul(t(rows, 2 * inter), t(hidden, inter))
             skinny_norm_matmul(t(rows, hidden), None, t(hidden), 1e-6, t(qkv, hidden))

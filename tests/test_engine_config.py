@@ -84,8 +84,8 @@ def message(**options) -> str:
             "attention_backend: unsupported 'xformers'; supported: auto, torch, sdpa, triton, flash_attn",
         ),
         (
-            {"tuning": {"skinny_matmul_rows": 9}},
-            "tuning.skinny_matmul_rows: expected an integer in 0..8 or auto, got 9",
+            {"tuning": {"skinny_matmul_rows": 65}},
+            "tuning.skinny_matmul_rows: expected an integer in 0..64 or auto, got 65",
         ),
         (
             {"tuning": {"decode_split_tokens": 100}},

@@ -60,6 +60,7 @@ from llmbench.kernels.skinny_matmul import (  # noqa: E402
     skinny_norm_matmul_ref,
     skinny_silu_matmul,
     skinny_silu_matmul_ref,
+    tiles_for,
 )
 from llmbench.kernels.triton_decode import decode_attention  # noqa: E402
 from llmbench.kernels.triton_prefill import PrefillConfig, prefill_attention  # noqa: E402
@@ -117,7 +118,7 @@ def check(name: str, out: torch.Tensor, ref: torch.Tensor, s: Setting) -> None:
 # --- the skinny matmul of decode steps ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("rows", [1, 2, 3, 8])
+@pytest.mark.parametrize("rows", [1, 2, 3, 8, 17, 64])  # from two rows on, the tensor-core form
 @pytest.mark.parametrize("N,K,bias", [(64, 256, False), (37, 100, True), (96, 1024, False), (5, 17, True)])
 def test_skinny_matmul_matches_reference(setting: Setting, rows: int, N: int, K: int, bias: bool) -> None:
     # N, K not multiples of the tiles (masked loads), one row and several, with and without bias
@@ -130,7 +131,16 @@ def test_skinny_matmul_matches_reference(setting: Setting, rows: int, N: int, K:
     check("skinny_matmul", skinny_matmul(x, weight, b), skinny_matmul_ref(x, weight, b), setting)
 
 
-@pytest.mark.parametrize("tiles", [Tiles(2, 16, 1, 1), Tiles(4, 64, 2, 2), Tiles(16, 32, 4, 3)])
+@pytest.mark.parametrize(
+    "tiles",
+    [
+        Tiles(2, 16, 1, 1),
+        Tiles(4, 64, 2, 2),
+        Tiles(16, 32, 4, 3),
+        Tiles(16, 32, 4, 2, dot=True),
+        Tiles(64, 64, 4, 3, dot=True),
+    ],
+)
 def test_skinny_matmul_any_tiling_matches_reference(setting: Setting, tiles: Tiles) -> None:
     # tiles that divide N and K (no masks) and ones that do not, as devtools/bench_gemv.py --sweep tries them
     for N, K in ((64, 128), (50, 90)):
@@ -144,7 +154,7 @@ def test_skinny_matmul_any_tiling_matches_reference(setting: Setting, tiles: Til
         )
 
 
-@pytest.mark.parametrize("rows", [1, 3])
+@pytest.mark.parametrize("rows", [1, 3, 40])
 @pytest.mark.parametrize("N,K,bias", [(64, 256, False), (37, 100, True)])
 def test_skinny_silu_matmul_matches_reference(
     setting: Setting, rows: int, N: int, K: int, bias: bool
@@ -162,7 +172,7 @@ def test_skinny_silu_matmul_matches_reference(
 
 
 @pytest.mark.parametrize("with_residual", [False, True])
-@pytest.mark.parametrize("rows", [1, 2, 5])
+@pytest.mark.parametrize("rows", [1, 2, 5, 33])
 @pytest.mark.parametrize("N,K", [(64, 256), (37, 100)])
 def test_skinny_norm_matmul_matches_reference(
     setting: Setting, with_residual: bool, rows: int, N: int, K: int
@@ -312,7 +322,8 @@ def test_skinny_matmul_allreduce_matches_reference_and_empties_its_buffer(
     bias = torch.randn(N, **kw)
     residual = torch.randn(rows, N, **kw) if with_residual else None
     product = skinny_silu_matmul if gated else skinny_matmul
-    parts = [product(xs[q], weights[q], bias if q == 0 else None) for q in range(world)]
+    broadcast = tiles_for(rows, N, K, dot=False)  # the summing form's tiles: the same sums, bit for bit
+    parts = [product(xs[q], weights[q], bias if q == 0 else None, broadcast) for q in range(world)]
     buffers = [mark_empty(torch.empty(world, rows, N, **kw)) for _ in range(world)]
     for q in range(world):
         if q != rank:

@@ -102,7 +102,8 @@ class Tuning:
         GPUs of compute capability 9.0 (Hopper) and later, with triton_kernels, torch_compile off and a
         Triton that has it; else 0.
     skinny_matmul_rows: linear layers take the skinny Triton matmul for inputs of up to this many rows
-        (0..8; decode at small batches), cuBLAS above; 0: cuBLAS always. auto: 1 with triton_kernels, else 0.
+        (0..64; decode at small batches; from two rows on its products run on the tensor cores), cuBLAS
+        above; 0: cuBLAS always. auto: 1 with triton_kernels, else 0.
     skinny_fusion: what the skinny matmul does on its input's loads: 'all' (the RMSNorm before it, with
         the residual add, and the SiLU-and-multiply before the down projection), 'silu' (the latter only),
         'none'. auto: 'all' for hidden sizes up to 2048 (unless tp_fuse_norm takes the norms), else 'silu'.

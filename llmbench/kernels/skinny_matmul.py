@@ -17,10 +17,14 @@ references, and rounds to the model dtype where the unfused layers do.
 the kernel can end a row-parallel product at tp > 1 with the all-reduce and residual add after it
 (``REDUCE``; kernels/skinny_allreduce.py says how, ``tp_fuse_matmul``).
 
-``skinny_matmul`` takes up to ``MAX_ROWS`` rows and hands larger inputs to ``F.linear`` (prefill,
-decode batches: from two rows on cuBLAS' tiles win, hence ``Tuning.skinny_matmul_rows`` auto = 1). The
-sum runs in another order than cuBLAS', so bf16 results may differ in the last bit; float32 ones agree
-to rounding.
+From two rows on (``Tiles.dot``) the products run on the tensor cores: each program multiplies its
+``BLOCK_N`` weight rows by all the input rows at once (``tl.dot``, the input's rows padded to 16), the
+fusions unchanged. Per row the broadcast form above is 2x cuBLAS's time at 8 rows on an H200; the
+tensor-core form is not measured in the engine yet, and ``Tuning.skinny_matmul_rows`` stays at 1.
+
+``skinny_matmul`` takes up to ``MAX_ROWS`` rows and hands larger inputs to ``F.linear`` (prefill, larger
+decode batches). The sum runs in another order than cuBLAS', so bf16 results may differ in the last bit;
+float32 ones agree to rounding.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from llmbench.kernels.activation import silu_and_mul_ref
 from llmbench.kernels.allreduce_norm import arrived_sum, no_negative_zero
 from llmbench.kernels.rmsnorm import rms_norm_ref
 
-MAX_ROWS = 8  # above this the input goes to F.linear
+MAX_ROWS = 64  # above this the input goes to F.linear
 
 
 class Tiles(NamedTuple):
@@ -51,6 +55,7 @@ class Tiles(NamedTuple):
     block_k: int  # input features per loop step
     num_warps: int
     num_stages: int
+    dot: bool = False  # the product on the tensor cores (block_n >= 16), else broadcast and summed
 
 
 def skinny_matmul_ref(
@@ -101,6 +106,8 @@ def _skinny_matmul_kernel(
     SS_BLOCK: tl.constexpr,  # NORM with the row's squares summed already: SS_PARTS sums at ss_ptr (pow2 >=)
     REDUCE: tl.constexpr,  # then the sum over the ranks and the residual add (kernels/skinny_allreduce.py)
     RANK: tl.constexpr, WORLD: tl.constexpr, RED_RES: tl.constexpr, BLOCK_H: tl.constexpr,
+    DOT: tl.constexpr = False,  # w (BN, BK) @ x.T (BK, BM) on the tensor cores, BLOCK_M >= 16
+    DOT_PRECISION: tl.constexpr = "ieee",
     PDL: tl.constexpr = False,
 ):  # fmt: skip
     wait_for_inputs(PDL)
@@ -130,7 +137,9 @@ def _skinny_matmul_kernel(
             )  # fmt: skip
             ss += h * h
         rstd = 1.0 / tl.sqrt(tl.sum(ss, axis=1)[:, None] / K + eps)  # (BM, 1)
-    if BLOCK_M == 1:
+    if DOT:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    elif BLOCK_M == 1:
         acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)  # summed across lanes once, after the loop
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
@@ -144,11 +153,15 @@ def _skinny_matmul_kernel(
             x_ptr, r_ptr, nw_ptr, h_ptr, rows, k, m_mask & (k < K), K, stride_xm, stride_rm, stride_hm,
             rstd, pid == 0, GATED=GATED, NORM=NORM, HAS_RES=HAS_RES,
         )  # fmt: skip  # (BM, BK)
-        if BLOCK_M == 1:
+        if DOT:  # x holds values of the model dtype already: the cast back is exact
+            acc = tl.dot(w, tl.trans(x.to(w.dtype)), acc, input_precision=DOT_PRECISION)  # (BN, BM)
+        elif BLOCK_M == 1:
             acc += w.to(tl.float32) * x
         else:
             acc += x[:, None, :] * w.to(tl.float32)[None, :, :]  # (BM, BN, BK)
-    if BLOCK_M == 1:
+    if DOT:
+        y = tl.trans(acc)  # (BM, BN)
+    elif BLOCK_M == 1:
         y = tl.sum(acc, axis=1)[None, :]  # (1, BN)
     else:
         y = tl.sum(acc, axis=2)  # (BM, BN)
@@ -187,17 +200,23 @@ def _skinny_matmul_kernel(
                 tl.store(ss_ptr + row * SS_PARTS + j, tl.sum(hf * hf, axis=0))
 
 
-def tiles_for(rows: int, n: int, k: int) -> Tiles:
+def tiles_for(rows: int, n: int, k: int, dot: bool = True) -> Tiles:
     """Tile sizes for an (rows x k) @ (k x n) product, from the sweep on an H200 (BENCHMARKS.md,
     ``devtools/bench_gemv.py --sweep``): at one row 4 x 1024 is within 5% of the best of 96 tilings on
-    every qwen3-8b (tp=1, tp=2) and qwen3-0.6b layer."""
+    every qwen3-8b (tp=1, tp=2) and qwen3-0.6b layer. From two rows on, the tensor cores: 64 output
+    features a program, the input's rows in one tile, its loop steps short enough that the input chunk
+    (float32 while it is normalised) stays in registers; ``dot=False``: the broadcast form at any rows."""
+    if dot and rows > 1:
+        return Tiles(64, 128 if _block_m(rows, True) <= 32 else 64, 4, 3, dot=True)
     block_m = _block_m(rows)
     block_k = min(1024 // block_m, _pow2_at_least(k))
     block_n = 2 if n <= 1024 or block_m > 2 else 4
     return Tiles(block_n, max(block_k, 16), 4, 2)
 
 
-def _block_m(rows: int) -> int:
+def _block_m(rows: int, dot: bool = False) -> int:
+    if dot:  # the tensor cores' smallest tile
+        return max(16, _pow2_at_least(rows))
     return 1 if rows <= 1 else _pow2_at_least(rows)
 
 
@@ -331,7 +350,9 @@ def launch(
         raise ValueError(f"the skinny kernels take up to {MAX_ROWS} rows, got {M}")
     x = x if x.stride(-1) == 1 else x.contiguous()
     weight = weight if weight.stride(-1) == 1 else weight.contiguous()
-    t = tiles or tiles_for(M, N, K)
+    t = tiles or tiles_for(M, N, K, dot=reduce is None)
+    if t.dot and reduce is not None:
+        raise ValueError("the summing form (reduce) takes the broadcast tiles, not tensor-core ones")
     if out is None:
         y = torch.empty((M, N), dtype=x.dtype, device=x.device)  # (M, N)
     elif out.shape != (M, N) or out.dtype != x.dtype or out.stride(-1) != 1:
@@ -376,7 +397,7 @@ def launch(
         GATED=gated,
         NORM=norm is not None,
         HAS_RES=residual is not None,
-        BLOCK_M=_block_m(M),
+        BLOCK_M=_block_m(M, t.dot),
         BLOCK_N=t.block_n,
         BLOCK_K=t.block_k,
         SS_BLOCK=next_power_of_2(squares.shape[1]) if squares is not None else 0,
@@ -385,6 +406,8 @@ def launch(
         WORLD=red.recv_addrs.numel() if reduce is not None else 1,
         RED_RES=red.residual is not None,
         BLOCK_H=min(red.block, next_power_of_2(N)),
+        DOT=t.dot,
+        DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
         num_warps=t.num_warps,
         num_stages=t.num_stages,
         **(programmatic(x, M) if reduce is None else {}),  # not the summing form (it spins on the other GPUs)
