@@ -79,6 +79,8 @@ bench-ablations:  # what sampling, the float8 KV cache, CUDA Graphs, torch.compi
 	  $(ABLATE) $$f --toggle tuning.programmatic_launch_rows=0,256 || exit 1; done
 	$(ABLATE) scenarios/bench/throughput_greedy.yaml --toggle tuning.programmatic_launch_rows=0,32,128
 	$(ABLATE) scenarios/bench/batch8_0.6b.yaml --toggle tuning.skinny_matmul_rows=1,8
+	$(ABLATE) scenarios/bench/fixed_64_0.6b.yaml --set engine.tuning.programmatic_launch_rows=64 \
+	  --toggle tuning.skinny_matmul_rows=1,64
 
 bench-profiles:  # where each variant's time goes
 	for t in cuda_graph triton_kernels; do \

@@ -7,6 +7,8 @@ runs in a process of its own (the choice holds for the process):
     python devtools/bench_linear.py --json a.json                   # torch's default (cuBLAS)
     python devtools/bench_linear.py --blas cublaslt --json b.json   # cuBLASLt's heuristic
     python devtools/bench_linear.py --tunable --json c.json         # TunableOp: every algorithm timed
+    python devtools/bench_linear.py --skinny --json d.json          # the skinny Triton matmul (<= 64 rows),
+                                                                    # programmatic launch between products
     python devtools/bench_linear.py --smoke                         # exercises this script on the CPU
 
 Printed: µs per product and per layer (the four in sequence), and the weights' read rate; --json writes
@@ -24,6 +26,9 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from llmbench.kernels._triton import set_programmatic_launch  # noqa: E402
+from llmbench.kernels.skinny_matmul import MAX_ROWS, skinny_matmul  # noqa: E402
 
 from bench_kernels import Env, time_us  # noqa: E402  (this script's folder)
 
@@ -78,6 +83,12 @@ def main() -> None:
     ap.add_argument("--rows", type=int, nargs="+", default=[16, 32, 64, 128, 256])
     ap.add_argument("--blas", choices=["default", "cublaslt"], default="default", help="default: cuBLAS")
     ap.add_argument("--tunable", action="store_true", help="TunableOp: time every algorithm, keep the best")
+    ap.add_argument(
+        "--skinny",
+        action="store_true",
+        help="the skinny Triton matmul instead of BLAS (rows up to its MAX_ROWS), launched with "
+        "programmatic dependent launch where the GPU has it",
+    )
     ap.add_argument("--json", type=Path, help="write every measurement here")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU")
     args = ap.parse_args()
@@ -91,6 +102,11 @@ def main() -> None:
         torch.cuda.tunable.set_filename(str((args.json or Path("tunableop.json")).with_suffix(".csv")))
     models = {"smoke": (48, 64, 32, 96, 2, 500)} if args.smoke else {m: MODELS[m] for m in args.models}
     variant = "TunableOp" if args.tunable else {"default": "cuBLAS", "cublaslt": "cuBLASLt"}[args.blas]
+    product = F.linear
+    if args.skinny:
+        product, variant = skinny_matmul, "skinny"
+        set_programmatic_launch(MAX_ROWS)  # a no-op where Triton has no grid dependency control
+        args.rows = [r for r in args.rows if r <= MAX_ROWS]
     torch.manual_seed(0)
     rows_out = []
     print(
@@ -106,15 +122,15 @@ def main() -> None:
             xs = {k: env.t(rows, k) for k in {k for _, k in shapes.values()}}
             per = {}
             for p, ws in weights.items():
-                calls = [lambda w=w, x=xs[shapes[p][1]]: F.linear(x, w) for w in ws]
+                calls = [lambda w=w, x=xs[shapes[p][1]]: product(x, w) for w in ws]
                 per[p] = time_us(env, calls[0], more=calls[1:])
             chain = [
-                lambda x=xs[k], w=weights[p][i]: F.linear(x, w)
+                lambda x=xs[k], w=weights[p][i]: product(x, w)
                 for i in range(layers)
                 for p, (_, k) in shapes.items()
             ]
             layer = time_us(env, chain[0], more=chain[1:]) * len(shapes)
-            lm = time_us(env, lambda x=xs[hidden], w=head: F.linear(x, w))
+            lm = time_us(env, lambda x=xs[hidden], w=head: product(x, w))
             layer_bytes = sum(n * k for n, k in shapes.values()) * env.dtype.itemsize
             rate = layer_bytes / (layer * 1e-6) / 1e12
             print(
