@@ -46,16 +46,9 @@ from llmbench.kernels._triton import (
 from llmbench.kernels.activation import silu_and_mul_ref
 from llmbench.kernels.allreduce_norm import arrived_sum, no_negative_zero
 from llmbench.kernels.rmsnorm import rms_norm_ref
+from llmbench.kernels.skinny_tiles import Tiles, block_m, tiles_for
 
 MAX_ROWS = 64  # above this the input goes to F.linear
-
-
-class Tiles(NamedTuple):
-    block_n: int  # output features per program
-    block_k: int  # input features per loop step
-    num_warps: int
-    num_stages: int
-    dot: bool = False  # the product on the tensor cores (block_n >= 16), else broadcast and summed
 
 
 def skinny_matmul_ref(
@@ -198,30 +191,6 @@ def _skinny_matmul_kernel(
                 tl.store(red_h_ptr + row * stride_red_h + cols, h, mask=mask)
                 hf = h.to(tl.float32)
                 tl.store(ss_ptr + row * SS_PARTS + j, tl.sum(hf * hf, axis=0))
-
-
-def tiles_for(rows: int, n: int, k: int, dot: bool = True) -> Tiles:
-    """Tile sizes for an (rows x k) @ (k x n) product, from the sweep on an H200 (BENCHMARKS.md,
-    ``devtools/bench_gemv.py --sweep``): at one row 4 x 1024 is within 5% of the best of 96 tilings on
-    every qwen3-8b (tp=1, tp=2) and qwen3-0.6b layer. From two rows on, the tensor cores: 64 output
-    features a program, the input's rows in one tile, its loop steps short enough that the input chunk
-    (float32 while it is normalised) stays in registers; ``dot=False``: the broadcast form at any rows."""
-    if dot and rows > 1:
-        return Tiles(64, 128 if _block_m(rows, True) <= 32 else 64, 4, 3, dot=True)
-    block_m = _block_m(rows)
-    block_k = min(1024 // block_m, _pow2_at_least(k))
-    block_n = 2 if n <= 1024 or block_m > 2 else 4
-    return Tiles(block_n, max(block_k, 16), 4, 2)
-
-
-def _block_m(rows: int, dot: bool = False) -> int:
-    if dot:  # the tensor cores' smallest tile
-        return max(16, _pow2_at_least(rows))
-    return 1 if rows <= 1 else _pow2_at_least(rows)
-
-
-def _pow2_at_least(n: int) -> int:
-    return 1 << max(0, n - 1).bit_length()
 
 
 def skinny_matmul(
@@ -397,7 +366,7 @@ def launch(
         GATED=gated,
         NORM=norm is not None,
         HAS_RES=residual is not None,
-        BLOCK_M=_block_m(M, t.dot),
+        BLOCK_M=block_m(M, t.dot),
         BLOCK_N=t.block_n,
         BLOCK_K=t.block_k,
         SS_BLOCK=next_power_of_2(squares.shape[1]) if squares is not None else 0,
