@@ -267,6 +267,7 @@ def test_on_an_h200_the_fast_paths_are_chosen():
     ):
         assert resolved(h200s(), **off).tuning.programmatic_launch_rows == 0, off
     assert resolved(h200s(capability=(8, 0))).tuning.programmatic_launch_rows == 0
+    assert resolved(h200s(rocm=True, capability=(9, 4))).tuning.programmatic_launch_rows == 0  # an MI300
     assert resolved(h200s(triton_gdc=False)).tuning.programmatic_launch_rows == 0
     assert resolved(CPU).tuning.programmatic_launch_rows == 0
     assert r.max_model_len == 8192

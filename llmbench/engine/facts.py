@@ -48,6 +48,7 @@ class Facts:
     cuda_devices: int = 0  # GPUs torch sees; 0: no CUDA
     device_name: str | None = None  # of the first GPU
     capability: tuple[int, int] | None = None  # its compute capability
+    rocm: bool = False  # torch is a ROCm build (AMD GPUs behind torch.cuda)
     triton: bool = False  # the triton package is installed
     triton_gdc: bool = False  # ... with grid dependency control (programmatic dependent launch)
     flash_attn: bool = False  # flash-attn is installed
@@ -82,6 +83,7 @@ def read_facts(model: ModelFacts) -> Facts:
         cuda_devices=cuda_devices,
         device_name=props.name if props else None,
         capability=(props.major, props.minor) if props else None,
+        rocm=torch.version.hip is not None,
         triton=_triton_installed(),
         triton_gdc=_triton_has_gdc(),
         flash_attn=_flash_attn_installed(),

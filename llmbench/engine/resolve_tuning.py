@@ -186,7 +186,10 @@ def _programmatic_rows(
     on = switch(
         None if asked is None or asked == AUTO else asked > 0,
         f"tuning.programmatic_launch_rows={asked} launches Triton kernels with programmatic dependent launch",
-        ("an NVIDIA GPU of compute capability 9.0 or later", cuda and (facts.capability or (0, 0)) >= (9, 0)),
+        (
+            "an NVIDIA GPU of compute capability 9.0 or later",
+            cuda and not facts.rocm and (facts.capability or (0, 0)) >= (9, 0),
+        ),
         ("triton_kernels=True", triton_kernels),
         ("torch_compile=False", not config.torch_compile),
         ("a Triton with grid dependency control (3.4 or later)", facts.triton_gdc),
