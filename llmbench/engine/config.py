@@ -95,8 +95,8 @@ class Tuning:
         that holds it, eagerly above the largest). auto: 16, 32, 64, ... up to max_num_batched_tokens, and
         max_num_batched_tokens itself.
     programmatic_launch_rows: the Triton kernels (norms, rotary and KV store, attention, activation, the
-        draw) of steps of up to this many rows (sequences of a decode step, tokens of other steps) are
-        launched with programmatic dependent launch: each is placed on the GPU while the kernel before it
+        draw) over up to this many rows (a decode step's sequences, other steps' tokens; in a mixed step
+        the decode kernel counts its decodes) are launched with programmatic dependent launch: each is placed on the GPU while the kernel before it
         drains and waits there for its inputs, instead of being launched once that kernel has finished;
         CUDA Graphs keep it. 0: never. auto: PROGRAMMATIC_LAUNCH_ROWS (engine/resolve_tuning.py) on NVIDIA
         GPUs of compute capability 9.0 (Hopper) and later, with triton_kernels, torch_compile off and a
