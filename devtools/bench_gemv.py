@@ -1,11 +1,13 @@
-"""The decode step's linear layers at 1 to 8 rows: cuBLAS (F.linear) against the skinny Triton kernel.
+"""The decode step's linear layers at a few rows: cuBLAS (F.linear) against the skinny Triton kernel.
 
 Every product runs inside a CUDA graph (as in the engine's decode steps), over enough copies of the
 weight that none stays in the L2 cache, so each figure is a read from HBM (``bench_kernels.time_us``). With ``--sweep`` the
-kernel's tile sizes are swept and the best per shape printed beside today's rule (``tiles_for``).
+kernel's tile sizes are swept and the best per shape printed beside today's rule (``tiles_for``); ``--json``
+writes the kernel benchmarks' rows (``llmbench docs`` shows them with a kernels block).
 
     python devtools/bench_gemv.py                     # qwen3-8b at tp=1 and tp=2, qwen3-0.6b; rows 1, 2, 4, 8
     python devtools/bench_gemv.py --sweep --rows 1 --json gemv.json
+    python devtools/bench_gemv.py --sweep --rows 8 16 64 --shapes 0.6b.qkv 0.6b.o 0.6b.gate_up 0.6b.down
     TRITON_INTERPRET=1 python devtools/bench_gemv.py --smoke --sweep --rows 1 3   # exercises this script
 """
 
@@ -50,13 +52,53 @@ def time_per_call(env: Env, fn, weights) -> float:
 
 
 def sweep_tiles(rows: int, k: int) -> list[Tiles]:
-    block_m = 1 if rows == 1 else 1 << (rows - 1).bit_length()
+    if rows > 1:  # the tensor-core form (``Tiles.dot``), as the engine takes it from two rows on
+        grid = itertools.product((16, 32, 64), (64, 128, 256), (4, 8), (3, 4))
+        return [
+            Tiles(bn, bk, warps, stages, dot=True)
+            for bn, bk, warps, stages in grid
+            if bk <= max(64, 1 << (k - 1).bit_length()) and not (bn == 16 and warps == 8)
+        ]
     out = []
     for bn, bk, warps, stages in itertools.product((2, 4, 8, 16), (128, 256, 512, 1024), (4, 8), (1, 2, 3)):
-        if bk > max(128, 1 << (k - 1).bit_length()) or block_m * bn * bk > 16384 or bn * bk < 32 * warps:
+        if bk > max(128, 1 << (k - 1).bit_length()) or bn * bk > 16384 or bn * bk < 32 * warps:
             continue
         out.append(Tiles(bn, bk, warps, stages))
     return out
+
+
+def kernel_rows(
+    name: str,
+    n: int,
+    k: int,
+    rows: int,
+    cublas: float,
+    rule: float,
+    best: tuple[float, Tiles] | None,
+    itemsize: int = 2,
+) -> list[dict]:
+    """One shape's measurements (seconds) in the kernel benchmarks' format (``llmbench docs`` kernels
+    blocks): cuBLAS, the skinny kernel with ``tiles_for``'s tiles and, swept, with the best ones. GB/s is
+    the weight's read rate."""
+    timed = [("cuBLAS", cublas), ("skinny, tiles_for", rule)]
+    if best is not None:
+        t = best[1]
+        form = "tensor cores" if t.dot else "broadcast"
+        timed.append(
+            (f"skinny, best n{t.block_n} k{t.block_k} w{t.num_warps} s{t.num_stages} {form}", best[0])
+        )
+    return [
+        {
+            "kernel": f"{name} ({variant})",
+            "shape": f"{rows} rows N={n} K={k}",
+            "time_us": seconds * 1e6,
+            "gb_per_s": n * k * itemsize / seconds / 1e9,
+            "frac_peak": None,
+            "tflops": 2 * rows * n * k / seconds / 1e12,
+            "max_rel_diff": None,
+        }
+        for variant, seconds in timed
+    ]
 
 
 def main() -> None:
@@ -98,19 +140,8 @@ def main() -> None:
                 f"{best * 1e6:>9.2f} {nbytes / best / 1e12:>5.2f} {cublas / best:>5.2f}x  {tuple(tiles)}"
                 + (f"  (rule {rule * 1e6:.2f} us)" if args.sweep else "")
             )
-            rows_out.append(
-                {
-                    "shape": name,
-                    "n": n,
-                    "k": k,
-                    "rows": rows,
-                    "cublas_s": cublas,
-                    "rule_s": rule,
-                    "best_s": best,
-                    "best_tiles": list(tiles),
-                    "all": [[s, list(t)] for s, t in timed],
-                }
-            )
+            swept = (best, tiles) if args.sweep else None
+            rows_out += kernel_rows(name, n, k, rows, cublas, rule, swept, env.dtype.itemsize)
         del weights
     if args.json:
         args.json.write_text(json.dumps(rows_out, indent=1))

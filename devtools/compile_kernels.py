@@ -89,6 +89,9 @@ class Launch:
         values.update({k: v for k, v in kwargs.items() if k not in LAUNCH_OPTIONS})
         self.kernel = kernel
         self.options = {k: v for k, v in kwargs.items() if k in LAUNCH_OPTIONS}
+        # parameters the call left at their defaults: torch.compile's inductor builds a user kernel's
+        # launcher from the arguments given, and on the GPU one short fails ("missing ... '_grid_2'")
+        self.defaulted = tuple(p.name for p in params if p.name not in values)
         self.signature: dict[str, str] = {}
         self.constexprs: dict[tuple[int, ...], Any] = {}
         # What a launch on a GPU tells the compiler (Triton's specialisation): integers equal to 1 as

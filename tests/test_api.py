@@ -13,6 +13,7 @@ from llmbench import LLM, SamplingParams
 from llmbench.engine.config import ConfigError, EngineConfig, Tuning
 from llmbench.engine.llm_engine import LLMEngine, RequestError
 from llmbench.engine.resolve import ResolvedConfig
+from llmbench.engine.resolve_tuning import SKINNY_MATMUL_ROWS
 from llmbench.models.presets import PRESETS
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
@@ -47,7 +48,9 @@ def test_the_engine_runs_and_reports_the_resolved_options(tiny):
     config = tiny.engine.config
     assert isinstance(config, ResolvedConfig) and config.max_model_len == 256
     assert config.prefix_cache is True and config.tuning.tp_all_reduce == "none"
-    assert config.tuning.skinny_matmul_rows == (1 if config.triton_kernels else 0)
+    t = config.tuning
+    several = t.programmatic_launch_rows >= SKINNY_MATMUL_ROWS and config.tp == 1
+    assert t.skinny_matmul_rows == ((SKINNY_MATMUL_ROWS if several else 1) if config.triton_kernels else 0)
 
 
 def test_tuning_is_taken_as_a_mapping_or_a_tuning():

@@ -108,8 +108,11 @@ def test_make_communicator_refuses_what_cannot_be_built():
 
 
 def test_the_decode_plan_reads_the_resolved_fusion():
-    assert DecodePlan.of(8, "all") == DecodePlan(skinny_rows=8, silu_rows=8, norm_rows=8)
-    assert DecodePlan.of(8, "silu") == DecodePlan(skinny_rows=8, silu_rows=8, norm_rows=0)
+    # the fusions go on the one-row form only; more rows take the tensor-core products unfused
+    assert DecodePlan.of(8, "all") == DecodePlan(skinny_rows=8, silu_rows=1, norm_rows=1)
+    assert DecodePlan.of(8, "silu") == DecodePlan(skinny_rows=8, silu_rows=1, norm_rows=0)
+    assert DecodePlan.of(1, "all") == DecodePlan(skinny_rows=1, silu_rows=1, norm_rows=1)
+    assert DecodePlan.of(0, "none") == DecodePlan()
     assert DecodePlan.of(1, "none") == DecodePlan(skinny_rows=1)
     with pytest.raises(ValueError, match=r"Unsupported skinny_fusion: 'auto'\. Supported: \['all', "):
         DecodePlan.of(1, "auto")  # resolve decides "auto": the plan only reads

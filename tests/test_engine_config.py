@@ -11,7 +11,7 @@ import pytest
 from llmbench.engine.config import ConfigError, EngineConfig, Tuning, check_option, nest, with_option
 from llmbench.engine.facts import Facts, ModelFacts
 from llmbench.engine.resolve import resolve
-from llmbench.engine.resolve_tuning import PROGRAMMATIC_LAUNCH_ROWS, default_buckets
+from llmbench.engine.resolve_tuning import PROGRAMMATIC_LAUNCH_ROWS, SKINNY_MATMUL_ROWS, default_buckets
 from llmbench.models.presets import PRESETS
 
 
@@ -234,7 +234,17 @@ def test_on_an_h200_the_fast_paths_are_chosen():
     assert r.triton_kernels and r.cuda_graph and r.async_scheduling
     assert r.tuning.cuda_graph_buckets == tuple(default_buckets(256))
     assert r.tuning.cuda_graph_buckets[:6] == (1, 2, 4, 8, 16, 32) and r.tuning.cuda_graph_buckets[-1] == 256
-    assert r.tuning.skinny_matmul_rows == 1 and r.tuning.tp_all_reduce == "none"
+    assert r.tuning.skinny_matmul_rows == SKINNY_MATMUL_ROWS > 1 and r.tuning.tp_all_reduce == "none"
+    # the skinny matmul past one row only where programmatic launch covers those rows, at tp=1
+    for one_row in (
+        {"tuning": {"programmatic_launch_rows": 0}},
+        {"tuning": {"programmatic_launch_rows": SKINNY_MATMUL_ROWS - 1}},
+        {"torch_compile": True},
+        {"tp": 2},
+    ):
+        assert resolved(h200s(), **one_row).tuning.skinny_matmul_rows == 1, one_row
+    assert resolved(h200s(capability=(8, 0))).tuning.skinny_matmul_rows == 1
+    assert resolved(h200s(), tuning={"skinny_matmul_rows": 64}).tuning.skinny_matmul_rows == 64
     assert r.tuning.decode_longest_first  # the Triton decode kernel's default
     assert not resolved(h200s(), attention_backend="sdpa").tuning.decode_longest_first
     assert (

@@ -77,6 +77,23 @@ for launch, error in results:
     assert lines["bad"].startswith("error:") and "v" in lines["bad"], lines["bad"]
 
 
+def test_every_launch_gives_each_kernel_parameter() -> None:
+    # torch.compile's inductor launches a user kernel with the arguments it was called with: a parameter
+    # left at its default (a constexpr such as PDL) leaves its launcher one short on the GPU.
+    code = """
+import compile_kernels as ck
+for programmatic in (False, True):
+    for calls in (ck.engine_calls, ck.fp8_kv_calls, ck.sampler_calls):
+        for launch in ck.capture(calls, programmatic):
+            print(launch.kernel.fn.__name__, ",".join(launch.defaulted) or "-")
+"""
+    done = _run("-c", code)
+    assert done.returncode == 0, done.stderr[-3000:]
+    launches = [line.split(" ") for line in done.stdout.strip().splitlines()]
+    assert len({name for name, _ in launches}) >= 10  # every kind of kernel the engine launches
+    assert [line for line in launches if line[1] != "-"] == []
+
+
 def test_bad_options_are_a_clear_error() -> None:
     done = _run(str(SCRIPT), "--dtype", "bf17")
     assert done.returncode == 2

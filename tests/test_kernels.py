@@ -594,16 +594,17 @@ def test_programmatic_launch_goes_to_kernels_of_up_to_the_rows_set_on_a_gpu_only
     try:
         _triton.set_programmatic_launch(32)
         on = {"PDL": True, "launch_pdl": True}
-        assert [_triton.programmatic(t, rows) for rows in (1, 32, 33, 0)] == [on, on, {}, {}]
+        off = {"PDL": False}  # always given (torch.compile launches need every constexpr passed)
+        assert [_triton.programmatic(t, rows) for rows in (1, 32, 33, 0)] == [on, on, off, off]
         _triton.set_programmatic_launch(0)
-        assert _triton.programmatic(t, 1) == {}
+        assert _triton.programmatic(t, 1) == off
         monkeypatch.setattr(_triton, "HAS_GDC", False)  # a Triton without grid dependency control
         _triton.set_programmatic_launch(32)
-        assert _triton.programmatic(t, 1) == {}
+        assert _triton.programmatic(t, 1) == off
         monkeypatch.setattr(_triton, "HAS_GDC", True)
         monkeypatch.undo()  # the interpreter (or ROCm) cannot run it, whatever was set
         _triton.set_programmatic_launch(32)
-        assert _triton.programmatic(t, 1) == {}
+        assert _triton.programmatic(t, 1) == off
     finally:
         _triton.set_programmatic_launch(0)
 

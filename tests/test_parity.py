@@ -92,9 +92,13 @@ def test_greedy_matches_transformers_per_attention_backend(arch_model, backend):
     assert got == expected
     runner = llm.engine.runner
     # every linear layer up to `skinny` rows through the skinny kernel; the norms and the SiLU fused in
+    # at one row (the kernel's tensor-core form from two rows on takes them unfused)
     assert runner.model.model.layers[0].mlp.down_proj.skinny_rows == skinny
-    assert runner.decode_plan == DecodePlan(skinny, skinny, skinny)
+    assert runner.decode_plan == (DecodePlan(skinny, 1, 1) if fused else DecodePlan())
     assert isinstance(runner.runnable, FusedDecode) == fused
+    if fused:  # one sequence alone: every decode step through the fused one-row kernels
+        params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
+        assert [o.token_ids for o in llm.generate(PROMPTS[:1], params)] == expected[:1]
     # Backends that read K/V from the cache run the fused attention prologue (q/k norm, RoPE, KV store in
     # one kernel); the others do not.
     attn = llm.engine.runner.model.model.layers[0].self_attn
@@ -119,7 +123,7 @@ def test_greedy_matches_transformers_with_each_skinny_fusion(arch_model, fusion)
     )
     assert got == expected
     plan = llm.engine.runner.decode_plan
-    assert (plan.norm_rows, plan.silu_rows) == {"silu": (0, 8), "none": (0, 0)}[fusion]
+    assert (plan.norm_rows, plan.silu_rows) == {"silu": (0, 1), "none": (0, 0)}[fusion]
     assert isinstance(llm.engine.runner.runnable, FusedDecode) == (fusion != "none")
 
 

@@ -103,10 +103,13 @@ class Tuning:
         Triton that has it; else 0.
     skinny_matmul_rows: linear layers take the skinny Triton matmul for inputs of up to this many rows
         (0..64; decode at small batches; from two rows on its products run on the tensor cores), cuBLAS
-        above; 0: cuBLAS always. auto: 1 with triton_kernels, else 0.
-    skinny_fusion: what the skinny matmul does on its input's loads: 'all' (the RMSNorm before it, with
-        the residual add, and the SiLU-and-multiply before the down projection), 'silu' (the latter only),
-        'none'. auto: 'all' for hidden sizes up to 2048 (unless tp_fuse_norm takes the norms), else 'silu'.
+        above; 0: cuBLAS always. auto: SKINNY_MATMUL_ROWS (engine/resolve_tuning.py) where
+        programmatic_launch_rows covers that many at tp=1, else 1 with triton_kernels, else 0.
+    skinny_fusion: what the skinny matmul does on its input's loads at one-row steps (more rows take its
+        tensor-core products with nothing fused, which measured faster): 'all' (the RMSNorm before it,
+        with the residual add, and the SiLU-and-multiply before the down projection), 'silu' (the latter
+        only), 'none'. auto: 'all' for hidden sizes up to 2048 (unless tp_fuse_norm takes the norms), else
+        'silu'.
     tp_all_reduce: the all-reduce between tensor-parallel ranks: 'nccl' (torch.distributed: NCCL on
         GPUs, gloo on the CPU) or 'symm_mem' (one-shot over NVLink for small messages, NCCL for the rest;
         GPUs of one host). auto: 'symm_mem' where the ranks can share GPU memory, else 'nccl'.

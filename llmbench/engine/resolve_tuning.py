@@ -11,7 +11,11 @@ from llmbench.engine.config import ConfigError, EngineConfig, Tuning
 from llmbench.engine.facts import Facts
 from llmbench.engine.option_checks import AUTO
 
-SKINNY_MATMUL_ROWS = 1  # where the skinny kernel beat cuBLAS on every layer of the H200 sweep
+# The skinny matmul by default: at one row wherever Triton kernels run (it beat cuBLAS on every layer of
+# the H200 sweep); up to SKINNY_MATMUL_ROWS rows where programmatic launch covers them too, at tp=1, the
+# case measured: a batch of 8 on qwen3-0.6b takes 11% less time per token on an H200 (BENCHMARKS.md,
+# "The skinny matmul at a few rows"), its products 5-15% faster than cuBLAS's at 8 and 16 rows.
+SKINNY_MATMUL_ROWS = 8
 # skinny_fusion "auto" fuses the RMSNorms into the matmul up to this hidden size: each program of the
 # fused kernel sums the whole row's squares for itself, which paid at hidden size 1024 (qwen3-0.6b, -2.7%
 # per token on an H200) and cost at 4096 (qwen3-8b, +1.6%).
@@ -52,7 +56,9 @@ def resolve_tuning(
     """The tuning knobs, given the toggles they tune."""
     t: Tuning = config.tuning
     cuda = device.startswith("cuda")
-    skinny_rows = auto(t.skinny_matmul_rows, SKINNY_MATMUL_ROWS if triton_kernels else 0)
+    programmatic_rows = _programmatic_rows(t.programmatic_launch_rows, config, facts, cuda, triton_kernels)
+    rows_default = SKINNY_MATMUL_ROWS if config.tp == 1 and programmatic_rows >= SKINNY_MATMUL_ROWS else 1
+    skinny_rows = auto(t.skinny_matmul_rows, rows_default if triton_kernels else 0)
     if skinny_rows and not triton_kernels:
         raise ConfigError(
             f"tuning.skinny_matmul_rows={skinny_rows} asks for a Triton kernel: it needs triton_kernels=True "
@@ -93,7 +99,6 @@ def resolve_tuning(
         ("tp=1", config.tp == 1),
         ("torch_compile=False", not config.torch_compile),
     )
-    programmatic_rows = _programmatic_rows(t.programmatic_launch_rows, config, facts, cuda, triton_kernels)
     all_reduce = _all_reduce(t.tp_all_reduce, config.tp, device, facts)
     fuse_norm = switch(
         t.tp_fuse_norm,

@@ -90,8 +90,13 @@ def set_programmatic_launch(max_rows: int) -> None:
 def programmatic(t: torch.Tensor, rows: int) -> dict[str, bool]:
     """A launch's extra arguments: programmatic dependent launch for a kernel over ``rows`` rows where it
     is on for that many and the launch is on an NVIDIA GPU, nothing otherwise (the interpreter cannot run
-    it)."""
-    return {"PDL": True, "launch_pdl": True} if 0 < rows <= _programmatic_rows and runs_ptx(t) else {}
+    it). ``PDL`` is always given: torch.compile's inductor launches a user kernel with the arguments it
+    was called with, and a constexpr left at its default has it build a launcher with one too few."""
+    return (
+        {"PDL": True, "launch_pdl": True}
+        if 0 < rows <= _programmatic_rows and runs_ptx(t)
+        else {"PDL": False}
+    )
 
 
 @jit

@@ -41,6 +41,11 @@ SKINNY_FUSIONS = ("all", "silu", "none")
 # (distributed/fused.py); a forward reduces the embedding's, then attention's and the MLP's of every
 # layer, so these three alternate whatever the depth, across forwards too.
 EMBEDDING, AFTER_ATTENTION, AFTER_MLP = 2, 0, 1
+# The norm and SiLU fusions go on the skinny kernel's one-row (broadcast) form only. From two rows on its
+# products run on the tensor cores, where work on the loads delays the operands: at 8 rows on an H200
+# (qwen3-0.6b) the fused kernels made a decode step 26% longer than cuBLAS's, the SiLU alone 12%, and
+# the unfused ones 11% shorter (BENCHMARKS.md, "The skinny matmul at a few rows").
+FUSED_ROWS = 1
 
 
 @dataclass(frozen=True)
@@ -57,8 +62,10 @@ class DecodePlan:
             raise ValueError(
                 f"Unsupported skinny_fusion: {skinny_fusion!r}. Supported: {list(SKINNY_FUSIONS)}"
             )
-        silu = skinny_rows if skinny_fusion != "none" else 0
-        return cls(skinny_rows, silu, skinny_rows if skinny_fusion == "all" else 0)
+        fused = min(skinny_rows, FUSED_ROWS)
+        return cls(
+            skinny_rows, fused if skinny_fusion != "none" else 0, fused if skinny_fusion == "all" else 0
+        )
 
 
 @dataclass(frozen=True)

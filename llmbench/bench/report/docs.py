@@ -127,7 +127,8 @@ def _kernels(args: list[str], root: Path) -> str:
     lines = [
         f"From `{args[0]}`{which}, written by a kernel benchmark (`python devtools/bench_kernels.py --json FILE`; "
         "`python devtools/bench_sampler.py --tune --json FILE` for the sampler, "
-        "`python devtools/bench_linear.py --json FILE` for the linear layers).",
+        "`python devtools/bench_linear.py --json FILE` for the linear layers, "
+        "`python devtools/bench_gemv.py --json FILE` for the skinny matmul).",
         "",
         "| kernel | shape | µs | GB/s | of the copy ceiling | TFLOP/s | largest relative difference from the reference |",
         "|---|---|---:|---:|---:|---:|---:|",
