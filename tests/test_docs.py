@@ -142,3 +142,32 @@ def test_the_linear_layer_benchmark_writes_rows_a_kernel_table_shows(tmp_path, m
     gb_per_s = f"{layer_bytes / 25.0 / 1e3:,.0f}"
     assert table == [f"| layer (cuBLAS) | 0.6b 16 rows qkv+o+gate_up+down | 25.0 | {gb_per_s} | – | "
                      f"{2 * 16 * layer_bytes / 2 / 25.0 / 1e6:.1f} | – |"], table  # fmt: skip
+
+
+def test_the_skinny_matmul_benchmark_writes_rows_a_kernel_table_shows(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "devtools"))
+    from bench_gemv import kernel_rows
+
+    from llmbench.kernels.skinny_tiles import Tiles
+
+    best = (4.0e-6, Tiles(32, 256, 4, 4, dot=True))
+    rows = kernel_rows("0.6b.o", 1024, 2048, 8, 6.0e-6, 5.0e-6, best) + kernel_rows(
+        "0.6b.o", 1024, 2048, 1, 3.0e-6, 2.5e-6, None
+    )
+    assert [r["kernel"] for r in rows] == [
+        "0.6b.o (cuBLAS)",
+        "0.6b.o (skinny, tiles_for)",
+        "0.6b.o (skinny, best n32 k256 w4 s4 tensor cores)",
+        "0.6b.o (cuBLAS)",
+        "0.6b.o (skinny, tiles_for)",
+    ]
+    (tmp_path / "gemv.json").write_text(json.dumps(rows))
+    doc = tmp_path / "DOC.md"
+    doc.write_text(
+        "<!-- llmbench: kernels gemv.json --match tiles_for --shape '^8 rows' -->\n<!-- /llmbench -->\n"
+    )
+    assert CliRunner().invoke(app, ["docs", str(doc)]).exit_code == 0, doc.read_text()
+    table = [line for line in doc.read_text().splitlines() if line.startswith("| 0.6b")]
+    weight = 1024 * 2048 * 2  # bf16 bytes read
+    assert table == [f"| 0.6b.o (skinny, tiles_for) | 8 rows N=1024 K=2048 | 5.0 | {weight / 5.0e-6 / 1e9:,.0f} | – | "
+                     f"{2 * 8 * 1024 * 2048 / 5.0e-6 / 1e12:.1f} | – |"], table  # fmt: skip
