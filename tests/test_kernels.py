@@ -926,3 +926,18 @@ def test_eager_decode_steps_compile_nothing_after_the_warm_up(kv_cache_dtype: st
     for batch in (3, 40, 100):  # batches of one context length, in one slice or several, in order or not
         llm.generate([[2] * 200] * batch, params)
     assert compiled() == before, "a decode step compiled a kernel variant after start-up"
+
+
+def test_the_read_ceiling_kernel_sums_every_block_it_reads(monkeypatch) -> None:
+    # devtools/bench_kernels.py's first rows: a kernel that only reads; its sums are checked there too
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "devtools"))
+    import bench_kernels
+
+    env = bench_kernels.Env.pick(smoke=DEVICES != ["cuda"])
+    x = env.t(4096)
+    out = torch.empty(4096 // 256, device=env.device, dtype=torch.float32)
+    bench_kernels._stream_read_kernel[(out.numel(),)](x, out, BLOCK=64, STEPS=4)
+    torch.testing.assert_close(out, x.view(16, 256).float().sum(dim=1), rtol=1e-5, atol=1e-4)
+    rows = bench_kernels.read_ceiling_case(env, 4096, block=64, steps=4)
+    assert [r.kernel for r in rows] == ["stream read (Triton)", "sum (torch)", "copy (torch)"]
+    assert rows[0].max_rel_diff < 1e-5 and all(r.time_us > 0 for r in rows)
