@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llmbench.bench.profile.trace import OTHER_HOST, analyse
+from llmbench.bench.profile.trace import IN_GRAPH, OTHER_HOST, analyse
 from llmbench.engine import kernel_roles
 from llmbench.engine.kernel_roles import classify
 
@@ -72,6 +72,28 @@ def test_gpu_step_adds_up_to_its_wall_time_with_idle_split_by_host_phase():
         {"schedule": 10 * us, "forward": 50 * us, "sample": 10 * us, "copy_to_host": 25 * us}
     )
     assert step.launches == 3 and step.overlap == 0  # the memcpy is no launch
+
+
+def test_gaps_between_one_graph_replays_kernels_wait_for_no_host_work():
+    # a decode step replayed from a CUDA graph: its kernels share the graph launch's correlation id; the
+    # gaps between them are the GPU's own, whatever the host does meanwhile (here: waits for the ids)
+    events = [
+        host("user_annotation", "llmbench.step", 0, 100),
+        host("user_annotation", "llmbench.graph_replay", 0, 10),
+        launch(5, 9, "cudaGraphLaunch"),
+        host("user_annotation", "llmbench.copy_to_host", 10, 90),
+        launch(12, 10, "cudaMemcpyAsync"),
+        kernel("nvjet_tst_64x8_64x16_4x1_v_bz_TNT", 20, 30, 9),
+        kernel("_rms_norm_kernel", 51, 9, 9),  # 1 us after the GEMM
+        kernel("_decode_kernel", 63, 17, 9),  # 3 us after the norm
+        kernel("Memcpy DtoH (Device -> Pinned)", 90, 2, 10, cat="gpu_memcpy"),  # 10 us after: another launch
+    ]
+    (step,) = analyse({"traceEvents": events}).steps
+    us = 1e-6
+    assert step.idle == pytest.approx(42 * us) and sum(step.waited_for.values()) == pytest.approx(step.idle)
+    assert step.waited_for == pytest.approx(
+        {IN_GRAPH: 4 * us, "graph_replay": 10 * us, "copy_to_host": 28 * us}
+    )  # 0-10 graph_replay; 10-20, 80-90 and 92-100 copy_to_host; 50-51 and 60-63 inside the replay
 
 
 def test_overlapping_kernels_share_the_time_they_overlap():

@@ -6,7 +6,9 @@ each step, over its host window [start, end]:
 - on a GPU: every instant is either GPU busy, split between the kernels running then (equal shares when
   several overlap; ``overlap`` says how long that was), each kernel's share in its category, or GPU idle;
   idle time is further split by the engine phase the host was in meanwhile (``waited_for``: the host work
-  the GPU waited for), the rest being "other host work". So ``sum(device) + idle == wall``.
+  the GPU waited for), the rest being "other host work". A gap between two kernels of one launch (the
+  kernels a CUDA graph replay runs share its launch's correlation id) waited for no host work: it goes to
+  ``IN_GRAPH``, the GPU's own time from one graph node to the next. So ``sum(device) + idle == wall``.
 - on a CPU (no device activity in the trace): the ops are the device. Every instant belongs to the
   innermost op running then (its self time), in that op's category, or to no op: host time outside the
   framework's ops (Python, scheduling), split by phase into ``waited_for``. So
@@ -34,6 +36,7 @@ from llmbench.engine.ranges import LAYER_PREFIX, PREFIX, STEP
 HOST_CATS = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver")
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 OTHER_HOST = "other host work"
+IN_GRAPH = "the next kernel of a graph replay"
 _GEMM_OPS = {"aten::mm": (0, 1), "aten::addmm": (1, 2), "aten::bmm": (0, 1), "aten::baddbmm": (1, 2)}
 _ITEMSIZE = {"float": 4, "double": 8, "c10::BFloat16": 2, "c10::Half": 2, "int": 4, "long int": 8}
 _LAUNCHES = ("launch", "graphlaunch")  # cudaLaunchKernel, cudaLaunchKernelExC, cudaGraphLaunch, cuLaunch*
@@ -181,14 +184,15 @@ def analyse(trace: dict[str, Any]) -> TraceBreakdown:
     origin = steps[0].start if steps else 0.0
 
     kernels: dict[str, list] = {}
-    per_step: dict[int, list[tuple[float, float, str]]] = defaultdict(list)
+    per_step: dict[int, list[tuple[float, float, str, Any]]] = defaultdict(list)  # ..., correlation id
     if mode == "cuda":
         starts = [s.start for s in steps]
         ends = [s.end for s in steps]
         by_op: dict[int, list[tuple[dict, str]]] = defaultdict(list)
         ops_seen: dict[int, _Node] = {}
         for e in device_events:
-            ctx = by_correlation.get((e.get("args") or {}).get("correlation"))
+            corr = (e.get("args") or {}).get("correlation")
+            ctx = by_correlation.get(corr)
             name = e.get("name", "?")
             if e.get("cat") in ("gpu_memcpy", "gpu_memset"):
                 category = COPIES
@@ -198,7 +202,7 @@ def analyse(trace: dict[str, Any]) -> TraceBreakdown:
             a, b = e["ts"] * 1e-6, (e["ts"] + e["dur"]) * 1e-6
             j = bisect.bisect_right(ends, a)
             while j < len(steps) and starts[j] < b:
-                per_step[j].append((max(a, starts[j]), min(b, ends[j]), category))
+                per_step[j].append((max(a, starts[j]), min(b, ends[j]), category, corr))
                 j += 1
             if ctx is not None and ctx.ops:
                 by_op[id(ctx.ops[0])].append((e, category))
@@ -223,7 +227,10 @@ def analyse(trace: dict[str, Any]) -> TraceBreakdown:
         if mode == "cuda":
             device, idle_spans, overlap = _sweep(per_step[i], s.start, s.end)
             idle = sum(b - a for a, b in idle_spans)
+            idle_spans, in_graph = _graph_gaps(idle_spans, per_step[i])
             waited = _split_idle(idle_spans, phase_ranges[i])
+            if in_graph > 0:
+                waited[IN_GRAPH] = in_graph
         else:
             device, overlap = dict(own[i]), 0.0
             waited = dict(outside[i])
@@ -247,13 +254,13 @@ def _add(
 
 
 def _sweep(
-    spans: list[tuple[float, float, str]], start: float, end: float
+    spans: list[tuple[float, float, str, Any]], start: float, end: float
 ) -> tuple[dict[str, float], list[tuple[float, float]], float]:
     """Busy time per category (overlapping kernels share), idle spans and overlapped time in [start, end]."""
-    edges = sorted({start, end, *(a for a, _, _ in spans), *(b for _, b, _ in spans)})
+    edges = sorted({start, end, *(span[0] for span in spans), *(span[1] for span in spans)})
     opening: dict[float, list[int]] = defaultdict(list)
     closing: dict[float, list[int]] = defaultdict(list)
-    for k, (a, b, _) in enumerate(spans):
+    for k, (a, b, _, _) in enumerate(spans):
         opening[a].append(k)
         closing[b].append(k)
     device: dict[str, float] = defaultdict(float)
@@ -275,6 +282,26 @@ def _sweep(
         for k in active:
             device[spans[k][2]] += length / len(active)
     return dict(device), idle, overlap
+
+
+def _graph_gaps(
+    idle: list[tuple[float, float]], spans: list[tuple[float, float, str, Any]]
+) -> tuple[list[tuple[float, float]], float]:
+    """The idle spans that lie between two kernels of one launch (a graph replay's), taken out: (the
+    others, the seconds taken)."""
+    ending: dict[float, set] = defaultdict(set)
+    starting: dict[float, set] = defaultdict(set)
+    for a, b, _, corr in spans:
+        if corr is not None:
+            ending[b].add(corr)
+            starting[a].add(corr)
+    rest, inside = [], 0.0
+    for a, b in idle:
+        if ending.get(a, set()) & starting.get(b, set()):
+            inside += b - a
+        else:
+            rest.append((a, b))
+    return rest, inside
 
 
 def _split_idle(idle: list[tuple[float, float]], phases: list[tuple[str, float, float]]) -> dict[str, float]:
