@@ -75,10 +75,13 @@ bench-ablations:  # what sampling, the float8 KV cache, CUDA Graphs, torch.compi
 	$(ABLATE) scenarios/bench/throughput_greedy.yaml --toggle tuning.prefill_graphs
 	$(ABLATE) scenarios/bench/throughput_8b_greedy.yaml --toggle tuning.prefill_graphs
 	$(ABLATE) scenarios/bench/single_0.6b.yaml --toggle tuning.programmatic_launch_rows=32,0
-	for f in scenarios/bench/batch8_0.6b.yaml scenarios/bench/fixed_64_0.6b.yaml; do \
-	  $(ABLATE) $$f --toggle tuning.programmatic_launch_rows=0,256 || exit 1; done
+	$(ABLATE) scenarios/bench/batch8_0.6b.yaml --set engine.tuning.skinny_matmul_rows=8 \
+	  --toggle tuning.programmatic_launch_rows=0,256
+	$(ABLATE) scenarios/bench/fixed_64_0.6b.yaml --toggle tuning.programmatic_launch_rows=0,256
 	$(ABLATE) scenarios/bench/throughput_greedy.yaml --toggle tuning.programmatic_launch_rows=0,32,128
 	$(ABLATE) scenarios/bench/batch8_0.6b.yaml --toggle tuning.skinny_matmul_rows=1,8
+	$(ABLATE) scenarios/bench/batch8_0.6b.yaml --set workload.num_requests=16 --set arrival.concurrency=16 \
+	  --toggle tuning.skinny_matmul_rows=8,16
 	$(ABLATE) scenarios/bench/fixed_64_0.6b.yaml --set engine.tuning.programmatic_launch_rows=64 \
 	  --toggle tuning.skinny_matmul_rows=1,64
 
