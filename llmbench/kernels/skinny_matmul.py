@@ -379,8 +379,7 @@ def launch(
         DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
         num_warps=t.num_warps,
         num_stages=t.num_stages,
-        **(
-            programmatic(x, M) if reduce is None else {"PDL": False}
-        ),  # not the summing form (it spins on the other GPUs)
+        # not the summing form (it spins on the other GPUs): no rows for the launch
+        **programmatic(x, M if reduce is None else 0),
     )
     return y
