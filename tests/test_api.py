@@ -49,8 +49,9 @@ def test_the_engine_runs_and_reports_the_resolved_options(tiny):
     assert isinstance(config, ResolvedConfig) and config.max_model_len == 256
     assert config.prefix_cache is True and config.tuning.tp_all_reduce == "none"
     t = config.tuning
-    several = t.programmatic_launch_rows >= SKINNY_MATMUL_ROWS and config.tp == 1
-    assert t.skinny_matmul_rows == ((SKINNY_MATMUL_ROWS if several else 1) if config.triton_kernels else 0)
+    several = t.programmatic_launch_rows > 1 and config.tp == 1
+    rows = min(t.programmatic_launch_rows, SKINNY_MATMUL_ROWS) if several else 1
+    assert t.skinny_matmul_rows == (rows if config.triton_kernels else 0)
 
 
 def test_tuning_is_taken_as_a_mapping_or_a_tuning():

@@ -235,16 +235,18 @@ def test_on_an_h200_the_fast_paths_are_chosen():
     assert r.tuning.cuda_graph_buckets == tuple(default_buckets(256))
     assert r.tuning.cuda_graph_buckets[:6] == (1, 2, 4, 8, 16, 32) and r.tuning.cuda_graph_buckets[-1] == 256
     assert r.tuning.skinny_matmul_rows == SKINNY_MATMUL_ROWS > 1 and r.tuning.tp_all_reduce == "none"
-    # the skinny matmul past one row only where programmatic launch covers those rows, at tp=1
+    # the skinny matmul past one row only over the rows programmatic launch covers, at tp=1
+    assert resolved(h200s(), tuning={"programmatic_launch_rows": 16}).tuning.skinny_matmul_rows == 16
+    assert resolved(h200s(), tuning={"programmatic_launch_rows": 256}).tuning.skinny_matmul_rows == 64
     for one_row in (
         {"tuning": {"programmatic_launch_rows": 0}},
-        {"tuning": {"programmatic_launch_rows": SKINNY_MATMUL_ROWS - 1}},
+        {"tuning": {"programmatic_launch_rows": 1}},
         {"torch_compile": True},
         {"tp": 2},
     ):
         assert resolved(h200s(), **one_row).tuning.skinny_matmul_rows == 1, one_row
     assert resolved(h200s(capability=(8, 0))).tuning.skinny_matmul_rows == 1
-    assert resolved(h200s(), tuning={"skinny_matmul_rows": 64}).tuning.skinny_matmul_rows == 64
+    assert resolved(h200s(), tuning={"skinny_matmul_rows": 8}).tuning.skinny_matmul_rows == 8
     assert r.tuning.decode_longest_first  # the Triton decode kernel's default
     assert not resolved(h200s(), attention_backend="sdpa").tuning.decode_longest_first
     assert (

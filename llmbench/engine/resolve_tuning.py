@@ -12,18 +12,19 @@ from llmbench.engine.facts import Facts
 from llmbench.engine.option_checks import AUTO
 
 # The skinny matmul by default: at one row wherever Triton kernels run (it beat cuBLAS on every layer of
-# the H200 sweep); up to SKINNY_MATMUL_ROWS rows where programmatic launch covers them too, at tp=1, the
-# case measured: a batch of 8 on qwen3-0.6b takes 11% less time per token on an H200 (BENCHMARKS.md,
-# "The skinny matmul at a few rows"), its products 5-15% faster than cuBLAS's at 8 and 16 rows.
-SKINNY_MATMUL_ROWS = 8
+# the H200 sweep); up to as many rows as programmatic launch covers, at most SKINNY_MATMUL_ROWS, at tp=1,
+# the cases measured on qwen3-0.6b on an H200 (BENCHMARKS.md, "The skinny matmul at a few rows"): a decode
+# step of 8, 16, 32 and 64 sequences takes 11%, 13%, 4.5% and 3% less time than with cuBLAS's products.
+SKINNY_MATMUL_ROWS = 64
 # skinny_fusion "auto" fuses the RMSNorms into the matmul up to this hidden size: each program of the
 # fused kernel sums the whole row's squares for itself, which paid at hidden size 1024 (qwen3-0.6b, -2.7%
 # per token on an H200) and cost at 4096 (qwen3-8b, +1.6%).
 NORM_FUSION_MAX_HIDDEN = 2048
 # Programmatic dependent launch up to this many rows: on an H200 (BENCHMARKS.md, "Programmatic dependent
-# launch") it shortens a one-sequence decode step by about 8% and changes nothing measurable at 8 or 64
-# rows or on the nano-vllm workload, launched so up to 128 or 256 rows.
-PROGRAMMATIC_LAUNCH_ROWS = 32
+# launch") it shortens a one-sequence decode step by about 8% and changes nothing measurable on its own at
+# 8 or 64 rows or on the nano-vllm workload, launched so up to 128 or 256 rows; the skinny matmul's
+# tensor-core products need it to beat cuBLAS's (above), so it covers the rows those take.
+PROGRAMMATIC_LAUNCH_ROWS = 64
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,9 @@ def resolve_tuning(
     t: Tuning = config.tuning
     cuda = device.startswith("cuda")
     programmatic_rows = _programmatic_rows(t.programmatic_launch_rows, config, facts, cuda, triton_kernels)
-    rows_default = SKINNY_MATMUL_ROWS if config.tp == 1 and programmatic_rows >= SKINNY_MATMUL_ROWS else 1
+    rows_default = (
+        min(programmatic_rows, SKINNY_MATMUL_ROWS) if config.tp == 1 and programmatic_rows > 1 else 1
+    )
     skinny_rows = auto(t.skinny_matmul_rows, rows_default if triton_kernels else 0)
     if skinny_rows and not triton_kernels:
         raise ConfigError(
