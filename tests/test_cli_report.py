@@ -240,6 +240,15 @@ def test_nothing_to_report_is_a_clean_error(tmp_path, make):
     assert res.exit_code == 2 and "no run to report" in res.stderr
 
 
+def test_a_run_whose_summary_is_unreadable_is_named_once(runs, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(runs["baseline"], run)
+    (run / "summary.json").write_text("{bad")
+    res = invoke("report", run)
+    assert res.exit_code == 2, res.output
+    assert f"({run}: summary.json is unreadable (" in res.stderr and res.stderr.count(str(run)) == 2
+
+
 def test_unknown_baseline_is_an_error(runs):
     res = invoke("report", runs["baseline"].parent, "--baseline", "nonexistent")
     assert res.exit_code == 2 and "--baseline nonexistent" in res.stderr

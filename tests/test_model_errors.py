@@ -289,3 +289,25 @@ def test_a_config_without_architectures_takes_the_class_its_model_type_names(arc
     named = read_model_config(tmp_path)
     edit_config(tmp_path, lambda c: c.pop("architectures"))
     assert read_model_config(tmp_path) == named
+
+
+def test_a_tokenizer_transformers_cannot_load_is_a_model_error(qwen3, tmp_path):
+    folder = tmp_path / "model"
+    shutil.copytree(qwen3, folder)
+    (folder / "tokenizer.json").write_text("{oops")
+    with pytest.raises(
+        ModelError, match=r"^.*/model: its tokenizer \(tokenizer\.json\) cannot be loaded by transformers: "
+    ):
+        LLM(str(folder), device="cpu", num_kv_blocks=16)
+
+
+def test_a_vocabulary_too_small_for_bytes_takes_token_ids_and_refuses_text(tmp_path):
+    # no tokenizer files and under 258 ids: the byte-level tokenizer cannot stand in, ids still run
+    make_tiny("qwen3", tmp_path, vocab_size=100)
+    llm = LLM(str(tmp_path), device="cpu", num_kv_blocks=16)
+    from llmbench import SamplingParams
+
+    out = llm.generate([[1, 2, 3]], SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True))
+    assert len(out[0].token_ids) == 3 and all(0 <= t < 100 for t in out[0].token_ids)
+    with pytest.raises(ModelError, match="a text prompt needs a tokenizer.*vocabulary of 100 ids"):
+        llm.generate(["hello"], SamplingParams(max_tokens=2))

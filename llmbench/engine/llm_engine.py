@@ -49,7 +49,7 @@ class LLMEngine:
         self.config = config = resolve(config, read_facts(ModelFacts.of(config.model, model_config)))
         self.model_config = model_config
         self.max_model_len = max_len = config.max_model_len
-        self.tokenizer = load_tokenizer(folder, model_config.vocab_size)
+        self.tokenizer = load_tokenizer(folder, model_config.vocab_size, config.model)
         if config.tp == 1:
             self.runner = ModelRunner(config, model_config, folder, max_len)
         else:

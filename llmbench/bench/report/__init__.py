@@ -128,7 +128,7 @@ def build_report(
     wanted = views or [v for v in VIEWS if v not in ("changes", "batches")]
     groups, problems = load_groups(paths)
     if not groups:
-        listed = "; ".join(f"{p.path}: {p.reason}" for p in problems) or "nothing found"
+        listed = "; ".join(_located(p.path, p.reason) for p in problems) or "nothing found"
         raise StoreError(f"no run to report under {', '.join(map(str, paths))} ({listed})")
     sections = []
     found_baseline = False
@@ -163,3 +163,8 @@ def build_report(
 
 
 __all__ = ["VIEWS", "Report", "Section", "build_report", "pick_baseline"]
+
+
+def _located(path: Path, reason: str) -> str:
+    """A skipped folder's reason, led by its path unless the reason names it already."""
+    return reason if reason.startswith(f"{path}") else f"{path}: {reason}"
