@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -171,3 +173,19 @@ def test_the_skinny_matmul_benchmark_writes_rows_a_kernel_table_shows(tmp_path, 
     weight = 1024 * 2048 * 2  # bf16 bytes read
     assert table == [f"| 0.6b.o (skinny, tiles_for) | 8 rows N=1024 K=2048 | 5.0 | {weight / 5.0e-6 / 1e9:,.0f} | – | "
                      f"{2 * 8 * 1024 * 2048 / 5.0e-6 / 1e12:.1f} | – |"], table  # fmt: skip
+
+
+def test_the_two_stream_benchmark_checks_the_halves_against_the_whole_batch(tmp_path):
+    # devtools/bench_overlap.py: the batch cut in two, each half through the same layers; the halves'
+    # outputs, put back in the batch's order, are the whole batch's
+    out = tmp_path / "overlap.json"
+    cmd = [sys.executable, str(REPO / "devtools" / "bench_overlap.py"), "--smoke", "--json", str(out)]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=600)
+    rows = json.loads(out.read_text())
+    assert [r["kernel"] for r in rows] == [
+        "full batch, one stream",
+        "halves one after the other, one stream",
+        "halves on two streams",
+        "halves on two streams, attentions taking turns",
+    ]
+    assert rows[0]["max_rel_diff"] is None and all(r["max_rel_diff"] < 1e-5 for r in rows[1:])
