@@ -25,7 +25,10 @@ def tiny():
 
 
 def test_unknown_option_names_the_valid_ones():
-    with pytest.raises(ConfigError, match=r"^cuda_graphs: unknown engine option; valid: .*cuda_graph,"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^cuda_graphs: unknown engine option \(did you mean 'cuda_graph'\?\); valid: .*cuda_graph,",
+    ):
         LLM("qwen3-tiny", cuda_graphs=True)
 
 

@@ -362,7 +362,7 @@ def test_run_end_to_end_stores_failures_and_says_what_is_unavailable(tmp_path):
     [
         ({"url": "ftp://h"}, "backend_options.openai.url: must be an http:// or https:// URL"),
         ({"url": "http://127.0.0.1:1", "max_concurrency": 0}, "backend_options.openai.max_concurrency: Input should be greater"),
-        ({"url": "http://127.0.0.1:1", "timeout": 3}, "backend_options.openai.timeout: unknown key; allowed here: url, model"),
+        ({"url": "http://127.0.0.1:1", "timeout": 3}, "backend_options.openai.timeout: unknown key (did you mean 'timeout_s'?); allowed here: url, model"),
         ({"url": "http://127.0.0.1:1", "extra_body": {"max_tokens": 3}}, "backend_options.openai.extra_body: sets max_tokens"),
         ({"url": "http://127.0.0.1:1", "api_key_env": "sk-abc"}, "backend_options.openai.api_key_env: is the name of an environment variable"),
         (None, "backend_options.openai.url: required for backend 'openai'"),

@@ -75,7 +75,9 @@ def test_factorial_runs_every_combination_with_the_current_one_as_baseline(cpu_c
 
 
 def test_bad_toggles_and_designs_are_errors(cpu_config):
-    with pytest.raises(BenchError, match="Unknown toggle: 'cuda_graphs'. Toggles: paged_kv"):
+    with pytest.raises(
+        BenchError, match=r"Unknown toggle: 'cuda_graphs' \(did you mean 'cuda_graph'\?\)\. Toggles: paged_kv"
+    ):
         parse_toggle("cuda_graphs")
     with pytest.raises(BenchError, match="Supported: flip, one-at-a-time"):
         plan("random", [parse_toggle("tp")], cpu_config)

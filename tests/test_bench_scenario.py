@@ -84,13 +84,17 @@ def test_sampling_takes_min_p_and_a_seed_setting(tmp_path):
 def test_unknown_key_is_an_error_that_lists_the_allowed_keys(tmp_path):
     data = {**MINIMAL, "workload": {**MINIMAL["workload"], "num_reqs": 3}}
     msg = error_of(write(tmp_path, data))
-    assert "workload.num_reqs: unknown key; allowed here: source, num_requests" in msg
+    assert (
+        "workload.num_reqs: unknown key (did you mean 'num_requests'?); allowed here: source, num_requests"
+        in msg
+    )
 
 
 def test_unknown_top_level_key_and_unknown_engine_option(tmp_path):
     msg = error_of(write(tmp_path, {**MINIMAL, "engin": {}, "engine": {"cuda_graphs": True}}))
-    assert "engin: unknown key" in msg
-    assert "engine.cuda_graphs: unknown engine option; valid:" in msg and "cuda_graph," in msg
+    assert "engin: unknown key (did you mean 'engine'?); allowed here:" in msg
+    assert "engine.cuda_graphs: unknown engine option (did you mean 'cuda_graph'?); valid:" in msg
+    assert "cuda_graph," in msg
 
 
 def test_every_bad_engine_value_is_named_with_its_full_path_at_once(tmp_path):

@@ -128,7 +128,7 @@ BAD = [
     ("broken.yaml", "model: [oops\n", "not valid YAML at line"),
     ("empty.yaml", "", "the file is empty"),
     ("list.yaml", "- 1\n- 2\n", "must be a mapping"),
-    ("unknown.yaml", yaml.safe_dump({**TINY, "warmups": 3}), "warmups: unknown key; allowed here:"),
+    ("unknown.yaml", yaml.safe_dump({**TINY, "warmups": 3}), "warmups: unknown key (did you mean 'warmup'?); allowed here:"),
     ("type.yaml", yaml.safe_dump({**TINY, "repeats": "twice"}), "repeats: Input should be a valid integer"),
     ("rate.yaml", yaml.safe_dump({**TINY, "arrival": {"kind": "poisson", "rate": -1}}), "arrival.rate: rates are requests per second and must be > 0"),
     ("path.yaml", yaml.safe_dump({**TINY, "workload": {"source": "file", "path": "gone.jsonl"}}), "workload.path: file not found"),

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from llmbench.engine.option_checks import AUTO, ENGINE_CHECKS, TUNING_CHECKS, Check, Invalid
+from llmbench.engine.option_checks import AUTO, ENGINE_CHECKS, TUNING_CHECKS, Check, Invalid, did_you_mean
 
 # The optimisations (the README's toggle table): what ``ablate --toggle NAME`` flips.
 TOGGLES = (
@@ -254,7 +254,8 @@ def check_options(options: Mapping[Any, Any], prefix: str = "") -> tuple[dict[st
             problems.append(OptionProblem(path, f"a tuning knob: set it under tuning ({prefix}tuning.{key})"))
         else:
             valid = ", ".join(sorted([*ENGINE_CHECKS, "tuning"]))
-            problems.append(OptionProblem(path, f"unknown engine option; valid: {valid}"))
+            near = did_you_mean(key, [*ENGINE_CHECKS, "tuning"])
+            problems.append(OptionProblem(path, f"unknown engine option{near}; valid: {valid}"))
     return values, problems
 
 
@@ -347,7 +348,8 @@ def _check_tuning(value: Any, prefix: str) -> tuple[dict[str, Any], list[OptionP
         else:
             problems.append(
                 OptionProblem(
-                    f"{prefix}{key}", f"unknown tuning knob; valid: {', '.join(sorted(TUNING_CHECKS))}"
+                    f"{prefix}{key}",
+                    f"unknown tuning knob{did_you_mean(key, TUNING_CHECKS)}; valid: {', '.join(sorted(TUNING_CHECKS))}",
                 )
             )
     return values, problems

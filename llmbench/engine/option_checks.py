@@ -8,8 +8,9 @@ with what is allowed: ``expected an integer >= 1, got 'abc'``, ``unsupported 'fl
 
 from __future__ import annotations
 
+import difflib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 AUTO = "auto"
@@ -21,6 +22,12 @@ SKINNY_FUSIONS = ("all", "silu", "none")
 KV_CACHE_DTYPES = ("fp8_e4m3", "fp8_e5m2")  # besides auto (the model's dtype): kernels/kv_quant.py
 SKINNY_MATMUL_MAX_ROWS = 64  # kernels/skinny_matmul.py MAX_ROWS: larger inputs always go to cuBLAS
 DECODE_SPLIT_MULTIPLE = 64  # kernels/decode_config.py: SLICE_TILE, whole tiles of 64 tokens
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the choice closest to a mistyped ``name``; "" when none is close."""
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 class Invalid(Exception):

@@ -33,6 +33,7 @@ import itertools
 from typing import Any, NamedTuple
 
 from llmbench.bench.errors import BenchError
+from llmbench.engine.option_checks import did_you_mean
 
 DESIGNS = ("flip", "one-at-a-time", "leave-one-out", "factorial")
 SAMPLING = "sampling."
@@ -81,7 +82,8 @@ def parse_toggle(text: str) -> Toggle:
                 f"--toggle {name} is a knob, not an on/off toggle: give its values, e.g. {name}=A,B"
             )
         raise BenchError(
-            f"Unknown toggle: {name!r}. Toggles: {', '.join(switches)}; "
+            f"Unknown toggle: {name!r}{did_you_mean(name, [*switches, *knobs, *SAMPLING_TOGGLES])}. "
+            f"Toggles: {', '.join(switches)}; "
             f"knobs, with values (NAME=A,B): {', '.join(knobs)}, {', '.join(SAMPLING_TOGGLES)}"
         )
     if not sep:

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from llmbench.bench.scenario.schema import FieldIssue, FieldIssues, Scenario
+from llmbench.engine.option_checks import did_you_mean
 
 
 def format_loc(loc: tuple[Any, ...]) -> str:
@@ -75,7 +76,8 @@ def describe(error: dict[str, Any]) -> tuple[str, str]:
     if kind == "extra_forbidden":
         model = model_at(loc[:-1])
         allowed = ", ".join(model.model_fields) if model is not None else "see the scenario reference"
-        return format_loc(loc), f"unknown key; allowed here: {allowed}"
+        near = did_you_mean(str(loc[-1]), model.model_fields) if model is not None and loc else ""
+        return format_loc(loc), f"unknown key{near}; allowed here: {allowed}"
     if kind == "missing":
         return format_loc(loc), "required"
     message = str(error.get("msg", "invalid value"))
