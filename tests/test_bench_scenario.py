@@ -144,6 +144,14 @@ def test_tuning_knobs_are_set_in_the_file_or_with_set(tmp_path):
             "arrival.rate: rates are requests per second and must be > 0",
         ),
         ({"arrival": {"kind": "poisson"}}, "arrival.rate: required for kind 'poisson'"),
+        (
+            {"arrival": {"kind": "poisson", "rate": "fast"}},
+            "arrival.rate: expected a number or a list of them (a sweep), got 'fast'",
+        ),
+        (
+            {"arrival": {"kind": "concurrency", "concurrency": True}},
+            "arrival.concurrency: expected an integer or a list of them (a sweep), got True",
+        ),
         ({"arrival": {"kind": "offline", "rate": 3}}, "arrival.rate: does not apply to kind 'offline'"),
         ({"arrival": {"kind": "gamma", "rate": 2}}, "arrival.cv: required for kind 'gamma'"),
         (

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from llmbench.bench.scenario.backend_options import BACKENDS, BackendOptions
 
@@ -188,9 +188,12 @@ class Arrival(StrictModel):
 
     @field_validator("rate", "concurrency", "fractions", mode="before")
     @classmethod
-    def _scalar_to_list(cls, value: Any) -> Any:
+    def _scalar_to_list(cls, value: Any, info: ValidationInfo) -> Any:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return [value]
+        if isinstance(value, (str, bool, dict)):
+            what = "an integer" if info.field_name == "concurrency" else "a number"
+            raise ValueError(f"expected {what} or a list of them (a sweep), got {value!r}")
         return value
 
     @field_validator("rate")
