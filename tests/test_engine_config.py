@@ -10,6 +10,7 @@ import pytest
 
 from llmbench.engine.config import ConfigError, EngineConfig, Tuning, check_option, nest, with_option
 from llmbench.engine.facts import Facts, ModelFacts
+from llmbench.engine.option_checks import ENGINE_CHECKS, did_you_mean
 from llmbench.engine.resolve import resolve
 from llmbench.engine.resolve_tuning import PROGRAMMATIC_LAUNCH_ROWS, SKINNY_MATMUL_ROWS, default_buckets
 from llmbench.models.presets import PRESETS
@@ -579,3 +580,23 @@ def test_memory_the_options_leave_too_small_is_an_engine_options_error(monkeypat
         "capturing the prefill CUDA Graphs ran out of GPU memory once the KV pool held 3.0 GiB: lower "
         "gpu_memory_utilization (now 0.5) or set num_kv_blocks, or set tuning.prefill_graphs=False"
     )
+
+
+def test_a_mistyped_name_is_answered_with_the_nearest_one():
+    assert did_you_mean("max_num_seq", ENGINE_CHECKS) == " (did you mean 'max_num_seqs'?)"
+    assert did_you_mean("tpot", ["ttft_p50", "tpot_p50", "tpot_p99"]) == " (did you mean 'tpot_p50'?)"
+    assert did_you_mean("warp_speed", ENGINE_CHECKS) == ""
+    assert did_you_mean("tp", ["tpot_p50"]) == ""  # too short to stand for a longer name
+
+
+def test_an_unknown_model_or_metric_names_the_nearest_one(tmp_path):
+    from llmbench.bench.errors import StoreError
+    from llmbench.bench.report import build_report
+    from llmbench.models.registry import UnknownModelError, resolve_model
+
+    with pytest.raises(
+        UnknownModelError, match=r"^Unknown model 'qwen3-06b' \(did you mean 'qwen3-0.6b'\?\)"
+    ):
+        resolve_model("qwen3-06b")
+    with pytest.raises(StoreError, match=r"^Unknown metric: 'tpot' \(did you mean 'tpot_p50'\?\)\. Metrics"):
+        build_report([tmp_path], metrics=["tpot"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from llmbench.engine.option_checks import did_you_mean
 from llmbench.models.config import ModelConfig, ModelConfigError
 from llmbench.models.presets import PRESETS
 
@@ -40,7 +41,8 @@ def resolve_model(model: str) -> tuple[ModelConfig, Path | None]:
 
         return read_model_config(folder), folder
     raise UnknownModelError(
-        f"Unknown model {model!r}: not a preset ({', '.join(PRESETS)}) nor a folder holding config.json"
+        f"Unknown model {model!r}{did_you_mean(model, PRESETS)}: not a preset ({', '.join(PRESETS)}) nor a "
+        "folder holding config.json"
     )
 
 

@@ -25,6 +25,7 @@ from llmbench.bench.report.frame import Group, load_groups, tidy
 from llmbench.bench.report.quality import quality_views
 from llmbench.bench.report.views import View, by_scenario, changes, deltas, overview, startup
 from llmbench.bench.store import Problem
+from llmbench.engine.option_checks import did_you_mean
 
 
 class Section(NamedTuple):
@@ -120,7 +121,8 @@ def build_report(
     beside it."""
     unknown = [m for m in metrics or [] if m not in METRICS]
     if unknown:
-        raise StoreError(f"Unknown metric: {unknown[0]!r}. Metrics: {', '.join(METRICS)}")
+        near = did_you_mean(unknown[0], METRICS)
+        raise StoreError(f"Unknown metric: {unknown[0]!r}{near}. Metrics: {', '.join(METRICS)}")
     bad = [v for v in views or [] if v not in VIEWS]
     if bad:
         raise StoreError(f"Unsupported view: {bad[0]!r}. Supported: {', '.join(VIEWS)}")
