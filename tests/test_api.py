@@ -13,7 +13,7 @@ from llmbench import LLM, SamplingParams
 from llmbench.engine.config import ConfigError, EngineConfig, Tuning
 from llmbench.engine.llm_engine import LLMEngine, RequestError
 from llmbench.engine.resolve import ResolvedConfig
-from llmbench.engine.resolve_tuning import SKINNY_MATMUL_ROWS
+from llmbench.engine.resolve_tuning import SKINNY_MATMUL_ROWS, SKINNY_ROWS_MAX_HIDDEN
 from llmbench.models.presets import PRESETS
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
@@ -52,7 +52,8 @@ def test_the_engine_runs_and_reports_the_resolved_options(tiny):
     assert isinstance(config, ResolvedConfig) and config.max_model_len == 256
     assert config.prefix_cache is True and config.tuning.tp_all_reduce == "none"
     t = config.tuning
-    several = t.programmatic_launch_rows > 1 and config.tp == 1
+    narrow = tiny.engine.model_config.hidden_size <= SKINNY_ROWS_MAX_HIDDEN
+    several = t.programmatic_launch_rows > 1 and config.tp == 1 and narrow
     rows = min(t.programmatic_launch_rows, SKINNY_MATMUL_ROWS) if several else 1
     assert t.skinny_matmul_rows == (rows if config.triton_kernels else 0)
 

@@ -250,6 +250,8 @@ def test_on_an_h200_the_fast_paths_are_chosen():
     ):
         assert resolved(h200s(), **one_row).tuning.skinny_matmul_rows == 1, one_row
     assert resolved(h200s(capability=(8, 0))).tuning.skinny_matmul_rows == 1
+    # measured slower than cuBLAS past one row at qwen3-8b's hidden size (4096)
+    assert resolved(h200s("qwen3-8b")).tuning.skinny_matmul_rows == 1
     assert resolved(h200s(), tuning={"skinny_matmul_rows": 8}).tuning.skinny_matmul_rows == 8
     assert r.tuning.decode_longest_first  # the Triton decode kernel's default
     assert not resolved(h200s(), attention_backend="sdpa").tuning.decode_longest_first

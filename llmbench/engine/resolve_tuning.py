@@ -12,10 +12,13 @@ from llmbench.engine.facts import Facts
 from llmbench.engine.option_checks import AUTO
 
 # The skinny matmul by default: at one row wherever Triton kernels run (it beat cuBLAS on every layer of
-# the H200 sweep); up to as many rows as programmatic launch covers, at most SKINNY_MATMUL_ROWS, at tp=1,
-# the cases measured on qwen3-0.6b on an H200 (BENCHMARKS.md, "The skinny matmul at a few rows"): a decode
-# step of 8, 16, 32 and 64 sequences takes 11%, 13%, 4.5% and 3% less time than with cuBLAS's products.
+# the H200 sweep); up to as many rows as programmatic launch covers, at most SKINNY_MATMUL_ROWS, at tp=1
+# and hidden sizes up to SKINNY_ROWS_MAX_HIDDEN, the cases measured on an H200 (BENCHMARKS.md, "The skinny
+# matmul at a few rows"): on qwen3-0.6b (hidden size 1024) a decode step of 8, 16, 32 and 64 sequences
+# takes 11%, 13%, 4.5% and 3% less time than with cuBLAS's products; on qwen3-8b (4096) one of 16 and 64
+# sequences 2.5% and 6% more.
 SKINNY_MATMUL_ROWS = 64
+SKINNY_ROWS_MAX_HIDDEN = 2048
 # skinny_fusion "auto" fuses the RMSNorms into the matmul up to this hidden size: each program of the
 # fused kernel sums the whole row's squares for itself, which paid at hidden size 1024 (qwen3-0.6b, -2.7%
 # per token on an H200) and cost at 4096 (qwen3-8b, +1.6%).
@@ -58,9 +61,8 @@ def resolve_tuning(
     t: Tuning = config.tuning
     cuda = device.startswith("cuda")
     programmatic_rows = _programmatic_rows(t.programmatic_launch_rows, config, facts, cuda, triton_kernels)
-    rows_default = (
-        min(programmatic_rows, SKINNY_MATMUL_ROWS) if config.tp == 1 and programmatic_rows > 1 else 1
-    )
+    several = config.tp == 1 and programmatic_rows > 1 and facts.model.hidden_size <= SKINNY_ROWS_MAX_HIDDEN
+    rows_default = min(programmatic_rows, SKINNY_MATMUL_ROWS) if several else 1
     skinny_rows = auto(t.skinny_matmul_rows, rows_default if triton_kernels else 0)
     if skinny_rows and not triton_kernels:
         raise ConfigError(
