@@ -16,9 +16,9 @@ from llmbench.engine.option_checks import AUTO
 # and hidden sizes up to SKINNY_ROWS_MAX_HIDDEN, the cases measured on an H200 (BENCHMARKS.md, "The skinny
 # matmul at a few rows"): on qwen3-0.6b (hidden size 1024) a decode step of 8, 16, 32 and 64 sequences
 # takes 11%, 13%, 4.5% and 3% less time than with cuBLAS's products; on qwen3-8b (4096) one of 16 and 64
-# sequences 2.5% and 6% more.
+# sequences 2.5% and 6% more; in between (2048: qwen3-1.7b) it is not measured, so one row.
 SKINNY_MATMUL_ROWS = 64
-SKINNY_ROWS_MAX_HIDDEN = 2048
+SKINNY_ROWS_MAX_HIDDEN = 1024
 # skinny_fusion "auto" fuses the RMSNorms into the matmul up to this hidden size: each program of the
 # fused kernel sums the whole row's squares for itself, which paid at hidden size 1024 (qwen3-0.6b, -2.7%
 # per token on an H200) and cost at 4096 (qwen3-8b, +1.6%).
