@@ -212,6 +212,8 @@ def test_missing_scenario_file_lists_the_shipped_ones(tmp_path):
         ScenarioError, match=r"Scenario file not found: .*nope.yaml.*Shipped scenarios: .*chat"
     ):
         find_scenario(tmp_path / "nope.yaml")
+    with pytest.raises(ScenarioError, match=r"^Scenario file not found: chta \(did you mean 'chat'\?\)\."):
+        find_scenario("chta")
 
 
 def test_shipped_scenarios_are_found_by_name():

@@ -22,6 +22,7 @@ from llmbench.bench.errors import ScenarioError
 from llmbench.bench.scenario.changes import profile_changes
 from llmbench.bench.scenario.errors import format_validation_error
 from llmbench.bench.scenario.schema import Scenario
+from llmbench.engine.option_checks import did_you_mean
 
 AUTO = "auto"
 NONE = "none"
@@ -84,8 +85,10 @@ def find_scenario(arg: str | Path) -> Path:
     for folder in (Path.cwd() / "scenarios", SHIPPED_DIR):
         if len(path.parts) <= 2 and (folder / name).is_file():
             return folder / name
-    shipped = ", ".join(p.stem for p in shipped_scenarios()) or "(none found)"
-    raise ScenarioError(f"Scenario file not found: {arg}. Shipped scenarios: {shipped}")
+    stems = [p.stem for p in shipped_scenarios()]
+    near = did_you_mean(Path(name).stem, stems)
+    shipped = ", ".join(stems) or "(none found)"
+    raise ScenarioError(f"Scenario file not found: {arg}{near}. Shipped scenarios: {shipped}")
 
 
 def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
