@@ -50,6 +50,7 @@ bench-check:  # the GPU-only tests, the machine's peaks, the kernels at real siz
 	$(LLMBENCH) calibrate
 	PYTHONPATH=. $(PYTHON) devtools/bench_kernels.py --json $(BENCH_OUT)/kernels.json
 	PYTHONPATH=. $(PYTHON) devtools/bench_sampler.py
+	PYTHONPATH=. $(PYTHON) devtools/bench_overlap.py --json $(BENCH_OUT)/overlap.json
 
 bench-runs:  # every scenario under scenarios/bench/ at the defaults
 	for f in scenarios/bench/*.yaml; do $(LLMBENCH) run $$f --out $(BENCH_OUT) || exit 1; done
@@ -82,8 +83,14 @@ bench-ablations:  # what sampling, the float8 KV cache, CUDA Graphs, torch.compi
 	$(ABLATE) scenarios/bench/batch8_0.6b.yaml --toggle tuning.skinny_matmul_rows=1,8
 	$(ABLATE) scenarios/bench/batch8_0.6b.yaml --set workload.num_requests=16 --set arrival.concurrency=16 \
 	  --toggle tuning.skinny_matmul_rows=8,16
+	$(ABLATE) scenarios/bench/batch8_0.6b.yaml --set workload.num_requests=32 --set arrival.concurrency=32 \
+	  --toggle tuning.skinny_matmul_rows=8,16,32
 	$(ABLATE) scenarios/bench/fixed_64_0.6b.yaml --set engine.tuning.programmatic_launch_rows=64 \
-	  --toggle tuning.skinny_matmul_rows=1,64
+	  --toggle tuning.skinny_matmul_rows=1,32,64
+	$(ABLATE) scenarios/bench/throughput_greedy.yaml --toggle tuning.skinny_matmul_rows=8,64
+	for n in 16 64; do $(ABLATE) scenarios/bench/batch8_0.6b.yaml --set model=qwen3-8b --set workload.num_requests=$$n \
+	  --set arrival.concurrency=$$n --set engine.tuning.skinny_matmul_rows=$$n --toggle tuning.skinny_matmul_rows=1 \
+	  || exit 1; done
 
 bench-profiles:  # where each variant's time goes
 	for t in cuda_graph triton_kernels; do \
