@@ -91,7 +91,7 @@ def test_a_sweep_is_sync_then_throughput_then_its_fractions(tmp_path):
         ),
         (
             {"kind": "sweep", "fractions": "half"},
-            "arrival.fractions: Input should be a valid list (got 'half')",
+            "arrival.fractions: expected a number or a list of them (a sweep), got 'half'",
         ),
     ],
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -60,7 +61,9 @@ def test_table_report_groups_by_scenario_and_compares_to_the_baseline(runs):
     assert "attention_backend=torch against baseline" in out
     # sdpa and torch agree on greedy tokens here: 5 requests in each of 2 repeats
     assert "outputs against the baseline (greedy)" in out and "10/10 identical" in out
-    assert "repeats paired by index (n=2)" in out  # one ablation: paired by repeat
+    # one ablation: paired by repeat (a repeat shorter than the telemetry period may have no memory sample,
+    # and then that one metric pairs one repeat: n=1/2)
+    assert re.search(r"repeats paired by index \(n=(1/)?2\)", out), out
     assert "startup seconds" in out
 
 

@@ -10,10 +10,11 @@ import pytest
 
 from llmbench.engine.config import ConfigError, EngineConfig, Tuning, check_option, nest, with_option
 from llmbench.engine.facts import Facts, ModelFacts
-from llmbench.engine.option_checks import ENGINE_CHECKS, did_you_mean
+from llmbench.engine.option_checks import ENGINE_CHECKS
 from llmbench.engine.resolve import resolve
 from llmbench.engine.resolve_tuning import PROGRAMMATIC_LAUNCH_ROWS, SKINNY_MATMUL_ROWS, default_buckets
 from llmbench.models.presets import PRESETS
+from llmbench.suggest import did_you_mean
 
 
 def model_facts(name: str) -> ModelFacts:

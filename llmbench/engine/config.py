@@ -20,7 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from llmbench.engine.option_checks import AUTO, ENGINE_CHECKS, TUNING_CHECKS, Check, Invalid, did_you_mean
+from llmbench.engine.option_checks import AUTO, ENGINE_CHECKS, TUNING_CHECKS, Check, Invalid
+from llmbench.suggest import did_you_mean
 
 # The optimisations (the README's toggle table): what ``ablate --toggle NAME`` flips.
 TOGGLES = (

@@ -8,9 +8,8 @@ with what is allowed: ``expected an integer >= 1, got 'abc'``, ``unsupported 'fl
 
 from __future__ import annotations
 
-import difflib
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 AUTO = "auto"
@@ -22,15 +21,6 @@ SKINNY_FUSIONS = ("all", "silu", "none")
 KV_CACHE_DTYPES = ("fp8_e4m3", "fp8_e5m2")  # besides auto (the model's dtype): kernels/kv_quant.py
 SKINNY_MATMUL_MAX_ROWS = 64  # kernels/skinny_matmul.py MAX_ROWS: larger inputs always go to cuBLAS
 DECODE_SPLIT_MULTIPLE = 64  # kernels/decode_config.py: SLICE_TILE, whole tiles of 64 tokens
-
-
-def did_you_mean(name: str, choices: Iterable[str]) -> str:
-    """`` (did you mean 'x'?)`` for the choice closest to a mistyped ``name``, else the first that it begins
-    (``tpot`` -> ``tpot_p50``); "" when none is close."""
-    options = list(choices)
-    close = difflib.get_close_matches(name, options, n=1, cutoff=0.75)
-    close = close or [c for c in options if len(name) >= 3 and c.startswith(name)][:1]
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 class Invalid(Exception):

@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from llmbench.engine.option_checks import did_you_mean
 from llmbench.models.config import ModelConfig, ModelConfigError
 from llmbench.models.presets import PRESETS
+from llmbench.suggest import did_you_mean
 
 if TYPE_CHECKING:
     from torch import nn

@@ -33,7 +33,7 @@ import itertools
 from typing import Any, NamedTuple
 
 from llmbench.bench.errors import BenchError
-from llmbench.engine.option_checks import did_you_mean
+from llmbench.suggest import did_you_mean
 
 DESIGNS = ("flip", "one-at-a-time", "leave-one-out", "factorial")
 SAMPLING = "sampling."

@@ -25,7 +25,7 @@ from llmbench.bench.report.frame import Group, load_groups, tidy
 from llmbench.bench.report.quality import quality_views
 from llmbench.bench.report.views import View, by_scenario, changes, deltas, overview, startup
 from llmbench.bench.store import Problem
-from llmbench.engine.option_checks import did_you_mean
+from llmbench.suggest import did_you_mean
 
 
 class Section(NamedTuple):

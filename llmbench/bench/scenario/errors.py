@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from llmbench.bench.scenario.schema import FieldIssue, FieldIssues, Scenario
-from llmbench.engine.option_checks import did_you_mean
+from llmbench.suggest import did_you_mean
 
 
 def format_loc(loc: tuple[Any, ...]) -> str:

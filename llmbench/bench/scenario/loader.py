@@ -22,7 +22,7 @@ from llmbench.bench.errors import ScenarioError
 from llmbench.bench.scenario.changes import profile_changes
 from llmbench.bench.scenario.errors import format_validation_error
 from llmbench.bench.scenario.schema import Scenario
-from llmbench.engine.option_checks import did_you_mean
+from llmbench.suggest import did_you_mean
 
 AUTO = "auto"
 NONE = "none"
