@@ -9,7 +9,7 @@ from typing import Any
 
 from llmbench.engine.config import ConfigError, EngineConfig, Tuning
 from llmbench.engine.facts import Facts
-from llmbench.engine.option_checks import AUTO
+from llmbench.engine.option_checks import AUTO, SKINNY_MATMUL_MAX_ROWS
 
 # The skinny matmul by default: at one row wherever Triton kernels run (it beat cuBLAS on every layer of
 # the H200 sweep); up to as many rows as programmatic launch covers, at most SKINNY_MATMUL_ROWS, at tp=1
@@ -17,7 +17,7 @@ from llmbench.engine.option_checks import AUTO
 # matmul at a few rows"): on qwen3-0.6b (hidden size 1024) a decode step of 8, 16, 32 and 64 sequences
 # takes 11%, 13%, 4.5% and 3% less time than with cuBLAS's products; on qwen3-8b (4096) one of 16 and 64
 # sequences 2.5% and 6% more; in between (2048: qwen3-1.7b) it is not measured, so one row.
-SKINNY_MATMUL_ROWS = 64
+SKINNY_MATMUL_ROWS = SKINNY_MATMUL_MAX_ROWS  # all the kernel takes
 SKINNY_ROWS_MAX_HIDDEN = 1024
 # skinny_fusion "auto" fuses the RMSNorms into the matmul up to this hidden size: each program of the
 # fused kernel sums the whole row's squares for itself, which paid at hidden size 1024 (qwen3-0.6b, -2.7%

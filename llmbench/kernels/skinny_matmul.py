@@ -21,6 +21,8 @@ From two rows on (``Tiles.dot``) the products run on the tensor cores: each prog
 ``BLOCK_N`` weight rows by all the input rows at once (``tl.dot``, the input's rows padded to 16). On an
 H200 the broadcast form above took twice cuBLAS's time at 8 rows; the tensor-core form takes 5-15% less
 than cuBLAS at 8 and 16 rows, but only unfused: the engine fuses at one row only (``models/fused_decode.py``).
+Launched with programmatic dependent launch it shortens qwen3-0.6b's decode steps up to 64 rows and
+lengthens qwen3-8b's (engine/resolve_tuning.py, ``SKINNY_MATMUL_ROWS``).
 
 ``skinny_matmul`` takes up to ``MAX_ROWS`` rows and hands larger inputs to ``F.linear`` (prefill, larger
 decode batches). The sum runs in another order than cuBLAS', so bf16 results may differ in the last bit;
