@@ -321,13 +321,18 @@ def prologue_case(env: Env, T: int, Hq: int, Hk: int, D: int) -> list[Row]:
 
 
 def paged_cache(
-    env: Env, B: int, context: int, block_size: int, Hk: int, D: int, kv_dtype=None, v_as_k: bool = False
-):
+    env: Env, B: int, context: int, block_size: int, Hk: int, D: int, kv_dtype=None, v_as_k: bool = False,
+    heads_first: bool = False,
+):  # fmt: skip
     """Caches and shuffled block tables, and the scales: a float8 ``kv_dtype`` quantises random bf16
     caches with per-head scales from their own values, V laid out by token as in the engine's pool
-    (``v_as_k``: laid out as K instead); None: bf16 caches, no scales."""
+    (``v_as_k``: laid out as K instead); None: bf16 caches, no scales. ``heads_first``: each bf16 page
+    holds its heads one after another (a head's tokens contiguous), seen with the same indices."""
     per_seq = -(-context // block_size)
-    k_cache, v_cache = env.t(B * per_seq, block_size, Hk, D), env.t(B * per_seq, block_size, Hk, D)
+    if heads_first:
+        k_cache, v_cache = (env.t(B * per_seq, Hk, block_size, D).transpose(1, 2) for _ in range(2))
+    else:
+        k_cache, v_cache = env.t(B * per_seq, block_size, Hk, D), env.t(B * per_seq, block_size, Hk, D)
     block_tables = torch.randperm(B * per_seq, device=env.device).view(B, per_seq).to(torch.int32)  # shuffled
     if kv_dtype is None:
         return k_cache, v_cache, block_tables, {}
@@ -342,6 +347,7 @@ def decode_case(
     config: DecodeConfig | None = None, num_splits: int | None = None, with_ref_time: bool = False, check_it: bool = True,
     mixed: bool = False, split_tokens: int | None = None, kv_dtype: torch.dtype | None = None,
     ordered: bool = False, v_as_k: bool = False, shortest: float | None = None, uniform: bool = False,
+    heads_first: bool = False,
 ) -> list[Row]:  # fmt: skip
     """``mixed``: context lengths uniform in [context/10, context] (a served batch) instead of all equal,
     ``shortest``: in [shortest x context, context]; bandwidth then counts the K/V actually read. ``kv_dtype``: a float8 cache (see ``paged_cache``).
@@ -366,7 +372,7 @@ def decode_case(
 
     def make() -> tuple[tuple, dict, Callable[[], torch.Tensor]]:
         k_cache, v_cache, block_tables, scales = paged_cache(
-            env, B, context, block_size, Hk, D, kv_dtype, v_as_k
+            env, B, context, block_size, Hk, D, kv_dtype, v_as_k, heads_first
         )
         q = env.t(B, Hq, D)
         seq_lens = lens.to(device=env.device, dtype=torch.int32)
@@ -402,6 +408,7 @@ def decode_case(
     shape = f"B={B} {ctx} {Hq}/{Hk}x{D} page {block_size} {cut}" + (" longest first" if ordered else "")
     shape += " V as K" if fp8 and v_as_k else ""
     shape += " uniform tiles" if uniform else ""
+    shape += " heads first" if heads_first else ""
     tail = f"t{config.tail_n}" if config.tail_n else ""
     cfg = f" n{config.block_n}{tail}w{config.num_warps}s{config.num_stages}"
     if kv_dtype is not None:
@@ -510,6 +517,24 @@ def tune(env: Env, kinds: list[str]) -> list[Row]:
                     attempt(f"decode-batches {cfg} splits {splits}", decode_case, batch, ctx // 2, 16, 16, 8,
                             128, config=cfg, num_splits=splits, kv_dtype=kv_dtype, mixed=True,
                             ordered=True)  # fmt: skip
+    if "decode-layout" in kinds:  # bf16 pages by token (the pool's) or by head, at the batches a run drains
+        for batch, page, heads_first in itertools.product((64, 128, 192, 256), (16, 64), (False, True)):
+            for cfg in (None, DecodeConfig(64, 2, 3), DecodeConfig(128, 4, 3), DecodeConfig(64, 4, 4)):
+                attempt(f"decode-layout {cfg}", decode_case, batch, ctx // 2, page, 16, 8, 128, config=cfg,
+                        mixed=True, ordered=True, heads_first=heads_first, check_it=heads_first)  # fmt: skip
+        for page, heads_first in itertools.product((16, 64), (False, True)):  # uniform long contexts
+            attempt(
+                "decode-layout uniform",
+                decode_case,
+                64,
+                ctx,
+                page,
+                16,
+                8,
+                128,
+                heads_first=heads_first,
+                check_it=heads_first,
+            )
     if "decode-fp8-tails" in kinds:  # float8 by token: single tilings against wide tiles with a narrow tail,
         # on the batches a run drains through (mixed lengths, longest first) and on uniform long contexts
         tilings = [(64, 0, 1), (64, 0, 2), (128, 0, 2), (128, 64, 1), (128, 64, 2), (256, 64, 2)]
@@ -576,9 +601,9 @@ def main() -> None:
     )
     parser.add_argument("--json", type=Path, help="write the result rows to this JSON file")
     parser.add_argument(
-        "--tune", action="append", default=[], choices=["decode", "decode-fp8", "decode-fp8-mixed", "decode-batches", "decode-fp8-tails", "decode-fp8-spread", "splits", "prefill", "prefill-fp8"],
+        "--tune", action="append", default=[], choices=["decode", "decode-fp8", "decode-fp8-mixed", "decode-batches", "decode-layout", "decode-fp8-tails", "decode-fp8-spread", "splits", "prefill", "prefill-fp8"],
         help="first sweep tile configs (decode; over a float8 cache, decode-fp8 at the headline shape and "
-        "decode-fp8-mixed at 256 mixed lengths, decode-batches at 16-256 with split counts; prefill, prefill-fp8) or split-KV counts (splits); "
+        "decode-fp8-mixed at 256 mixed lengths, decode-batches at 16-256 with split counts, decode-layout: pages by token or by head; prefill, prefill-fp8) or split-KV counts (splits); "
         "repeatable, a few minutes each",
     )  # fmt: skip
     parser.add_argument(
@@ -637,6 +662,7 @@ def main() -> None:
         )
         main_rows += decode_case(env, 5, 100, 8, 4, 2, 64, num_splits=2, mixed=True, kv_dtype=FP8)
         main_rows += decode_case(env, 5, 100, 8, 4, 2, 64, mixed=True, ordered=True)
+        main_rows += decode_case(env, 5, 100, 8, 4, 2, 64, mixed=True, ordered=True, heads_first=True)
         main_rows += prefill_case(env, 40, 0, 16, 4, 2, 64) + prefill_case(env, 20, 30, 16, 4, 2, 64)
         main_rows += prefill_case(env, 20, 30, 16, 4, 2, 64, kv_dtype=FP8)
         main_rows += prefill_case(env, 20, 30, 16, 4, 2, 64, kv_dtype=FP8, v_as_k=True)

@@ -11,6 +11,7 @@ import typer
 from rich.markup import escape
 
 from llmbench.bench.errors import BenchError
+from llmbench.bench.stats import MIN_VERDICT_REPEATS
 from llmbench.cli.console import console, error, note, warning
 from llmbench.cli.errors import EXIT_FAILED, EXIT_INTERRUPTED, handle_errors
 from llmbench.cli.report import MinEffectOption
@@ -52,7 +53,7 @@ def ablate(
         typer.Option(
             min=1,
             help="Repeats per variant, interleaved and counterbalanced A B, B A, ... (default: the "
-            "scenario's). Verdicts need 2 or more.",
+            f"scenario's). Intervals need 2 or more, verdicts {MIN_VERDICT_REPEATS} or more.",
         ),
     ] = None,
     out: OutOption = Path("results"),
