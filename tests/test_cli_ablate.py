@@ -130,6 +130,29 @@ def test_bad_toggle_values_fail_before_anything_runs(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize("design", ["flip", "one-at-a-time"])
+def test_the_plan_says_when_several_toggles_change_together(tmp_path, monkeypatch, design):
+    import llmbench.bench.ablation as ablation
+    from llmbench.bench.errors import BenchError
+
+    def stop(*args, **kwargs):
+        raise BenchError("stopped before running")
+
+    monkeypatch.setattr(ablation, "run_ablation", stop)
+    path = tmp_path / "abl.yaml"
+    path.write_text(yaml.safe_dump(TINY))
+    res = invoke("ablate", path, "--toggle", "paged_kv", "--toggle", "prefix_cache", "--design", design,
+                 "--out", tmp_path / "r")  # fmt: skip
+    assert res.exit_code == 2 and "stopped before running" in res.stderr
+    together = "the 2 toggles change together in one variant" in res.output
+    assert together == (design == "flip")
+    if design == "one-at-a-time":
+        assert (
+            "paged_kv=off: paged_kv=False" in res.output
+            and "prefix_cache=off: prefix_cache=False" in res.output
+        )
+
+
 def test_a_tuning_variant_is_set_by_its_path_and_checked_by_the_engine(tmp_path):
     from llmbench.bench.ablation import Variant
     from llmbench.bench.ablation.execute import child_command, config_problem

@@ -25,6 +25,13 @@ class Design(enum.StrEnum):
     factorial = "factorial"
 
 
+DESIGN_HELP = (
+    "Which combinations of the toggles to run against the baseline: flip (one variant, every named "
+    "toggle flipped at once), one-at-a-time (one variant per toggle, or per value given), leave-one-out "
+    "(from every toggle on, each turned off alone), factorial (every combination)."
+)
+
+
 @handle_errors
 def ablate(
     scenario: Annotated[str, typer.Argument(help="Scenario YAML file or shipped name.")] = "chat",
@@ -47,7 +54,7 @@ def ablate(
             "Default: the scenario's own list of backends, when it has one.",
         ),
     ] = None,
-    design: Annotated[Design, typer.Option(help="Which combinations of the toggles to run.")] = Design.flip,
+    design: Annotated[Design, typer.Option(help=DESIGN_HELP)] = Design.flip,
     repeats: Annotated[
         int | None,
         typer.Option(
@@ -168,6 +175,11 @@ def ablate(
             f"the {v.backend} backend" if isinstance(v, BackendVariant) else "the scenario's engine options"
         )
         note(f"  {v.name}: {opts}")
+    if design is Design.flip and len(toggles) > 1:
+        note(
+            f"  (design flip: the {len(toggles)} toggles change together in one variant; "
+            "--design one-at-a-time gives each a variant of its own)"
+        )
 
     def on_event(level: str, text: str) -> None:
         (warning if level == "warning" else note)(text if level == "warning" else f"· {text}")

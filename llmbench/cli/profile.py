@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from llmbench.bench.errors import BenchError
 from llmbench.bench.slow_steps import SLOW_FACTOR
-from llmbench.cli.ablate import Design
+from llmbench.cli.ablate import DESIGN_HELP, Design
 from llmbench.cli.console import console, error, note, warning
 from llmbench.cli.errors import EXIT_FAILED, EXIT_INTERRUPTED, handle_errors
 from llmbench.cli.run import ProfileOption, SetOption, profile_line, resolve
@@ -57,7 +57,7 @@ def profile(
             "with the baseline. None: the scenario alone.",
         ),
     ] = None,
-    design: Annotated[Design, typer.Option(help="Which combinations of the toggles to run.")] = Design.flip,
+    design: Annotated[Design, typer.Option(help=DESIGN_HELP)] = Design.flip,
     steps: Annotated[
         int,
         typer.Option(min=1, help="Steps of each kind (prefill, decode, mixed) in the recorded window."),
