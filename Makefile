@@ -51,6 +51,7 @@ bench-check:  # the GPU-only tests, the machine's peaks, the kernels at real siz
 	PYTHONPATH=. $(PYTHON) devtools/bench_kernels.py --json $(BENCH_OUT)/kernels.json
 	PYTHONPATH=. $(PYTHON) devtools/bench_sampler.py
 	PYTHONPATH=. $(PYTHON) devtools/bench_overlap.py --json $(BENCH_OUT)/overlap.json
+	PYTHONPATH=. $(PYTHON) devtools/bench_kernels.py --tune decode-layout --tune-only --json $(BENCH_OUT)/kernels-layout.json
 
 bench-runs:  # every scenario under scenarios/bench/ at the defaults
 	for f in scenarios/bench/*.yaml; do $(LLMBENCH) run $$f --out $(BENCH_OUT) || exit 1; done
@@ -71,7 +72,11 @@ bench-ablations:  # what sampling, the float8 KV cache, CUDA Graphs, torch.compi
 	for f in scenarios/bench/single_0.6b.yaml scenarios/bench/batch8_0.6b.yaml; do \
 	  $(ABLATE) $$f --toggle cuda_graph --toggle torch_compile --toggle async_scheduling --design one-at-a-time \
 	  || exit 1; done
-	$(ABLATE) scenarios/chat.yaml --toggle prefix_cache
+	$(ABLATE) scenarios/bench/throughput.yaml --toggle cuda_graph --toggle async_scheduling \
+	  --toggle triton_kernels --toggle continuous_batching --design one-at-a-time
+	$(ABLATE) scenarios/bench/throughput.yaml --toggle paged_kv --toggle chunked_prefill --toggle prefix_cache \
+	  --design one-at-a-time
+	$(ABLATE) scenarios/prefix_sharing.yaml --toggle prefix_cache
 	$(ABLATE) scenarios/chat.yaml --toggle tuning.prefill_graphs
 	$(ABLATE) scenarios/bench/throughput_greedy.yaml --toggle tuning.prefill_graphs
 	$(ABLATE) scenarios/bench/throughput_8b_greedy.yaml --toggle tuning.prefill_graphs
@@ -88,6 +93,7 @@ bench-ablations:  # what sampling, the float8 KV cache, CUDA Graphs, torch.compi
 	$(ABLATE) scenarios/bench/fixed_64_0.6b.yaml --set engine.tuning.programmatic_launch_rows=64 \
 	  --toggle tuning.skinny_matmul_rows=1,32,64
 	$(ABLATE) scenarios/bench/throughput_greedy.yaml --toggle tuning.skinny_matmul_rows=8,64
+	$(ABLATE) scenarios/bench/throughput_greedy.yaml --toggle max_num_batched_tokens=8192,16384
 	for n in 16 64; do $(ABLATE) scenarios/bench/batch8_0.6b.yaml --set model=qwen3-8b --set workload.num_requests=$$n \
 	  --set arrival.concurrency=$$n --set engine.tuning.skinny_matmul_rows=$$n --toggle tuning.skinny_matmul_rows=1 \
 	  || exit 1; done

@@ -538,6 +538,18 @@ def test_paged_decode_in_fixed_length_slices_matches_reference(setting: Setting)
         decode_attention(q, k_cache, v_cache, block_tables, sl, 0.125, split_tokens=block_n + 1)
 
 
+def test_paged_decode_reads_a_cache_laid_out_by_head_through_its_strides(setting: Setting) -> None:
+    # The same values with each page's heads one after another (devtools/bench_kernels.py --tune
+    # decode-layout): the kernel walks the cache by its strides, so the output is the same bit for bit.
+    q, k_cache, v_cache, block_tables, sl, ref = mixed_decode_batch(setting, [3, 70, 1, 17, 130, 8, 64])
+    by_head = [c.transpose(1, 2).contiguous().transpose(1, 2) for c in (k_cache, v_cache)]
+    assert torch.equal(by_head[0], k_cache) and by_head[0].stride() != k_cache.stride()
+    plain = decode_attention(q, k_cache, v_cache, block_tables, sl, 0.125, num_splits=2)
+    out = decode_attention(q, *by_head, block_tables, sl, 0.125, num_splits=2)
+    check("decode over a cache laid out by head", out, ref, setting)
+    assert torch.equal(out, plain)
+
+
 @pytest.mark.parametrize("num_splits", [1, 3])
 def test_paged_decode_in_any_order_matches_reference(setting: Setting, num_splits: int) -> None:
     # Programs take the rows in a given order (longest first, the reverse, shuffled): the same output.
