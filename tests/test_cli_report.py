@@ -243,6 +243,17 @@ def test_nothing_to_report_is_a_clean_error(tmp_path, make):
     assert res.exit_code == 2 and "no run to report" in res.stderr
 
 
+def test_a_view_asked_for_that_has_nothing_to_show_says_why(runs):
+    # one run: nothing to compare; no profile was recorded; the exit code says nothing was shown
+    res = invoke("report", runs["baseline"], "--view", "changes")
+    assert res.exit_code == 1 and res.stdout.strip() == ""
+    assert "--view changes: every scenario here has one configuration" in res.stderr
+    res = invoke("report", runs["baseline"].parent, "--view", "changes", "--view", "profile")
+    assert res.exit_code == 0 and "rep · offline: changes against baseline" in res.stdout
+    assert "--view profile: none of these runs was recorded by `llmbench profile`" in res.stderr
+    assert "--view changes" not in res.stderr
+
+
 def test_a_run_whose_summary_is_unreadable_is_named_once(runs, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(runs["baseline"], run)

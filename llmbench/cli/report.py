@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from llmbench.cli.console import console, note, warning
-from llmbench.cli.errors import handle_errors
+from llmbench.cli.errors import EXIT_FAILED, handle_errors
 
 MinEffectOption = Annotated[
     float,
@@ -95,6 +95,10 @@ def report(
     rep = build_report(dirs, baseline, min_effect / 100, metrics or None, views, intervals)
     for p in rep.problems:
         warning(f"skipped {p.path}: {p.reason}")
+    for line in rep.empty:
+        warning(line)
+    if views and len(rep.empty) == len(set(views)):  # nothing asked for has anything to show
+        raise typer.Exit(EXIT_FAILED)
     if format is Format.csv:
         text = rep.frame().to_csv(index=False)
     elif format is Format.markdown:

@@ -11,6 +11,7 @@ practical effect size of the verdicts (``--min-effect``, a fraction).
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
@@ -38,6 +39,7 @@ class Section(NamedTuple):
 class Report(NamedTuple):
     sections: list[Section]
     problems: list[Problem]
+    empty: list[str] = []  # why a view asked for by name has nothing to show, one line each
 
     def frame(self, metrics: list[str] | None = None) -> pd.DataFrame:
         """The tidy DataFrame (default: the summary metrics)."""
@@ -133,6 +135,7 @@ def build_report(
         listed = "; ".join(_located(p.path, p.reason) for p in problems) or "nothing found"
         raise StoreError(f"no run to report under {', '.join(map(str, paths))} ({listed})")
     sections = []
+    built_kinds: set[str] = {"overview", "startup"}  # built for every section
     found_baseline = False
     parts = [
         part for sc, members in by_scenario(groups).items() for part in _by_ablation(sc, members, baseline)
@@ -141,30 +144,57 @@ def build_report(
         base = pick_baseline(members, baseline)
         found_baseline = found_baseline or base is not None
         built: list[View] = []
+        add = partial(_add, built, built_kinds)
         if "overview" in wanted:
             built.append(overview(scenario, members, base, metrics, intervals))
         others = [g for g in members if g is not base]
         if "deltas" in wanted and base is not None and others:
-            built += deltas(scenario, base, others, threshold, metrics)
+            add("deltas", deltas(scenario, base, others, threshold, metrics))
         if "changes" in wanted and base is not None and others:
-            built += changes(scenario, base, others, threshold, metrics)
+            add("changes", changes(scenario, base, others, threshold, metrics))
         if "startup" in wanted:
             built.append(startup(scenario, members))
         if "profile" in wanted:
             from llmbench.bench.report.profile_views import profile_section  # (it imports bench.profile)
 
-            built += profile_section(members, base)  # runs recorded by ``llmbench profile``
+            add("profile", profile_section(members, base))  # runs recorded by ``llmbench profile``
         if "quality" in wanted:
-            built += quality_views(scenario, members)  # ablate --quality's rows, when it wrote them
+            add("quality", quality_views(scenario, members))  # ablate --quality's rows, when it wrote them
         if "batches" in wanted:
-            built += batch_views(scenario, members, base)
+            add("batches", batch_views(scenario, members, base))
         sections.append(Section(scenario, members, base, built))
     if baseline and not found_baseline:
         raise StoreError(f"--baseline {baseline}: no run folder or variant of that name among the runs read")
-    return Report(sections, problems)
+    return Report(sections, problems, _empty_views(views or [], parts, built_kinds))
 
 
 __all__ = ["VIEWS", "Report", "Section", "build_report", "pick_baseline"]
+
+
+def _add(built: list[View], kinds: set[str], kind: str, views: list[View]) -> None:
+    built.extend(views)
+    if views:
+        kinds.add(kind)
+
+
+def _empty_views(asked: list[str], parts: list[tuple[str, list[Group]]], built: set[str]) -> list[str]:
+    """For each view asked for by name that no section could build, why."""
+    one_each = all(len(groups) < 2 for _, groups in parts)
+    compare = (
+        "every scenario here has one configuration: there is nothing to compare it with"
+        if one_each
+        else "no baseline to compare with: these runs are not variants of one `llmbench ablate`; name "
+        "one with --baseline (a run folder, or a variant or label)"
+    )
+    why = {
+        "deltas": compare,
+        "changes": compare,
+        "profile": "none of these runs was recorded by `llmbench profile`",
+        "quality": "no quality rows: `llmbench ablate --quality` writes them",
+        "batches": "no decode steps by batch size in these runs' summaries (runs of older versions, or no "
+        "decode step)",
+    }
+    return [f"--view {v}: {why[v]}" for v in dict.fromkeys(asked) if v not in built and v in why]
 
 
 def _located(path: Path, reason: str) -> str:
