@@ -592,6 +592,14 @@ def test_a_mistyped_name_is_answered_with_the_nearest_one():
     assert did_you_mean("tp", ["tpot_p50"]) == ""  # too short to stand for a longer name
 
 
+def test_a_file_given_as_the_model_names_the_folder_to_give(tmp_path):
+    from llmbench.models.registry import UnknownModelError, resolve_model
+
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(UnknownModelError, match=f"is a file: .* \\(here perhaps '{tmp_path}'\\)"):
+        resolve_model(str(tmp_path / "config.json"))
+
+
 def test_an_unknown_model_or_metric_names_the_nearest_one(tmp_path):
     from llmbench.bench.errors import StoreError
     from llmbench.bench.report import build_report

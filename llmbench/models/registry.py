@@ -40,6 +40,11 @@ def resolve_model(model: str) -> tuple[ModelConfig, Path | None]:
         from llmbench.models.loader import read_model_config  # (the loader imports ARCHITECTURES from here)
 
         return read_model_config(folder), folder
+    if folder.is_file():
+        raise UnknownModelError(
+            f"model {model!r} is a file: a model is a preset or the folder holding config.json and "
+            f"*.safetensors (here perhaps {str(folder.parent)!r})"
+        )
     raise UnknownModelError(
         f"Unknown model {model!r}{did_you_mean(model, PRESETS)}: not a preset ({', '.join(PRESETS)}) nor a "
         "folder holding config.json"
