@@ -160,6 +160,29 @@ def test_tuning_knobs_are_set_in_the_file_or_with_set(tmp_path):
         ),
         ({"arrival": {"kind": "bursty"}}, "arrival.kind: Input should be 'offline', 'poisson', 'gamma'"),
         ({"sampling": {"temperature": "hot"}}, "sampling.temperature: Input should be a valid number"),
+        (
+            {"sampling": {"temperature": float("inf")}},
+            "sampling.temperature: Input should be a finite number",
+        ),
+        ({"sampling": {"top_p": float("nan")}}, "sampling.top_p: Input should be a finite number"),
+        (
+            {"arrival": {"kind": "gamma", "rate": 5, "cv": float("inf")}},
+            "arrival.cv: Input should be a finite",
+        ),
+        ({"seed": -1}, "seed: Input should be greater than or equal to 0"),
+        (
+            {"sampling": {"seed": "abc"}},
+            "sampling.seed: Input should be a valid integer or 'engine' (got 'abc')",
+        ),
+        (
+            {"workload": {"num_requests": 2, "input_len": "long", "output_len": 4}},
+            "workload.input_len: expected a length in tokens (an integer) or a distribution",
+        ),
+        (
+            {"arrival": {"kind": "poisson", "rate": [5, 2, 5]}},
+            "arrival.rate: each rate names one point of the sweep; 5 is given twice",
+        ),
+        ({"arrival": {"kind": "poisson", "rate": [True]}}, "arrival.rate: expected numbers, got [True]"),
         ({"repeats": 0}, "repeats: Input should be greater than or equal to 1"),
         (
             {"workload": {"num_requests": "many", "input_len": 4, "output_len": 4}},

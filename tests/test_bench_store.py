@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 
 import pandas as pd
 import pytest
@@ -101,7 +100,10 @@ def test_corrupt_table_is_a_store_error(tmp_path):
     assert load_run(final).table("nonexistent").empty
 
 
-def test_discard_removes_the_working_folder(tmp_path):
+def test_discard_removes_the_working_folder_and_an_empty_scenario_folder_it_made(tmp_path):
     w = RunWriter(tmp_path, "scen", "v")
     w.discard()
-    assert not w.tmp.exists() and os.listdir(tmp_path / "scen") == []
+    assert not w.tmp.exists() and not (tmp_path / "scen").exists()
+    kept = finish(RunWriter(tmp_path, "scen", "v"))  # a folder that holds a run stays
+    RunWriter(tmp_path, "scen", "w").discard()
+    assert kept.exists()

@@ -75,7 +75,7 @@ def test_a_sweep_is_sync_then_throughput_then_its_fractions(tmp_path):
         ),
         (
             {"kind": "sweep", "fractions": [0.5, 0.25, 0.5]},
-            "arrival.fractions: each fraction names one point; 0.5 is given twice",
+            "arrival.fractions: each fraction names one point of the sweep; 0.5 is given twice",
         ),
         (
             {"kind": "sweep", "rate": 3},

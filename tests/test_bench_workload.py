@@ -253,3 +253,36 @@ def test_missing_file_is_caught_by_the_schema(tmp_path):
 
     with pytest.raises(ValidationError, match="file not found"):
         wl(source="file", path=str(Path(tmp_path) / "none.jsonl"))
+
+
+@pytest.mark.parametrize("source", ["synthetic", "shared_prefix"])
+def test_lengths_are_checked_before_any_token_is_drawn(source, monkeypatch):
+    # a prompt length mistyped by orders of magnitude is refused on its length, not after building it
+    import llmbench.bench.workload.synthetic as synthetic
+
+    def no_tokens(*args):
+        raise AssertionError("tokens drawn before the lengths were checked")
+
+    monkeypatch.setattr(synthetic, "_tokens", no_tokens)
+    seen = []
+
+    def fits(request_id: str, prompt: int, output: int) -> None:
+        seen.append((request_id, prompt, output))
+        if prompt + output > 4096:
+            raise WorkloadError(f"request {request_id} too long")
+
+    extra = {"prefix_len": 100, "num_prefixes": 2} if source == "shared_prefix" else {}
+    w = wl(source=source, num_requests=3, input_len=9_000_000, output_len=8, **extra)
+    with pytest.raises(WorkloadError, match="request 0 too long"):
+        build_requests(w, TOK, VOCAB, seed=0, fits=fits)
+    prompt = 9_000_000 + (100 if source == "shared_prefix" else 0)
+    assert seen == [("0", prompt, 8)]
+
+
+def test_lengths_and_request_counts_past_any_model_are_scenario_errors():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="less than or equal to 10000000"):
+        wl(source="synthetic", num_requests=1, input_len=1_000_000_000, output_len=8)
+    with pytest.raises(ValidationError, match="less than or equal to 1000000"):
+        wl(source="synthetic", num_requests=10**9, input_len=8, output_len=8)

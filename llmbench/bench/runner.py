@@ -18,6 +18,7 @@ import math
 import os
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
@@ -98,17 +99,22 @@ class RunOutcome(NamedTuple):
     summary: dict[str, Any]
 
 
-def _check_fits(specs: list[RequestSpec], max_model_len: int | None, backend: str) -> None:
-    if max_model_len is None:  # a remote server: it says so per request (HTTP 400), counted as failed
-        return
+def _fits(max_model_len: int | None, backend: str) -> Callable[[str, int, int], None] | None:
+    """The check that a request's prompt and output fit the backend's context (None for a remote server:
+    it says so per request, HTTP 400, counted as failed)."""
+    if max_model_len is None:
+        return None
     what = "engine's max_model_len" if backend == "engine" else f"{backend} model's context length"
     fix = "shorten the workload" + (" or raise engine.max_model_len" if backend != "openai" else "")
-    for spec in specs:
-        if spec.input_len + spec.max_tokens > max_model_len:
+
+    def fits(request_id: str, prompt: int, output: int) -> None:
+        if prompt + output > max_model_len:
             raise WorkloadError(
-                f"request {spec.request_id}: {spec.input_len} prompt + {spec.max_tokens} output tokens exceed the "
-                f"{what} ({max_model_len}); {fix}"
+                f"request {request_id}: {prompt} prompt + {output} output tokens exceed the {what} "
+                f"({max_model_len}); {fix}"
             )
+
+    return fits
 
 
 def _warmup_specs(specs: list[RequestSpec], n: int, vocab: int, seed: int) -> list[RequestSpec]:
@@ -137,10 +143,12 @@ def _measure(req: RunRequest, backend: Backend, events: RunEvents, state: _Measu
 
     def specs_for(salt: int) -> list[RequestSpec]:
         if salt not in specs_by_salt:
+            fits = _fits(backend.max_model_len, backend.name)
             specs = build_requests(
-                scenario.workload, backend.tokenizer, backend.vocab_size, scenario.seed, salt
+                scenario.workload, backend.tokenizer, backend.vocab_size, scenario.seed, salt, fits
             )
-            _check_fits(specs, backend.max_model_len, backend.name)
+            for spec in specs if fits else ():  # file workloads are read whole first
+                fits(spec.request_id, spec.input_len, spec.max_tokens)
             specs_by_salt[salt] = specs
         return specs_by_salt[salt]
 

@@ -12,6 +12,7 @@ problems (broken, unreadable, leftover); :func:`load_run` raises :class:`StoreEr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -75,6 +76,7 @@ class RunWriter:
             self.parent = Path(root) / scenario
             self.name = f"{time.strftime('%Y%m%d-%H%M%S')}-{slug(variant)}"
         self.exact = exact is not None
+        self.made_parent = not self.parent.exists()  # discard() takes it away again when left empty
         try:
             self.parent.mkdir(parents=True, exist_ok=True)
             self.tmp = self.parent / f".tmp-{self.name}-{os.getpid()}"
@@ -110,6 +112,9 @@ class RunWriter:
 
     def discard(self) -> None:
         shutil.rmtree(self.tmp, ignore_errors=True)
+        if self.made_parent:
+            with contextlib.suppress(OSError):  # another run's folder may be in it by now
+                self.parent.rmdir()
 
 
 class Problem(NamedTuple):

@@ -95,10 +95,43 @@ def describe_all(error: dict[str, Any]) -> list[tuple[str, str]]:
     return [describe(error)]
 
 
+def _union_member(loc: tuple[Any, ...]) -> bool:
+    """Whether the last part of ``loc`` is the tag pydantic gives one member of a union field (``int``,
+    ``literal['engine']``), not a field or an index."""
+    if len(loc) < 2 or not isinstance(loc[-1], str):
+        return False
+    model = model_at(loc[:-2])
+    field = model.model_fields.get(str(loc[-2])) if model is not None else None
+    return field is not None and len(_unwrap(field.annotation)) > 1
+
+
+def _merge_unions(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One error per union field that no member accepted: ``Input should be a valid integer or 'engine'
+    (got 'abc')`` rather than one line per member, each under a type's name."""
+    out: list[dict[str, Any]] = []
+    merged: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for err in errors:
+        loc = tuple(err.get("loc", ()))
+        msg = str(err.get("msg", ""))
+        if not _union_member(loc) or not msg.startswith("Input should be "):
+            out.append(err)
+            continue
+        head = loc[:-1]
+        if head in merged:
+            first = merged[head]
+            first["msg"] = (
+                f"{first['msg'].split(',')[0]} or {msg.removeprefix('Input should be ').split(',')[0]}"
+            )
+        else:
+            merged[head] = {**err, "loc": head, "type": "union"}
+            out.append(merged[head])
+    return out
+
+
 def format_validation_error(exc: ValidationError, origin: str) -> str:
     lines = [f"Invalid scenario {origin}:"]
     seen: set[str] = set()
-    for err in exc.errors(include_url=False):
+    for err in _merge_unions(exc.errors(include_url=False)):
         for path, message in describe_all(err):
             line = f"  {path}: {message}"
             if line not in seen:

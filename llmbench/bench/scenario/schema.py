@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
@@ -37,7 +37,7 @@ class FieldIssues(ValueError):
 
 
 class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     def _fields_fit(self, key: str, required: set[str], optional: set[str]) -> None:
         """Raise the first field that the value of ``key`` (a dist, a source, a kind) needs and lacks, or
@@ -52,6 +52,8 @@ class StrictModel(BaseModel):
 
 
 Dist = Literal["fixed", "uniform", "normal", "lognormal"]
+MAX_LENGTH = 10_000_000  # tokens: past any model's context; a typo's length would exhaust memory first
+MAX_REQUESTS = 1_000_000  # a workload is built in memory before it runs
 _DIST_FIELDS: dict[str, tuple[set[str], set[str]]] = {  # dist -> (required, optional)
     "fixed": ({"value"}, set()),
     "uniform": ({"min", "max"}, set()),
@@ -69,19 +71,22 @@ class LengthDist(StrictModel):
     """
 
     dist: Dist = "fixed"
-    value: int | None = Field(default=None, ge=1)
-    min: int | None = Field(default=None, ge=1)
-    max: int | None = Field(default=None, ge=1)
-    mean: float | None = Field(default=None, gt=0)
+    value: int | None = Field(default=None, ge=1, le=MAX_LENGTH)
+    min: int | None = Field(default=None, ge=1, le=MAX_LENGTH)
+    max: int | None = Field(default=None, ge=1, le=MAX_LENGTH)
+    mean: float | None = Field(default=None, gt=0, le=MAX_LENGTH)
     std: float | None = Field(default=None, ge=0)
 
     @model_validator(mode="before")
     @classmethod
     def _shorthand(cls, data: Any) -> Any:
-        if isinstance(data, bool):
-            return data  # let the type error say what a length is
-        if isinstance(data, int):
+        if isinstance(data, int) and not isinstance(data, bool):
             return {"dist": "fixed", "value": data}
+        if not isinstance(data, dict | LengthDist):
+            raise ValueError(
+                f"expected a length in tokens (an integer) or a distribution such as {{dist: uniform, min: "
+                f"100, max: 1024}}; dists: {', '.join(get_args(Dist))}; got {data!r}"
+            )
         return data
 
     @model_validator(mode="after")
@@ -147,7 +152,7 @@ class Workload(StrictModel):
     """
 
     source: Source = "synthetic"
-    num_requests: int | None = Field(default=None, ge=1)
+    num_requests: int | None = Field(default=None, ge=1, le=MAX_REQUESTS)
     input_len: LengthDist | None = None
     output_len: LengthDist | None = None
     prefix_len: LengthDist | None = None
@@ -162,6 +167,14 @@ class Workload(StrictModel):
         if self.path is not None and not Path(self.path).is_file():
             raise FieldIssue("path", f"file not found: {self.path}")
         return self
+
+
+def _one_point_each(values: list[float] | list[int], what: str) -> None:
+    """A sweep's points are its values: one given twice would run twice under one label, and its two runs
+    would be taken for repeats."""
+    twice = sorted({v for v in values if values.count(v) > 1})
+    if twice:
+        raise ValueError(f"each {what} names one point of the sweep; {twice[0]:g} is given twice")
 
 
 ArrivalKind = Literal["offline", "poisson", "gamma", "concurrency", "trace", "sweep"]
@@ -194,6 +207,8 @@ class Arrival(StrictModel):
         if isinstance(value, (str, bool, dict)):
             what = "an integer" if info.field_name == "concurrency" else "a number"
             raise ValueError(f"expected {what} or a list of them (a sweep), got {value!r}")
+        if isinstance(value, list) and any(isinstance(v, bool) for v in value):
+            raise ValueError(f"expected numbers, got {value!r}")
         return value
 
     @field_validator("rate")
@@ -205,6 +220,7 @@ class Arrival(StrictModel):
             bad = [r for r in value if not r > 0]
             if bad:
                 raise ValueError(f"rates are requests per second and must be > 0, got {bad[0]}")
+            _one_point_each(value, "rate")
         return value
 
     @field_validator("concurrency")
@@ -216,6 +232,7 @@ class Arrival(StrictModel):
             bad = [c for c in value if c < 1]
             if bad:
                 raise ValueError(f"concurrency is requests in flight and must be >= 1, got {bad[0]}")
+            _one_point_each(value, "concurrency")
         return value
 
     @field_validator("fractions")
@@ -227,9 +244,7 @@ class Arrival(StrictModel):
             bad = [f for f in value if not f > 0]
             if bad:
                 raise ValueError(f"fractions of the measured capacity must be > 0, got {bad[0]}")
-            twice = sorted({f for f in value if value.count(f) > 1})
-            if twice:
-                raise ValueError(f"each fraction names one point; {twice[0]:g} is given twice")
+            _one_point_each(value, "fraction")
         return value
 
     @model_validator(mode="after")
@@ -324,7 +339,7 @@ class Scenario(StrictModel):
     sampling: Sampling = Field(default_factory=Sampling)
     warmup: int = Field(default=0, ge=0)  # warm-up requests, run first (Arrival.warmup_point), discarded
     repeats: int = Field(default=1, ge=1)
-    seed: int = 0
+    seed: int = Field(default=0, ge=0)  # draws the workload (numpy wants a non-negative seed)
     slo: SLO = Field(default_factory=SLO)
     telemetry: Telemetry = Field(default_factory=Telemetry)
     max_duration_s: float | None = Field(default=None, gt=0)  # per repeat; the rest is aborted

@@ -9,6 +9,8 @@ prefix-cache blocks.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from llmbench.bench.scenario.schema import Workload
@@ -23,14 +25,21 @@ from llmbench.bench.workload.synthetic import shared_prefix_requests, synthetic_
 
 
 def build_requests(
-    workload: Workload, encoder: Encoder, vocab_size: int, seed: int, salt: int = 0
+    workload: Workload,
+    encoder: Encoder,
+    vocab_size: int,
+    seed: int,
+    salt: int = 0,
+    fits: Callable[[str, int, int], None] | None = None,
 ) -> list[RequestSpec]:
+    """``fits(request_id, prompt_tokens, output_tokens)`` raises for a request the backend cannot take;
+    synthetic workloads call it on their lengths before drawing any token."""
     rng = np.random.default_rng(seed)
     token_rng = np.random.default_rng([seed, salt])
     if workload.source == "synthetic":
-        return synthetic_requests(workload, vocab_size, rng, token_rng)
+        return synthetic_requests(workload, vocab_size, rng, token_rng, fits)
     if workload.source == "shared_prefix":
-        return shared_prefix_requests(workload, vocab_size, rng, token_rng)
+        return shared_prefix_requests(workload, vocab_size, rng, token_rng, fits)
     if workload.source == "file":
         return prompt_file_requests(workload, encoder, vocab_size, rng)
     if workload.source == "sharegpt":

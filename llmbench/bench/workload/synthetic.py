@@ -7,6 +7,8 @@ Ids are uniform over the vocabulary, or over ``workload.token_ids`` ([min, max))
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from llmbench.bench.errors import WorkloadError
@@ -31,19 +33,39 @@ def token_range(workload: Workload, vocab_size: int) -> tuple[int, int]:
     return r.min, r.max
 
 
+Fits = Callable[[str, int, int], None]  # (request id, prompt tokens, output tokens): raises if it cannot run
+
+
+def _check(fits: Fits | None, prompts: np.ndarray, outputs: np.ndarray) -> None:
+    """Every request's lengths through ``fits``, before any token is drawn: a length mistyped by a few
+    orders of magnitude is an error, not an exhausted memory."""
+    if fits is not None:
+        for i, (prompt, output) in enumerate(zip(prompts.tolist(), outputs.tolist(), strict=True)):
+            fits(str(i), prompt, output)
+
+
 def synthetic_requests(
-    workload: Workload, vocab_size: int, rng: np.random.Generator, token_rng: np.random.Generator
+    workload: Workload,
+    vocab_size: int,
+    rng: np.random.Generator,
+    token_rng: np.random.Generator,
+    fits: Fits | None = None,
 ) -> list[RequestSpec]:
     """Lengths come from ``rng``, token ids from ``token_rng`` (so repeats can share lengths, not prompts)."""
     n = workload.num_requests
     ids = token_range(workload, vocab_size)
     inputs = sample_lengths(workload.input_len, n, rng)
     outputs = sample_lengths(workload.output_len, n, rng)
+    _check(fits, inputs, outputs)
     return [RequestSpec(str(i), _tokens(token_rng, inputs[i], ids), int(outputs[i])) for i in range(n)]
 
 
 def shared_prefix_requests(
-    workload: Workload, vocab_size: int, rng: np.random.Generator, token_rng: np.random.Generator
+    workload: Workload,
+    vocab_size: int,
+    rng: np.random.Generator,
+    token_rng: np.random.Generator,
+    fits: Fits | None = None,
 ) -> list[RequestSpec]:
     """Request i = prefix[i % num_prefixes] + its own random suffix of ``input_len`` tokens."""
     n = workload.num_requests
@@ -51,6 +73,7 @@ def shared_prefix_requests(
     prefix_lens = sample_lengths(workload.prefix_len, workload.num_prefixes, rng)
     suffixes = sample_lengths(workload.input_len, n, rng)
     outputs = sample_lengths(workload.output_len, n, rng)
+    _check(fits, prefix_lens[np.arange(n) % len(prefix_lens)] + suffixes, outputs)
     prefixes = [_tokens(token_rng, length, ids) for length in prefix_lens]
     return [
         RequestSpec(
