@@ -395,3 +395,21 @@ def test_set_override_round_trips_any_yaml_scalar(values):
     dump = lambda v: yaml.safe_dump(v, default_flow_style=True).strip().removesuffix("...").strip()  # noqa: E731
     parsed = apply_overrides({}, parse_overrides([f"engine.opts.{k}={dump(v)}" for k, v in values.items()]))
     assert parsed == {"engine": {"opts": values}}
+
+
+def test_yaml_reads_exponent_numbers_as_numbers_and_refuses_a_key_given_twice(tmp_path):
+    from llmbench.bench.scenario.loader import parse_overrides, parse_yaml, read_mapping
+
+    assert parse_yaml("a: 1e9\nb: 5e-1\nc: [2E3, 7]\nd: 1e\n") == {
+        "a": 1e9,
+        "b": 0.5,
+        "c": [2000.0, 7],
+        "d": "1e",
+    }
+    assert parse_overrides(["engine.kv_cache_memory=1e9"])[0].value == 1e9
+    path = tmp_path / "twice.yaml"
+    path.write_text("name: twice\nrepeats: 1\nrepeats: 5\n")
+    with pytest.raises(
+        ScenarioError, match="line 3, column 1: the key 'repeats' is given twice in one mapping"
+    ):
+        read_mapping(path)

@@ -56,7 +56,8 @@ def message(**options) -> str:
         ({"max_num_seqs": "abc"}, "max_num_seqs: expected an integer >= 1, got 'abc'"),
         ({"max_num_seqs": -5}, "max_num_seqs: expected an integer >= 1, got -5"),
         ({"max_num_seqs": True}, "max_num_seqs: expected an integer >= 1, got True"),
-        ({"max_num_batched_tokens": 1.5e3}, "max_num_batched_tokens: expected an integer >= 1, got 1500.0"),
+        ({"max_num_batched_tokens": 1.5e-3}, "max_num_batched_tokens: expected an integer >= 1, got 0.0015"),
+        ({"max_num_batched_tokens": 1500.5}, "max_num_batched_tokens: expected an integer >= 1, got 1500.5"),
         ({"block_size": 2.5}, "block_size: expected an integer >= 1, got 2.5"),
         ({"tp": 0}, "tp: expected an integer >= 1, got 0"),
         ({"seed": -1}, "seed: expected an integer >= 0, got -1"),
@@ -590,6 +591,13 @@ def test_a_mistyped_name_is_answered_with_the_nearest_one():
     assert did_you_mean("tpot", ["ttft_p50", "tpot_p50", "tpot_p99"]) == " (did you mean 'tpot_p50'?)"
     assert did_you_mean("warp_speed", ENGINE_CHECKS) == ""
     assert did_you_mean("tp", ["tpot_p50"]) == ""  # too short to stand for a longer name
+
+
+def test_a_whole_number_written_with_an_exponent_is_an_integer():
+    # YAML gives 1e9 and 1.5e3 as floats: a count so written is taken as the integer it is
+    config = EngineConfig.from_options("qwen3-tiny", max_num_batched_tokens=1.5e3, kv_cache_memory=1e9)
+    assert config.max_num_batched_tokens == 1500 and isinstance(config.max_num_batched_tokens, int)
+    assert config.kv_cache_memory == 10**9 and isinstance(config.kv_cache_memory, int)
 
 
 def test_a_file_given_as_the_model_names_the_folder_to_give(tmp_path):

@@ -4,6 +4,8 @@ the options that cannot go together are errors that say so."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -159,7 +161,11 @@ def test_float8_options_that_cannot_apply_say_why() -> None:
     assert str(bad.value) == "kv_cache_dtype: unsupported 'int8'; supported: auto, fp8_e4m3, fp8_e5m2"
     with pytest.raises(ConfigError) as bad:
         EngineConfig.from_options("qwen3-tiny", kv_cache_dtype="fp8_e4m3", tuning={"kv_cache_scale": 0})
-    assert str(bad.value) == "tuning.kv_cache_scale: expected a number > 0 or auto, got 0"
+    assert str(bad.value) == "tuning.kv_cache_scale: expected a finite number > 0 or auto, got 0"
+    with pytest.raises(ConfigError, match="kv_cache_scale: expected a finite number > 0 or auto, got inf"):
+        EngineConfig.from_options(
+            "qwen3-tiny", kv_cache_dtype="fp8_e4m3", tuning={"kv_cache_scale": math.inf}
+        )
     with pytest.raises(ConfigError, match="^tuning.kv_cache_scale sets the scales of a float8 KV cache"):
         resolve_here(EngineConfig.from_options("qwen3-tiny", device="cpu", tuning={"kv_cache_scale": 1.0}))
     config = EngineConfig(model="qwen3-tiny", device="cpu", attention_backend="flash_attn", dtype="bfloat16",

@@ -8,6 +8,7 @@ with what is allowed: ``expected an integer >= 1, got 'abc'``, ``unsupported 'fl
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -60,6 +61,8 @@ def _integer(low: int, high: int | None = None, auto: bool = False, unit: str = 
     def check(value: Any) -> Any:
         if auto and _is_auto(value):
             return None
+        if isinstance(value, float) and value.is_integer():  # 1e9, as YAML writes a large count
+            value = int(value)
         if not _is_int(value) or value < low or (high is not None and value > high):
             raise Invalid(f"expected {allowed}, got {value!r}")
         return value
@@ -74,12 +77,12 @@ def _fraction(value: Any) -> Any:
 
 
 def _positive_number(auto: bool = False) -> Check:
-    allowed = "a number > 0" + (" or auto" if auto else "")
+    allowed = "a finite number > 0" + (" or auto" if auto else "")
 
     def check(value: Any) -> Any:
         if auto and _is_auto(value):
             return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
             raise Invalid(f"expected {allowed}, got {value!r}")
         return float(value)
 

@@ -12,6 +12,7 @@ Every problem is a :class:`ScenarioError` whose message names the file and the f
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -42,6 +43,35 @@ class ResolvedScenario(NamedTuple):
     overrides: tuple[str, ...]
 
 
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader with two changes for people writing scenarios: a number written with an
+    exponent and no point (``1e9``, ``5e-1``) is a number, as in YAML 1.2 (YAML 1.1 makes it a string);
+    a key given twice in one mapping is an error (YAML 1.1 keeps the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is given twice in one mapping", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def parse_yaml(text: str) -> Any:
+    """YAML text as scenarios, --set and --toggle values read it (``_Loader``)."""
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader)
+
+
 def read_mapping(path: Path) -> dict[str, Any]:
     """One YAML file that must hold a mapping."""
     if not path.exists():
@@ -49,7 +79,7 @@ def read_mapping(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ScenarioError(f"Scenario path is not a file: {path}")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = parse_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         where = ""
         mark = getattr(exc, "problem_mark", None)
@@ -148,7 +178,7 @@ def parse_overrides(items: list[str] | tuple[str, ...]) -> list[Override]:
         if any(not p for p in parts):
             raise ScenarioError(f"--set {item!r}: empty segment in key path {key!r}")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else None
+            value = parse_yaml(raw) if raw.strip() else None
         except yaml.YAMLError:
             value = raw  # not YAML: keep it as the string the user typed
         if parts == ("workload", "path") and isinstance(value, str):
