@@ -593,6 +593,24 @@ def test_a_mistyped_name_is_answered_with_the_nearest_one():
     assert did_you_mean("tp", ["tpot_p50"]) == ""  # too short to stand for a longer name
 
 
+def test_a_tuning_knob_set_for_a_feature_that_is_off_is_an_error():
+    # set in vain it would change nothing: an error naming what it needs, never silently ignored
+    cases = [
+        ({"cuda_graph": False, "tuning": {"cuda_graph_buckets": [1, 2]}}, "it needs cuda_graph=True"),
+        (
+            {"tuning": {"prefill_graphs": False, "prefill_graph_tokens": [16]}},
+            "it needs tuning.prefill_graphs",
+        ),
+        ({"tuning": {"compile_mode": "max-autotune"}}, "it needs torch_compile=True"),
+    ]
+    for options, message in cases:
+        with pytest.raises(ConfigError, match=message):
+            resolved(h200s(), **options)
+    assert resolved(h200s(), tuning={"cuda_graph_buckets": [1, 2]}).tuning.cuda_graph_buckets == (1, 2)
+    assert resolved(h200s(), torch_compile=True, tuning={"compile_mode": "max-autotune"})
+    assert resolved(CPU, tuning={"compile_mode": "default"})  # the default, set or not, is no request
+
+
 def test_a_whole_number_written_with_an_exponent_is_an_integer():
     # YAML gives 1e9 and 1.5e3 as floats: a count so written is taken as the integer it is
     config = EngineConfig.from_options("qwen3-tiny", max_num_batched_tokens=1.5e3, kv_cache_memory=1e9)

@@ -23,6 +23,8 @@ from typing import Any, NamedTuple
 from llmbench.engine.option_checks import AUTO, ENGINE_CHECKS, TUNING_CHECKS, Check, Invalid
 from llmbench.suggest import did_you_mean
 
+DEFAULT_COMPILE_MODE = "default"
+
 # The optimisations (the README's toggle table): what ``ablate --toggle NAME`` flips.
 TOGGLES = (
     "paged_kv",
@@ -139,7 +141,7 @@ class Tuning:
     tp_all_reduce: str = AUTO
     tp_fuse_norm: bool | None = None
     tp_fuse_matmul: bool | None = None
-    compile_mode: str = "default"
+    compile_mode: str = DEFAULT_COMPILE_MODE
     kv_cache_scale: float | None = None
 
     def __post_init__(self) -> None:

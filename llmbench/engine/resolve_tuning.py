@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from llmbench.engine.config import ConfigError, EngineConfig, Tuning
+from llmbench.engine.config import DEFAULT_COMPILE_MODE, ConfigError, EngineConfig, Tuning
 from llmbench.engine.facts import Facts
 from llmbench.engine.option_checks import AUTO, SKINNY_MATMUL_MAX_ROWS
 
@@ -135,6 +135,23 @@ def resolve_tuning(
             f"tuning.skinny_fusion={fusion!r} fuses into the skinny matmul, which is off "
             "(tuning.skinny_matmul_rows=0 or triton_kernels=False)"
         )
+    _unused(
+        (
+            "tuning.cuda_graph_buckets sets the batch sizes that get a decode CUDA Graph",
+            bool(t.cuda_graph_buckets) and not cuda_graph,
+            "cuda_graph=True",
+        ),
+        (
+            "tuning.prefill_graph_tokens sets the token counts that get a prefill graph",
+            bool(t.prefill_graph_tokens) and not prefill_graphs,
+            "tuning.prefill_graphs (and what it needs)",
+        ),
+        (
+            f"tuning.compile_mode={t.compile_mode!r} sets how torch.compile compiles",
+            t.compile_mode != DEFAULT_COMPILE_MODE and not config.torch_compile,
+            "torch_compile=True",
+        ),
+    )
     buckets = t.cuda_graph_buckets or default_buckets(config.max_num_seqs)
     return ResolvedTuning(
         cuda_graph_buckets=tuple(sorted(set(buckets))) if cuda_graph else (),
@@ -175,6 +192,14 @@ def prefill_buckets(max_tokens: int) -> list[int]:
 def auto(asked: Any, default: Any) -> Any:
     """What was asked for, or ``default`` where it was left to the engine (None or "auto")."""
     return default if asked is None or asked == AUTO else asked
+
+
+def _unused(*knobs: tuple[str, bool, str]) -> None:
+    """A knob set for a feature that is off would change nothing: an error naming what it needs, rather
+    than a value silently ignored. ``knobs``: (what it does, whether it is set in vain, what it needs)."""
+    for what, in_vain, needs in knobs:
+        if in_vain:
+            raise ConfigError(f"{what}: it needs {needs}")
 
 
 def switch(asked: bool | None, what: str, *needs: tuple[str, bool]) -> bool:
