@@ -311,3 +311,18 @@ def test_a_vocabulary_too_small_for_bytes_takes_token_ids_and_refuses_text(tmp_p
     assert len(out[0].token_ids) == 3 and all(0 <= t < 100 for t in out[0].token_ids)
     with pytest.raises(ModelError, match="a text prompt needs a tokenizer.*vocabulary of 100 ids"):
         llm.generate(["hello"], SamplingParams(max_tokens=2))
+
+
+def test_a_tokenizer_with_more_ids_than_the_model_is_a_model_error(tmp_path):
+    # its ids past the embedding would fail only when a prompt reaches them: refused when loaded
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    make_tiny("qwen3", tmp_path, vocab_size=300)
+    words = {f"w{i}": i for i in range(1000)} | {"[UNK]": 1000}
+    tok = Tokenizer(models.WordLevel(words, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    with pytest.raises(
+        ModelError, match=r"its tokenizer has 10\d\d ids but the model's vocabulary .* has 300"
+    ):
+        LLM(str(tmp_path), device="cpu", num_kv_blocks=16)

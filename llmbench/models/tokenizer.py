@@ -89,7 +89,13 @@ def load_tokenizer(folder: str | Path | None, vocab_size: int, model: str | None
     """The folder's own tokenizer where it has tokenizer files, else the byte-level one, else (a vocabulary
     under 258 ids) ``IdsOnly``; ``model`` names the model in its errors (default: the folder)."""
     if folder is not None and any((Path(folder) / f).is_file() for f in TOKENIZER_FILES):
-        return HFTokenizer(folder)
+        tok = HFTokenizer(folder)
+        if tok.vocab_size > vocab_size:  # its ids past the model's embedding could reach no token
+            raise ModelError(
+                f"{folder}: its tokenizer has {tok.vocab_size} ids but the model's vocabulary (config.json "
+                f"vocab_size) has {vocab_size}: they belong to different models"
+            )
+        return tok
     if vocab_size <= ByteTokenizer.EOS:
         return IdsOnly(vocab_size, model or str(folder or "the model"))
     return ByteTokenizer(vocab_size)
