@@ -246,6 +246,25 @@ def test_trace_errors_name_the_problem(tmp_path):
     path.write_text("timestamp,input_len,output_len\n1,abc,2\n")
     with pytest.raises(WorkloadError, match=r"t.csv:2: timestamp, input_len and output_len must be numbers"):
         build_requests(wl(source="trace", path=str(path)), TOK, VOCAB, seed=0)
+    path.write_text("timestamp,input_len,output_len\ninf,2,2\n")
+    with pytest.raises(WorkloadError, match=r"t.csv:2: timestamp must be a finite number of seconds"):
+        build_requests(wl(source="trace", path=str(path)), TOK, VOCAB, seed=0)
+    path.write_text("timestamp,input_len,output_len\n0,2,2\n1000000000,2,2\n")  # milliseconds, likely
+    with pytest.raises(WorkloadError, match=r"its arrivals span 277,778 hours; timestamps are seconds"):
+        build_requests(wl(source="trace", path=str(path)), TOK, VOCAB, seed=0)
+    scaled = build_requests(wl(source="trace", path=str(path), time_scale=1e-6), TOK, VOCAB, seed=0)
+    assert [r.arrival for r in scaled] == [0.0, 1000.0]
+    path.write_text("timestamp,input_len,output_len\n0,2,2\n1,9000000,2\n")  # refused on its length
+    seen = []
+
+    def fits(request_id: str, prompt: int, output: int) -> None:
+        seen.append(request_id)
+        if prompt + output > 4096:
+            raise WorkloadError(f"request {request_id} too long")
+
+    with pytest.raises(WorkloadError, match="request 1 too long"):
+        build_requests(wl(source="trace", path=str(path)), TOK, VOCAB, seed=0, fits=fits)
+    assert seen == ["0", "1"]
 
 
 def test_missing_file_is_caught_by_the_schema(tmp_path):

@@ -33,7 +33,7 @@ def build_requests(
     fits: Callable[[str, int, int], None] | None = None,
 ) -> list[RequestSpec]:
     """``fits(request_id, prompt_tokens, output_tokens)`` raises for a request the backend cannot take;
-    synthetic workloads call it on their lengths before drawing any token."""
+    synthetic workloads and traces call it on their lengths before drawing any token."""
     rng = np.random.default_rng(seed)
     token_rng = np.random.default_rng([seed, salt])
     if workload.source == "synthetic":
@@ -44,7 +44,7 @@ def build_requests(
         return prompt_file_requests(workload, encoder, vocab_size, rng)
     if workload.source == "sharegpt":
         return sharegpt_requests(workload, encoder, rng)
-    return trace_requests(workload, vocab_size, token_rng)
+    return trace_requests(workload, vocab_size, token_rng, fits)
 
 
 __all__ = ["Encoder", "RequestSpec", "build_requests", "check_prompt_file"]

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import csv
 import json
+import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -170,8 +172,17 @@ def sharegpt_requests(workload: Workload, encoder: Encoder, rng: np.random.Gener
 _TRACE_COLUMNS = ("timestamp", "input_len", "output_len")
 
 
-def trace_requests(workload: Workload, vocab_size: int, token_rng: np.random.Generator) -> list[RequestSpec]:
-    """Rows of ``timestamp, input_len, output_len``; arrivals are offsets from the first timestamp."""
+MAX_TRACE_SPAN_S = 24 * 3600.0  # a longer replay is, far more often, timestamps in milliseconds
+
+
+def trace_requests(
+    workload: Workload,
+    vocab_size: int,
+    token_rng: np.random.Generator,
+    fits: Callable[[str, int, int], None] | None = None,
+) -> list[RequestSpec]:
+    """Rows of ``timestamp, input_len, output_len``; arrivals are offsets from the first timestamp.
+    ``fits`` (see ``build_requests``) sees each row's lengths before its tokens are drawn."""
     path = Path(workload.path)
     rows: list[tuple[str, dict[str, Any]]] = []
     if path.suffix in (".jsonl", ".json", ".ndjson"):
@@ -200,6 +211,10 @@ def trace_requests(workload: Workload, vocab_size: int, token_rng: np.random.Gen
             lens = [float(rec["input_len"]), float(rec["output_len"])]
         except (TypeError, ValueError):
             raise WorkloadError(f"{where}: timestamp, input_len and output_len must be numbers") from None
+        if not math.isfinite(t):
+            raise WorkloadError(
+                f"{where}: timestamp must be a finite number of seconds, got {rec['timestamp']!r}"
+            )
         parsed.append(
             (t, _positive_int(lens[0], where, "input_len"), _positive_int(lens[1], where, "output_len"))
         )
@@ -210,6 +225,15 @@ def trace_requests(workload: Workload, vocab_size: int, token_rng: np.random.Gen
         parsed = parsed[: workload.num_requests]
     t0 = parsed[0][0]
     scale = workload.time_scale or 1.0
+    span = (parsed[-1][0] - t0) * scale
+    if span > MAX_TRACE_SPAN_S:
+        raise WorkloadError(
+            f"{path}: its arrivals span {span / 3600:,.0f} hours; timestamps are seconds (if these are "
+            "milliseconds, set workload.time_scale: 0.001), or replay a part of it with workload.num_requests"
+        )
+    for k, (_, inp, out) in enumerate(parsed):
+        if fits is not None:
+            fits(str(k), inp, out)
     return [
         RequestSpec(str(k), token_rng.integers(0, vocab_size, size=inp).tolist(), out, (t - t0) * scale)
         for k, (t, inp, out) in enumerate(parsed)
