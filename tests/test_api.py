@@ -36,7 +36,7 @@ def test_malformed_options_are_all_named_before_anything_is_built():
     with pytest.raises(ConfigError) as exc:
         LLM("qwen3-tiny", max_num_seqs="abc", tuning={"skinny_fusion": "norm"})
     assert str(exc.value).splitlines() == [
-        "max_num_seqs: expected an integer >= 1, got 'abc'",
+        "max_num_seqs: expected an integer in 1..1048576, got 'abc'",
         "tuning.skinny_fusion: unsupported 'norm'; supported: auto, all, silu, none",
     ]
 

@@ -108,10 +108,10 @@ def test_every_bad_engine_value_is_named_with_its_full_path_at_once(tmp_path):
     }
     msg = error_of(write(tmp_path, {**MINIMAL, "engine": engine}))
     assert sorted(msg.splitlines()[1:]) == [
-        "  engine.block_size: expected an integer >= 1, got 2.5",
+        "  engine.block_size: expected an integer in 1..65536, got 2.5",
         "  engine.cuda_graph: expected true, false or auto, got 'yes please'",
         "  engine.dtype: unsupported 'float13'; supported: auto, float32, float16, bfloat16",
-        "  engine.max_num_seqs: expected an integer >= 1, got -5",
+        "  engine.max_num_seqs: expected an integer in 1..1048576, got -5",
         "  engine.skinny_fusion: a tuning knob: set it under tuning (tuning.skinny_fusion)",
         "  engine.tuning.skinny_matmul_rows: expected an integer in 0..64 or auto, got 'one'",
         "  engine.tuning.warp: unknown tuning knob; valid: compile_mode, cuda_graph_buckets, "
@@ -124,7 +124,7 @@ def test_engine_values_given_with_set_are_checked_with_the_file(tmp_path):
     path = write(tmp_path, {**MINIMAL, "workload": {**MINIMAL["workload"], "num_requests": 0}})
     msg = error_of(path, ["engine.max_num_seqs=abc", "engine.tuning.skinny_fusion=norm"])
     assert msg.splitlines()[1:] == [  # (in the schema's order of fields)
-        "  engine.max_num_seqs: expected an integer >= 1, got 'abc'",
+        "  engine.max_num_seqs: expected an integer in 1..1048576, got 'abc'",
         "  engine.tuning.skinny_fusion: unsupported 'norm'; supported: auto, all, silu, none",
         "  workload.num_requests: Input should be greater than or equal to 1 (got 0)",
     ]

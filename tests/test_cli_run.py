@@ -171,8 +171,8 @@ def test_bad_engine_values_fail_before_a_results_folder_is_made(tmp_path):
     res = invoke("run", scenario(tmp_path), "--out", tmp_path / "r",
                  "--set", "engine.max_num_seqs=abc", "--set", "engine.block_size=2.5")  # fmt: skip
     assert res.exit_code == 2
-    assert "engine.max_num_seqs: expected an integer >= 1, got 'abc'" in res.stderr
-    assert "engine.block_size: expected an integer >= 1, got 2.5" in res.stderr
+    assert "engine.max_num_seqs: expected an integer in 1..1048576, got 'abc'" in res.stderr
+    assert "engine.block_size: expected an integer in 1..65536, got 2.5" in res.stderr
     assert not (tmp_path / "r").exists()
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from llmbench.engine.config import ConfigError, EngineConfig, Tuning, check_option, nest, with_option
 from llmbench.engine.facts import Facts, ModelFacts
@@ -53,12 +54,14 @@ def message(**options) -> str:
 @pytest.mark.parametrize(
     "options,expected",
     [
-        ({"max_num_seqs": "abc"}, "max_num_seqs: expected an integer >= 1, got 'abc'"),
-        ({"max_num_seqs": -5}, "max_num_seqs: expected an integer >= 1, got -5"),
-        ({"max_num_seqs": True}, "max_num_seqs: expected an integer >= 1, got True"),
+        ({"max_num_seqs": "abc"}, "max_num_seqs: expected an integer in 1..1048576, got 'abc'"),
+        ({"max_num_seqs": -5}, "max_num_seqs: expected an integer in 1..1048576, got -5"),
+        ({"max_num_seqs": True}, "max_num_seqs: expected an integer in 1..1048576, got True"),
         ({"max_num_batched_tokens": 1.5e-3}, "max_num_batched_tokens: expected an integer >= 1, got 0.0015"),
         ({"max_num_batched_tokens": 1500.5}, "max_num_batched_tokens: expected an integer >= 1, got 1500.5"),
-        ({"block_size": 2.5}, "block_size: expected an integer >= 1, got 2.5"),
+        ({"block_size": 2.5}, "block_size: expected an integer in 1..65536, got 2.5"),
+        ({"block_size": 10**8}, "block_size: expected an integer in 1..65536, got 100000000"),
+        ({"max_num_seqs": 10**11}, "max_num_seqs: expected an integer in 1..1048576, got 100000000000"),
         ({"tp": 0}, "tp: expected an integer >= 1, got 0"),
         ({"seed": -1}, "seed: expected an integer >= 0, got -1"),
         ({"max_model_len": 1}, "max_model_len: expected an integer >= 2 or auto, got 1"),
@@ -165,7 +168,7 @@ def test_every_problem_is_reported_at_once():
         )
     assert str(exc.value).splitlines() == [
         "dtype: unsupported 'float13'; supported: auto, float32, float16, bfloat16",
-        "max_num_seqs: expected an integer >= 1, got -5",
+        "max_num_seqs: expected an integer in 1..1048576, got -5",
         "tuning.skinny_fusion: unsupported 'norm'; supported: auto, all, silu, none",
         "tuning.tp_fuse_norm: expected true, false or auto, got 2",
     ]
@@ -178,7 +181,7 @@ def test_every_problem_is_reported_at_once():
 
 
 def test_a_config_built_directly_is_checked_too():
-    with pytest.raises(ConfigError, match=r"^max_num_seqs: expected an integer >= 1, got 'abc'$"):
+    with pytest.raises(ConfigError, match=r"^max_num_seqs: expected an integer in 1..1048576, got 'abc'$"):
         EngineConfig(max_num_seqs="abc")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"^tuning.skinny_fusion: unsupported 'x'"):
         Tuning(skinny_fusion="x")
@@ -203,7 +206,7 @@ def test_one_option_is_checked_by_its_dotted_name():
     assert check_option("tuning.skinny_matmul_rows", 0) == (0, [])
     assert check_option("cuda_graph", "auto") == (None, [])
     _, problems = check_option("max_num_seqs", "abc", prefix="engine.")
-    assert [str(p) for p in problems] == ["engine.max_num_seqs: expected an integer >= 1, got 'abc'"]
+    assert [str(p) for p in problems] == ["engine.max_num_seqs: expected an integer in 1..1048576, got 'abc'"]
     _, problems = check_option("tuning.warp", 1, prefix="engine.")
     assert [p.path for p in problems] == ["engine.tuning.warp"]
 
@@ -609,6 +612,17 @@ def test_a_tuning_knob_set_for_a_feature_that_is_off_is_an_error():
     assert resolved(h200s(), tuning={"cuda_graph_buckets": [1, 2]}).tuning.cuda_graph_buckets == (1, 2)
     assert resolved(h200s(), torch_compile=True, tuning={"compile_mode": "max-autotune"})
     assert resolved(CPU, tuning={"compile_mode": "default"})  # the default, set or not, is no request
+
+
+def test_a_kv_pool_the_device_cannot_hold_names_the_options_that_size_it():
+    from llmbench.engine.kv_cache import KVCacheError, allocate
+
+    with pytest.raises(
+        KVCacheError, match=r"the KV pool of 10000000000000 blocks of 16 tokens .* does not fit in cpu"
+    ):
+        allocate(2, 10**13, 16, 2, 64, torch.bfloat16, "cpu")
+    pool = allocate(2, 4, 16, 2, 64, torch.bfloat16, "cpu")
+    assert pool.layers[1].k.shape == (4, 16, 2, 64) and pool.layers[1].k.is_contiguous()
 
 
 def test_a_whole_number_written_with_an_exponent_is_an_integer():

@@ -17,6 +17,7 @@ the kernels load whole pages of V, and the tokens past a sequence's end must be 
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -85,15 +86,22 @@ def allocate(
     scale: float = 1.0,
 ) -> KVPool:
     """One slab for the whole pool; a float8 one zeroed, V laid out by token, and every scale set to
-    ``scale``."""
+    ``scale``. A slab the device cannot hold is a ``KVCacheError`` naming the options that size it."""
+    shape = (2, num_layers, num_blocks, block_size * kv_heads * head_dim)
+    try:
+        pool = (torch.zeros if is_fp8(dtype) else torch.empty)(shape, dtype=dtype, device=device)
+    except (torch.OutOfMemoryError, RuntimeError) as exc:
+        if not isinstance(exc, torch.OutOfMemoryError) and "allocate" not in str(exc):
+            raise
+        size = math.prod(shape) * dtype.itemsize
+        raise KVCacheError(
+            f"the KV pool of {num_blocks} blocks of {block_size} tokens ({size / 2**30:,.1f} GiB) does not "
+            f"fit in {torch.device(device).type} memory: lower num_kv_blocks, kv_cache_memory, block_size or "
+            "max_num_seqs (or gpu_memory_utilization on a GPU)"
+        ) from None
     if not is_fp8(dtype):
-        pool = torch.empty(
-            2, num_layers, num_blocks, block_size, kv_heads, head_dim, dtype=dtype, device=device
-        )
+        pool = pool.view(2, num_layers, num_blocks, block_size, kv_heads, head_dim)
         return KVPool(pool, [LayerKV(pool[0, i], pool[1, i]) for i in range(num_layers)])
-    pool = torch.zeros(
-        2, num_layers, num_blocks, block_size * kv_heads * head_dim, dtype=dtype, device=device
-    )
 
     def layer(i: int) -> LayerKV:
         k = pool[0, i].view(num_blocks, block_size, kv_heads, head_dim)

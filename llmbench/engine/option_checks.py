@@ -48,6 +48,10 @@ def _boolean(auto: bool = False) -> Check:
     return check
 
 
+MAX_BLOCK_SIZE = 1 << 16  # tokens a KV block: past any context a block could usefully page
+MAX_NUM_SEQS = 1 << 20  # sequences in flight: past what any pool holds (and the graph buckets list)
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -153,8 +157,8 @@ ENGINE_CHECKS: dict[str, Check] = {
     "gpu_memory_utilization": _fraction,
     "kv_cache_memory": _integer(1, auto=True, unit="a number of bytes"),
     "num_kv_blocks": _integer(1, auto=True),
-    "block_size": _integer(1),
-    "max_num_seqs": _integer(1),
+    "block_size": _integer(1, MAX_BLOCK_SIZE),
+    "max_num_seqs": _integer(1, MAX_NUM_SEQS),
     "max_num_batched_tokens": _integer(1),
     "max_model_len": _integer(2, auto=True),
 }
