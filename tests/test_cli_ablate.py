@@ -122,7 +122,7 @@ def test_bad_toggle_values_fail_before_anything_runs(tmp_path):
     res = invoke("ablate", path, "--toggle", "max_num_seqs=abc", "--toggle", "tuning.skinny_matmul_rows=0,65",
                  "--out", tmp_path / "r")  # fmt: skip
     assert res.exit_code == 2
-    assert "--toggle max_num_seqs=abc: engine.max_num_seqs: expected an integer >= 1, got 'abc'" in res.stderr
+    assert "--toggle max_num_seqs=abc: engine.max_num_seqs: expected an integer in 1..1048576, got 'abc'" in res.stderr
     assert (
         "--toggle tuning.skinny_matmul_rows=0,65: engine.tuning.skinny_matmul_rows: expected an integer in "
         "0..64 or auto, got 65" in res.stderr
@@ -151,6 +151,95 @@ def test_the_plan_says_when_several_toggles_change_together(tmp_path, monkeypatc
             "paged_kv=off: paged_kv=False" in res.output
             and "prefix_cache=off: prefix_cache=False" in res.output
         )
+
+
+def test_factorial_crosses_a_valued_toggle_over_its_values(tmp_path, monkeypatch):
+    import llmbench.bench.ablation as ablation
+    from llmbench.bench.errors import BenchError
+
+    def stop(*args, **kwargs):
+        raise BenchError("stopped before running")
+
+    monkeypatch.setattr(ablation, "run_ablation", stop)
+    path = tmp_path / "abl.yaml"
+    path.write_text(yaml.safe_dump(TINY))
+    res = invoke("ablate", path, "-t", "paged_kv", "-t", "max_num_seqs=2,4,8", "--design", "factorial",
+                 "--out", tmp_path / "r")  # fmt: skip
+    assert res.exit_code == 2 and "stopped before running" in res.stderr
+    assert "  baseline: the scenario's engine options" in res.output
+    for on in ("on", "off"):
+        for n in (2, 4, 8):
+            assert (
+                f"  paged_kv={on}+max_num_seqs={n}: paged_kv={on == 'on'}, max_num_seqs={n}\n" in res.output
+            )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["-t", "paged_kv", "-t", "max_num_seqs=2,4,8", "--design", "leave-one-out"],
+            "error: --design leave-one-out turns each toggle off from all of them on, and max_num_seqs=2,4,8 "
+            "has no on and off: give two values, ON,OFF (max_num_seqs=A,B), or compare its values with "
+            "--design one-at-a-time or factorial",
+        ),
+        (
+            ["-t", "block_size=16"],
+            "error: block_size=16 is the baseline's own value: nothing to compare; give another value",
+        ),
+        (
+            ["-t", "block_size=16,16"],
+            "error: --toggle block_size=16,16: 16 is given twice; give each value once",
+        ),
+        (
+            ["-t", "max_num_seqs=4,4,8"],
+            "error: --toggle max_num_seqs=4,4,8: 4 is given twice; give each value once",
+        ),
+        (
+            ["-t", "max_num_seqs=,4"],
+            "error: --toggle max_num_seqs=,4: an empty value between the commas; give each value, e.g. "
+            "max_num_seqs=A,B",
+        ),
+        (
+            ["-t", "max_model_len=10,100"],  # the longest request is at most 24 + 4 tokens
+            "error: variant max_model_len=10 cannot run here: the workload's longest request (",
+        ),
+        (
+            ["-t", "num_kv_blocks=1,100"],
+            "error: variant num_kv_blocks=1 cannot run here: the workload's longest request (",
+        ),
+    ],
+)
+def test_a_plan_that_compares_nothing_or_cannot_fit_the_workload_runs_nothing(
+    tmp_path, monkeypatch, args, message
+):
+    from llmbench.bench.ablation import execute
+
+    monkeypatch.setattr(execute, "_run_child", lambda *a, **k: pytest.fail("a variant was run"))
+    path = tmp_path / "abl.yaml"
+    path.write_text(yaml.safe_dump(TINY))
+    res = invoke("ablate", path, *args, "--out", tmp_path / "r")
+    assert res.exit_code == 2
+    (line,) = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+    assert line.startswith(message)
+    assert "Traceback" not in res.output and not (tmp_path / "r").exists()
+
+
+def test_many_variants_that_cannot_run_are_counted_not_all_listed(tmp_path, monkeypatch):
+    from llmbench.bench.ablation import execute
+
+    monkeypatch.setattr(execute, "_run_child", lambda *a, **k: pytest.fail("a variant was run"))
+    path = tmp_path / "abl.yaml"
+    path.write_text(yaml.safe_dump(TINY))
+    toggles = ["cuda_graph", "paged_kv", "chunked_prefill", "continuous_batching", "max_num_seqs=2,4"]
+    res = invoke("ablate", path, *(a for t in toggles for a in ("-t", t)), "--design", "factorial",
+                 "--out", tmp_path / "r")  # fmt: skip
+    assert res.exit_code == 2
+    (line,) = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+    assert line.startswith("error: 16 variants cannot run here: cuda_graph=on+paged_kv=on+")
+    assert line.endswith("; and 13 more. Nothing was run.")
+    assert line.count("CUDA Graphs cannot run on the CPU") == 3
+    assert not (tmp_path / "r").exists()
 
 
 def test_a_tuning_variant_is_set_by_its_path_and_checked_by_the_engine(tmp_path):

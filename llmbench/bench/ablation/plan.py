@@ -13,8 +13,13 @@ Designs:
 - flip (default): the baseline, and every toggle switched to an alternative at once (one variant per
   combination of alternatives; with one boolean toggle, plain A/B).
 - one-at-a-time: the baseline, and each alternative of each toggle alone.
-- leave-one-out: baseline = every toggle on; each variant turns one toggle off.
-- factorial: every on/off combination; the one equal to the scenario's configuration is the baseline.
+- leave-one-out: baseline = every toggle on; each variant turns one toggle off. A toggle given values
+  needs exactly two, read as ON,OFF (``attention_backend=sdpa,torch``); more or fewer have no on and off.
+- factorial: every combination of the toggles' levels (a toggle's given values, or its on and off); the
+  one equal to the scenario's configuration is the baseline.
+
+A plan that compares nothing is an error: a toggle whose only value is the baseline's own
+(``block_size=16`` where the scenario runs 16), or a value given twice (``max_num_seqs=4,4,8``).
 
 A toggle may also be a sampling setting of the scenario, with the values to compare
 (``sampling.temperature=0,0.6``, ``sampling.top_k=0,50``, ``sampling.top_p=1,0.9``, ``sampling.min_p=...``,
@@ -88,9 +93,13 @@ def parse_toggle(text: str) -> Toggle:
         )
     if not sep:
         return Toggle(name, None)
-    pieces = [v.strip() for v in raw.split(",") if v.strip()]
-    if not pieces:
+    pieces = [v.strip() for v in raw.split(",")]
+    if not any(pieces):
         raise BenchError(f"--toggle {text!r}: no values after '='")
+    if not all(pieces):
+        raise BenchError(
+            f"--toggle {text}: an empty value between the commas; give each value, e.g. {name}=A,B"
+        )
     values, problems = [], []
     for piece in pieces:
         try:
@@ -105,7 +114,17 @@ def parse_toggle(text: str) -> Toggle:
         problems += [f"--toggle {text}: {p}" for p in found]
     if problems:
         raise BenchError("\n".join(problems))
+    for j, value in enumerate(values):
+        i = next(i for i, v in enumerate(values) if _same(v, value))
+        if i < j:
+            again = "is given twice" if pieces[i] == pieces[j] else f"is the same value as {pieces[i]}"
+            raise BenchError(f"--toggle {text}: {pieces[j]} {again}; give each value once")
     return Toggle(name, tuple(values))
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal values of one option (``4`` and ``4.0``), but never a boolean and a number (True == 1)."""
+    return a == b and isinstance(a, bool) == isinstance(b, bool)
 
 
 def parse_toggles(texts: list[str]) -> list[Toggle]:
@@ -170,8 +189,15 @@ def _canonical(name: str, value: Any, resolved: Any) -> Any:
 
 
 def on_off(toggle: Toggle, resolved: Any) -> tuple[Any, Any]:
-    """The (on, off) values of a toggle for leave-one-out and factorial designs."""
-    if toggle.values is not None and len(toggle.values) == 2:
+    """The (on, off) values of a toggle for the leave-one-out design: two values given are ON,OFF; a
+    toggle given any other number of values has no on and off."""
+    if toggle.values is not None:
+        if len(toggle.values) != 2:
+            raise BenchError(
+                f"--design leave-one-out turns each toggle off from all of them on, and {_spelled(toggle)} "
+                f"has no on and off: give two values, ON,OFF ({toggle.name}=A,B), or compare its values with "
+                "--design one-at-a-time or factorial"
+            )
         return toggle.values[0], toggle.values[1]
     if toggle.name == "attention_backend":
         best = resolved.attention_backend
@@ -181,6 +207,35 @@ def on_off(toggle: Toggle, resolved: Any) -> tuple[Any, Any]:
     if toggle.name == "kv_cache_dtype":
         return "fp8_e4m3", "auto"
     return True, False
+
+
+def factorial_levels(toggle: Toggle, resolved: Any) -> list[Any]:
+    """A toggle's levels in the factorial design: the values given, else its on and off."""
+    if toggle.values is not None:
+        return list(toggle.values)
+    return list(on_off(toggle, resolved))
+
+
+def _spelled(toggle: Toggle) -> str:
+    """The toggle as typed: ``max_num_seqs=2,4,8``."""
+    if toggle.values is None:
+        return toggle.name
+    written = (
+        "auto" if v is None else str(v).lower() if isinstance(v, bool) else str(v) for v in toggle.values
+    )
+    return f"{toggle.name}={','.join(written)}"
+
+
+def _check_compares(toggle: Toggle, resolved: Any, sampling: Any) -> None:
+    """A toggle given values must give something besides the baseline's own value (``block_size=16``
+    where the scenario runs 16 compares nothing)."""
+    if toggle.values is None:
+        return
+    base = current(toggle.name, resolved, sampling)
+    if all(_same(_canonical(toggle.name, v, resolved), base) for v in toggle.values):
+        raise BenchError(
+            f"{_spelled(toggle)} is the baseline's own value: nothing to compare; give another value"
+        )
 
 
 def _name(options: dict[str, Any]) -> str:
@@ -196,6 +251,8 @@ def plan(design: str, toggles: list[Toggle], resolved: Any, sampling: Any = None
     names = [t.name for t in toggles]
     if len(set(names)) != len(names):
         raise BenchError(f"a toggle is named twice: {', '.join(names)}")
+    for t in toggles:
+        _check_compares(t, resolved, sampling)
     variants = [Variant(BASELINE, {})]
     if design == "flip":
         alts = [levels(t, resolved, sampling)[1] for t in toggles]
@@ -213,13 +270,13 @@ def plan(design: str, toggles: list[Toggle], resolved: Any, sampling: Any = None
             options = {**all_on, t.name: on_off(t, resolved)[1]}
             variants.append(Variant(f"{t.name}={_text(options[t.name])}", options))
     else:  # factorial
-        grid = [on_off(t, resolved) for t in toggles]
+        grid = [factorial_levels(t, resolved) for t in toggles]
         now = {t.name: current(t.name, resolved, sampling) for t in toggles}
         variants = []
         for combo in itertools.product(*grid):
             options = dict(zip(names, combo, strict=True))
-            name = BASELINE if options == now else _name(options)
-            variants.append(Variant(name, options))
+            same = all(_same(_canonical(k, v, resolved), now[k]) for k, v in options.items())
+            variants.append(Variant(BASELINE if same else _name(options), options))
         variants.sort(key=lambda v: v.name != BASELINE)
         if variants[0].name != BASELINE:  # the scenario's own configuration is not in the grid
             variants.insert(0, Variant(BASELINE, {}))
@@ -229,6 +286,11 @@ def plan(design: str, toggles: list[Toggle], resolved: Any, sampling: Any = None
         if v.name not in seen:
             seen.add(v.name)
             unique.append(v)
+    if len(unique) < 2:
+        raise BenchError(
+            f"--design {design} of {', '.join(_spelled(t) for t in toggles)} gives no variant but the "
+            "baseline: nothing to compare"
+        )
     return unique
 
 
