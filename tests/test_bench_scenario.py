@@ -413,3 +413,27 @@ def test_yaml_reads_exponent_numbers_as_numbers_and_refuses_a_key_given_twice(tm
         ScenarioError, match="line 3, column 1: the key 'repeats' is given twice in one mapping"
     ):
         read_mapping(path)
+
+
+def test_extends_takes_a_shipped_scenario_by_name_and_a_folder_is_not_a_file(tmp_path):
+    child = tmp_path / "mine.yaml"
+    child.write_text("extends: chat\nname: mine\nrepeats: 1\n")
+    assert load_scenario(child).scenario.name == "mine"
+    (tmp_path / "sub").mkdir()
+    child.write_text("extends: sub\nname: mine\n")
+    with pytest.raises(ScenarioError, match=r"mine.yaml: extends: .*/sub is not a file"):
+        load_scenario(child)
+    child.write_text(f"name: mine\nmodel: qwen3-tiny\nworkload: {{source: file, path: {tmp_path}}}\n")
+    with pytest.raises(ScenarioError, match=r"workload.path: .* is a folder; give the file in it to read"):
+        load_scenario(child)
+
+
+def test_two_profiles_for_one_device_are_an_error_unless_one_is_named(tmp_path):
+    path = tmp_path / "two.yaml"
+    cpu = {"when": "cpu", "overrides": {"repeats": 1}}
+    path.write_text(yaml.safe_dump({"name": "two", "model": "qwen3-tiny", "engine": {"device": "cpu"},
+                                    "workload": {"num_requests": 2, "input_len": 8, "output_len": 4},
+                                    "profiles": {"a": cpu, "b": {**cpu, "overrides": {"repeats": 2}}}}))  # fmt: skip
+    with pytest.raises(ScenarioError, match=r"profiles 'a', 'b' all apply when: cpu; keep one, or pick one"):
+        load_scenario(path)
+    assert load_scenario(path, profile="b").scenario.repeats == 2

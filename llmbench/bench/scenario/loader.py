@@ -154,8 +154,16 @@ def load_chain(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     if not isinstance(parent, str):
         raise ScenarioError(f"{path}: extends: must be the path of another scenario file, got {parent!r}")
     parent_path = (path.parent / parent).expanduser()
+    if (
+        not parent_path.exists()
+        and "/" not in parent
+        and (SHIPPED_DIR / f"{Path(parent).stem}.yaml").is_file()
+    ):
+        parent_path = SHIPPED_DIR / f"{Path(parent).stem}.yaml"  # a shipped scenario's name, as `run` takes
     if not parent_path.exists():
         raise ScenarioError(f"{path}: extends: scenario file not found: {parent_path}")
+    if not parent_path.is_file():
+        raise ScenarioError(f"{path}: extends: {parent_path} is not a file")
     base = load_chain(parent_path, (*_seen, path))
     base.pop("name", None)  # a child is its own scenario
     return deep_merge(base, data)
@@ -209,7 +217,8 @@ def _cuda_available() -> bool:
 
 
 def choose_profile(data: dict[str, Any], requested: str) -> ProfileChoice:
-    """Which profile applies: ``requested`` by name, none, or (``auto``) the first whose ``when`` matches."""
+    """Which profile applies: ``requested`` by name, none, or (``auto``) the one whose ``when`` matches (two
+    that match are an error: which should apply is the scenario's to say)."""
     profiles = data.get("profiles") or {}
     if not isinstance(profiles, dict):
         return ProfileChoice(None, "no profiles in the scenario")
@@ -231,9 +240,14 @@ def choose_profile(data: dict[str, Any], requested: str) -> ProfileChoice:
         on_gpu = device.startswith("cuda")
         why = f"engine.device is {device!r}"
     target = "gpu" if on_gpu else "cpu"
-    for name, profile in profiles.items():
-        if isinstance(profile, dict) and profile.get("when") == target:
-            return ProfileChoice(name, f"the run lands on the {target.upper()} ({why})")
+    matching = [n for n, p in profiles.items() if isinstance(p, dict) and p.get("when") == target]
+    if len(matching) > 1:
+        raise ScenarioError(
+            f"profiles {', '.join(map(repr, matching))} all apply when: {target}; keep one, or pick one with "
+            "--profile NAME"
+        )
+    if matching:
+        return ProfileChoice(matching[0], f"the run lands on the {target.upper()} ({why})")
     return ProfileChoice(None, f"no profile for the {target.upper()} ({why})")
 
 

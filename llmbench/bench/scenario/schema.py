@@ -164,6 +164,8 @@ class Workload(StrictModel):
     @model_validator(mode="after")
     def _fields_fit_source(self) -> Workload:
         self._fields_fit("source", *_SOURCE_FIELDS[self.source])
+        if self.path is not None and Path(self.path).is_dir():
+            raise FieldIssue("path", f"{self.path} is a folder; give the file in it to read")
         if self.path is not None and not Path(self.path).is_file():
             raise FieldIssue("path", f"file not found: {self.path}")
         return self
