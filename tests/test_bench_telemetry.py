@@ -116,3 +116,15 @@ def test_window_energy_is_the_counter_between_readings_and_mean_power_beyond_the
     assert window_summary(rows, 0.5, 3.5)["energy"] == pytest.approx(150 + 100 * 1.0)
     # one reading inside [0.55, 2.9]: mean power times the window
     assert window_summary(rows, 0.55, 2.9)["energy"] == pytest.approx(100 * 2.35)
+
+
+def test_more_torch_threads_than_cores_is_a_run_warning(monkeypatch):
+    import os
+
+    from llmbench.bench.hardware import oversubscribed_warning
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert oversubscribed_warning(1000) == (
+        "cpu_threads=1000 on 2 cores: the threads take turns on the cores and timings suffer"
+    )
+    assert oversubscribed_warning(2) is None and oversubscribed_warning(None) is None

@@ -107,6 +107,14 @@ def set_torch_threads(threads: int | None) -> int:
     return torch.get_num_threads()
 
 
+def oversubscribed_warning(threads: int | None) -> str | None:
+    """A warning when the scenario asks torch for more threads than the machine has cores, else None."""
+    cores = os.cpu_count() or 1
+    if threads is None or threads <= cores:
+        return None
+    return f"cpu_threads={threads} on {cores} cores: the threads take turns on the cores and timings suffer"
+
+
 def busy_warning(threads: int) -> str | None:
     """A warning when other processes already load the CPUs (timings will be noisy), else None."""
     try:

@@ -35,6 +35,7 @@ from llmbench.bench.hardware import (
     command_line,
     git_commit,
     machine,
+    oversubscribed_warning,
     set_torch_threads,
     versions,
 )
@@ -235,9 +236,9 @@ def _execute(req: RunRequest, backend: Backend, events: RunEvents) -> RunOutcome
     writer = RunWriter(req.out_root, scenario.name, req.variant, req.run_dir)
     state = _Measuring()
     threads = set_torch_threads(scenario.cpu_threads)
-    busy = busy_warning(threads)
-    if busy:
-        state.warnings.append(busy)
+    for warning in (busy_warning(threads), oversubscribed_warning(scenario.cpu_threads)):
+        if warning:
+            state.warnings.append(warning)
     started = time.time()
     origin = time.perf_counter()
     telemetry = None
