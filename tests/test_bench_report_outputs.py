@@ -106,3 +106,34 @@ def test_sampled_runs_are_not_compared(tmp_path):
     groups, _ = load_groups([tmp_path / "s"])
     base, new = sorted(groups, key=lambda g: g.variant != "baseline")
     assert compare_outputs(base, new, "offline") == "n/a (sampling)"
+
+
+def test_a_temperature_not_recorded_is_not_greedy(tmp_path):
+    fake_run(tmp_path / "s" / "baseline-r0", "baseline", [[1, 2]], temperature=None)
+    fake_run(tmp_path / "s" / "x-r0", "x", [[1, 2]])
+    groups, _ = load_groups([tmp_path / "s"])
+    base, new = sorted(groups, key=lambda g: g.variant != "baseline")
+    assert compare_outputs(base, new, "offline") == "n/a (sampling)"
+
+
+def test_a_stored_comparison_of_the_wrong_shape_is_not_used_and_is_named(tmp_path):
+    folder = tmp_path / "20250101-100000-ablate"
+    fake_run(folder / "baseline-r0", "baseline", [[1, 2]])
+    fake_run(folder / "x-r0", "x", [[1, 2]])
+    for parquet in folder.glob("*/requests.parquet"):
+        parquet.unlink()
+    record = {
+        "baseline": "baseline",
+        "comparisons": [{"variant": "x", "point": "offline", "compared": "4"}, 7],
+    }
+    for content, expected in (
+        (json.dumps(record), "comparisons[0]: compared/identical are not integers; comparisons[1] is 7"),
+        ("[]", "holds an array, not a JSON object"),
+    ):
+        (folder / COMPARISON_FILE).write_text(content)
+        rep = build_report([folder])
+        (delta,) = [v for v in rep.sections[0].views if "against" in v.title and "·" in v.title]
+        (outputs,) = [r for r in delta.rows if r[0].startswith("outputs")]
+        assert outputs[2] == "n/a (requests.parquet not kept)"
+        (doubt,) = rep.doubts
+        assert doubt.path == folder / COMPARISON_FILE and doubt.reason.startswith(expected)

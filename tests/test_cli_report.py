@@ -475,3 +475,149 @@ def test_runs_without_the_record_say_so_in_the_batch_view(runs, tmp_path):
     (old / "summary.json").write_text(json.dumps(summary))
     res = invoke("report", old, "--view", "batches")
     assert res.exit_code == 0 and "no engine decode steps" in res.stdout, res.output
+
+
+def edit_json(path: Path, change) -> None:
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def test_a_temperature_stored_as_null_reads_as_not_greedy(runs, tmp_path):
+    # A run made with sampling.temperature=.inf keeps null (JSON has no inf): the outputs are not compared.
+    root = tmp_path / "abl"
+    shutil.copytree(runs["baseline"].parent, root)
+    for meta in root.glob("*/meta.json"):
+        edit_json(meta, lambda m: m["scenario"]["sampling"].update(temperature=None))
+    res = invoke("report", root, "--view", "deltas", "-m", "output_throughput", "--format", "markdown")
+    assert res.exit_code == 0, res.output
+    assert "| outputs against the baseline (greedy) |  | n/a (sampling) |" in res.stdout
+
+
+def test_values_of_the_wrong_type_read_as_missing_and_the_run_is_named_once(runs, tmp_path):
+    root = tmp_path / "abl"
+    shutil.copytree(runs["baseline"].parent, root)
+    odd = root / runs["attention_backend=torch"].name
+
+    def summary(s):
+        s["points"][0]["repeats"][0]["metrics"]["ttft_p50"] = "fast"
+        s["points"][0]["repeats"][1]["metrics"]["ttft_p50"] = [1]
+        s["points"][0]["repeats"][1]["decode_batches"] = {"min": 1}
+        s["warnings"] = [3]
+
+    edit_json(odd / "summary.json", summary)
+    edit_json(odd / "meta.json", lambda m: m.update(startup={"load_time": "slow"}, backend=3))
+    res = invoke("report", root, "--format", "markdown", "-m", "ttft_p50,output_throughput")
+    assert res.exit_code == 0, res.output
+    (line,) = [line for line in res.stderr.splitlines() if str(odd) in line]  # named once, all in one line
+    assert (
+        "values of the wrong type read as missing (–)" in line and "ttft_p50 is 'fast', not a number" in line
+    )
+    assert "and 3 more" in line
+    row = next(r for r in res.stdout.splitlines() if r.startswith("| TTFT p50 (ms) |"))
+    assert row.rstrip(" |").endswith("| –")  # the variant's TTFT: missing, not a crash
+    # A variant name that is no text cannot be grouped: that run is skipped, saying why.
+    edit_json(odd / "meta.json", lambda m: m.update(variant=["x"]))
+    res = invoke("report", root)
+    assert res.exit_code == 0 and f"skipped {odd}: meta.json 'variant' is [\"x\"], not a text" in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [("[1]", "holds an array, not a JSON object"), ("{bad", "not readable JSON")],
+)
+def test_a_quality_record_that_cannot_be_used_says_so(runs, tmp_path, content, expected):
+    root = tmp_path / "abl"
+    shutil.copytree(runs["baseline"].parent, root)
+    (root / "quality.json").write_text(content)
+    res = invoke("report", root, "--view", "quality", "--format", "markdown")
+    assert res.exit_code == 0, res.output
+    assert f"{root / 'quality.json'}: {expected}" in res.stderr and "quality rows are not shown" in res.stderr
+    assert f"quality.json unreadable: {expected}" in res.stdout  # where the rows would be
+    bad = {
+        "baseline": "baseline",
+        "variants": [{"name": "x", "status": "ok", "kl_mean": "abc", "kl_p99": 0.5}],
+    }
+    (root / "quality.json").write_text(json.dumps(bad))
+    res = invoke("report", root, "--view", "quality", "--format", "markdown")
+    assert res.exit_code == 0 and "x: kl_mean is 'abc', not a number: read as missing (–)" in res.stderr
+    assert "| x | – | – | 0.5 |" in res.stdout
+
+
+def test_an_existing_folder_as_out_gets_a_file_inside_it(runs, tmp_path):
+    res = invoke("report", runs["baseline"], "--format", "markdown", "--out", tmp_path)
+    assert res.exit_code == 0, res.output
+    (written,) = tmp_path.glob("llmbench-report-*.md")
+    assert written.read_text().startswith("### rep")
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    res = invoke("report", runs["baseline"], "--format", "csv", "--out", blocked / "r.csv")
+    assert res.exit_code == 2 and f"--out {blocked / 'r.csv'}: cannot write the report there" in res.stderr
+
+
+def test_a_folder_given_twice_or_inside_another_is_read_once(runs):
+    once = invoke("report", runs["baseline"].parent, "--format", "csv")
+    for args in ((runs["baseline"], runs["baseline"]), (runs["baseline"].parent, runs["baseline"])):
+        res = invoke("report", *args, "--format", "csv")
+        assert res.exit_code == 0 and "skipped" not in res.stderr, res.output
+        if args[0] == runs["baseline"].parent:
+            assert res.stdout == once.stdout  # no run counted twice
+    res = invoke("report", runs["baseline"], f"{runs['baseline']}/", "--format", "csv")
+    assert res.exit_code == 0 and "skipped" not in res.stderr
+
+
+def test_an_ablation_whose_variants_all_failed_says_what_its_record_says(tmp_path):
+    folder = tmp_path / "tiny" / "20260101-000000-ablate"
+    (folder / "baseline-r0").mkdir(parents=True)  # a child stopped before it wrote anything
+    variants = [
+        {
+            "name": "baseline",
+            "status": "failed",
+            "error": "timed out after 1 s (--timeout); the run was stopped",
+        },
+        {"name": "x=1", "status": "failed", "error": "the engine said no\nand more"},
+    ]
+    (folder / "ablation.json").write_text(json.dumps({"baseline": "baseline", "variants": variants}))
+    res = invoke("report", folder)
+    assert res.exit_code == 2 and "holds no run folder" not in res.stderr
+    assert (
+        "ablation: every variant failed or timed out: baseline: timed out after 1 s (--timeout); the run "
+        "was stopped; x=1: the engine said no)" in res.stderr
+    )
+    res = invoke("report", tmp_path)
+    assert res.exit_code == 2 and "ablation 20260101-000000-ablate: every variant failed" in res.stderr
+
+
+def test_compare_of_runs_that_share_nothing_fails_rather_than_pass(runs, tmp_path):
+    base = doctored(runs["baseline"], tmp_path / "base", 1.0)
+    other = doctored(runs["baseline"], tmp_path / "other", 1.0)
+    edit_json(other / "summary.json", lambda s: s["points"][0].update(label="rate=4"))
+    res = invoke("compare", base, other)
+    assert res.exit_code == 2, res.output
+    assert "share no sweep point (BASE: offline; NEW: rate=4)" in res.stderr
+    assert "nothing was compared" in res.stderr and "no regression" not in res.stderr
+
+
+def test_compare_warns_when_a_scenario_ran_different_models_or_one_side_has_more(runs, tmp_path):
+    base = tmp_path / "base"
+    doctored(runs["baseline"], base / "rep", 1.0)
+    shutil.copytree(base / "rep", base / "extra")
+    edit_json(base / "extra" / "meta.json", lambda m: m.update(scenario_name="extra"))
+    new = doctored(runs["baseline"], tmp_path / "new", 1.0)
+    edit_json(new / "meta.json", lambda m: m.update(model_info={"name": "qwen3-0.6b"}))
+    res = invoke("compare", base, new)
+    assert res.exit_code == 0, res.output
+    assert "rep: BASE ran qwen3-tiny, NEW ran qwen3-0.6b" in res.stderr
+    assert "only in BASE, not compared: extra" in res.stderr
+
+
+def test_a_profile_record_of_the_wrong_shape_is_named_not_shown(runs, tmp_path):
+    root = tmp_path / "abl"
+    shutil.copytree(runs["baseline"].parent, root)
+    (root / "profile.json").write_text(
+        json.dumps({"variant": "baseline", "kinds": {"decode": {"wall": "x"}}})
+    )
+    res = invoke("report", root, "--view", "profile")
+    assert res.exit_code == 1, res.output  # the one view asked for has nothing to show
+    assert f"{root / 'profile.json'}: a field is missing or of the wrong type" in res.stderr
+    assert "its profile is not shown" in res.stderr

@@ -189,3 +189,59 @@ def test_the_two_stream_benchmark_checks_the_halves_against_the_whole_batch(tmp_
         "halves on two streams, attentions taking turns",
     ]
     assert rows[0]["max_rel_diff"] is None and all(r["max_rel_diff"] < 1e-5 for r in rows[1:])
+
+
+def _docs(doc: Path, text: str, *options: str):
+    doc.write_text(text)
+    res = CliRunner().invoke(app, ["docs", *options, str(doc)])
+    assert "Traceback" not in res.output
+    return res
+
+
+def test_a_marker_left_open_or_closing_nothing_is_an_error_naming_its_line(tmp_path):
+    _ablation(tmp_path)
+    doc = tmp_path / "DOC.md"
+    opened = "intro `<!-- llmbench: ... -->` quoted\n<!-- llmbench: report results/kept-ablation -->\nold\n"
+    for options in ((), ("--check",)):
+        res = _docs(doc, opened, *options)
+        assert res.exit_code == 2
+        assert f"{doc}: line 2: <!-- llmbench: report results/kept-ablation --> is not closed" in res.output
+    res = _docs(doc, "intro\n<!-- /llmbench -->\n")
+    assert res.exit_code == 2 and "line 2: <!-- /llmbench --> closes no" in res.output
+    block = "<!-- llmbench: report results/kept-ablation -m output_throughput -->\nx\n<!-- /llmbench -->\n"
+    res = _docs(doc, block + "<!-- llmbench: report results/kept-ablation\nx\n<!-- /llmbench -->\n")
+    assert (
+        res.exit_code == 2
+        and "line 4: '<!-- llmbench: report results/kept-ablation': a marker reads" in res.output
+    )  # its --> is missing
+    assert doc.read_text().count("\nx\n") == 2  # nothing rewritten
+
+
+def test_a_bad_option_or_an_empty_view_in_a_block_is_an_error_naming_it(tmp_path):
+    _ablation(tmp_path)
+    doc = tmp_path / "DOC.md"
+    for command, expected in (
+        (
+            "report results/kept-ablation --min-effect abc",
+            "report option --min-effect 'abc': not a percentage",
+        ),
+        ("report results/kept-ablation --view", "report option --view needs a value"),
+        ("report results/kept-ablation --view profile", "--view profile: none of these runs was recorded"),
+    ):
+        res = _docs(doc, f"intro\n<!-- llmbench: {command} -->\n<!-- /llmbench -->\n")
+        assert res.exit_code == 2 and f"line 2, `{command}`: {expected}" in res.output, res.output
+
+
+def test_a_block_over_a_run_that_is_skipped_or_read_in_part_is_an_error(tmp_path):
+    folder = _ablation(tmp_path)
+    doc = tmp_path / "DOC.md"
+    text = "<!-- llmbench: report results/kept-ablation -m output_throughput -->\n<!-- /llmbench -->\n"
+    summary = next(folder.rglob("summary.json"))
+    data = json.loads(summary.read_text())
+    data["points"][0]["repeats"][0]["metrics"]["output_throughput"] = "fast"
+    summary.write_text(json.dumps(data))
+    res = _docs(doc, text)
+    assert res.exit_code == 2 and f"{summary.parent}: values of the wrong type read as missing" in res.output
+    summary.write_text("{")
+    res = _docs(doc, text)
+    assert res.exit_code == 2 and "summary.json is unreadable" in res.output

@@ -3,6 +3,9 @@
 A regression is a ``worse`` verdict of the report's own rule with ``--fail-above`` as its threshold: the
 whole 95% interval of the change lies beyond the threshold on the worse side. Runs with a single repeat
 have no interval, so they are never judged (``inconclusive (n=1)``); an incomplete run is never judged.
+
+Exit status: 1 on a regression; 2 when nothing could be compared (no scenario, sweep point or metric
+that both hold: bad input, like a folder without runs), so that a gate never passes on nothing; else 0.
 """
 
 from __future__ import annotations
@@ -21,12 +24,25 @@ if TYPE_CHECKING:
     from llmbench.bench.report.frame import Group
 
 
+def _models(a: Group, b: Group) -> tuple[str, str] | None:
+    """The models two groups measured, when they differ: as loaded (model_info) where both recorded it,
+    else as their scenarios named them."""
+    for outer in ("model_info", "scenario"):
+        key = "name" if outer == "model_info" else "model"
+        ma, mb = ((g.meta.get(outer) or {}).get(key) for g in (a, b))
+        if ma and mb:
+            return (ma, mb) if ma != mb else None
+    return None
+
+
 def _one_per_scenario(path: Path, role: str) -> dict[str, Group]:
     from llmbench.bench.report.frame import load_groups
 
     groups, problems = load_groups([path])
     for p in problems:
         warning(f"skipped {p.path}: {p.reason}")
+    for p in (d for g in groups for d in g.doubts):
+        warning(f"{p.path}: {p.reason}")
     if not groups:
         raise StoreError(f"{role} {path}: holds no run")
     out: dict[str, Group] = {}
@@ -54,7 +70,8 @@ def compare(
         ),
     ] = 5.0,
 ) -> None:
-    """Fail (exit 1) when NEW is worse than BASE: the whole 95% interval of a change beyond the threshold."""
+    """Fail (exit 1) when NEW is worse than BASE: the whole 95% interval of a change beyond the threshold;
+    exit 2 when they have nothing to compare (no scenario, sweep point or metric in common)."""
     from llmbench.bench.report.compare import GATE_METRICS, change, judged, method_note
     from llmbench.bench.report.format import format_pct, format_pct_interval, format_value, metric_label
 
@@ -62,13 +79,21 @@ def compare(
     common = sorted(set(a) & set(b))
     if not common:
         raise StoreError(f"BASE and NEW share no scenario (BASE: {', '.join(a)}; NEW: {', '.join(b)})")
+    for role, only in (("BASE", sorted(set(a) - set(b))), ("NEW", sorted(set(b) - set(a)))):
+        if only:
+            warning(f"only in {role}, not compared: {', '.join(only)}")
     threshold = fail_above / 100
-    regressions = inconclusive = 0
+    regressions = inconclusive = judged_metrics = 0
     for scenario in common:
         ga, gb = a[scenario], b[scenario]
+        if models := _models(ga, gb):
+            warning(f"{scenario}: BASE ran {models[0]}, NEW ran {models[1]}: the comparison is across models")
         points = [p for p in ga.points if p in gb.points]
         if not points:
-            warning(f"{scenario}: BASE and NEW share no sweep point")
+            warning(
+                f"{scenario}: BASE and NEW share no sweep point (BASE: {', '.join(ga.points) or 'none'}; "
+                f"NEW: {', '.join(gb.points) or 'none'})"
+            )
         for point in points:
             names = (ga.label, gb.label) if ga.label != gb.label else (str(base), str(new))
             table = Table(
@@ -90,6 +115,7 @@ def compare(
                 if v == "n/a":
                     continue
                 changes.append(c)
+                judged_metrics += 1
                 regressions += v.startswith("worse")
                 inconclusive += v.startswith(("inconclusive", "none"))
                 style = "red" if v.startswith("worse") else "green" if v.startswith("better") else ""
@@ -107,6 +133,10 @@ def compare(
             for g in (ga, gb):
                 for w in g.warnings(point):
                     warning(f"{g.label}: {w}")
+    if not judged_metrics:
+        raise StoreError(
+            "nothing was compared: BASE and NEW share no sweep point with a metric measured on both sides"
+        )
     if regressions:
         error(
             f"{regressions} metric(s) got worse by more than {fail_above:g}%, their whole 95% interval beyond it"

@@ -38,20 +38,22 @@ def docs(
             raise BenchError(f"no such document: {path}")
         text = path.read_text(encoding="utf-8")
         root = path.resolve().parent  # the commands' result folders are relative to the document
+        try:
+            found = blocks(text)
+            commands = stale(text, root) if check else []
+            new = text if check else render(text, root)
+        except BenchError as exc:  # a block's error names its line: say in which document
+            raise BenchError(f"{path}: {exc}") from None
         if check:
-            for command in stale(text, root):
+            for command in commands:
                 error(
                     f"{path}: out of date: <!-- llmbench: {command} --> (run `llmbench docs` to regenerate)"
                 )
                 out_of_date += 1
             continue
-        new = render(text, root)
         if new != text:
             path.write_text(new, encoding="utf-8")
-        note(
-            f"{path}: {len(blocks(text))} generated table(s)"
-            + (" rewritten" if new != text else ", unchanged")
-        )
+        note(f"{path}: {len(found)} generated table(s)" + (" rewritten" if new != text else ", unchanged"))
     if out_of_date:
         raise typer.Exit(EXIT_FAILED)
     if check:

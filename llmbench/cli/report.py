@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from llmbench.bench.errors import BenchError
 from llmbench.cli.console import console, note, warning
 from llmbench.cli.errors import EXIT_FAILED, handle_errors
 
@@ -59,7 +60,7 @@ def report(
             "--out",
             "-o",
             help="Write to this file instead of stdout (HTML always goes to a file: default "
-            "./llmbench-report-<time>.html).",
+            "./llmbench-report-<time>.html); to a folder: llmbench-report-<time>.<format> inside it.",
         ),
     ] = None,
     min_effect: MinEffectOption = 1.0,
@@ -95,6 +96,8 @@ def report(
     rep = build_report(dirs, baseline, min_effect / 100, metrics or None, views, intervals)
     for p in rep.problems:
         warning(f"skipped {p.path}: {p.reason}")
+    for p in rep.doubts:
+        warning(f"{p.path}: {p.reason}")
     for line in rep.empty:
         warning(line)
     if views and len(rep.empty) == len(set(views)):  # nothing asked for has anything to show
@@ -105,9 +108,9 @@ def report(
         text = "\n".join(to_markdown(v) for s in rep.sections for v in s.views)
     elif format is Format.html:
         problems = [f"{p.path}: {p.reason}" for p in rep.problems]
-        text = render_html([(s.scenario, s.views, s.groups) for s in rep.sections], problems)
-        # Megabytes of embedded plots are of no use on a terminal.
-        out = out or _free(Path(f"llmbench-report-{time.strftime('%Y%m%d-%H%M%S')}.html"))
+        doubts = [f"{p.path}: {p.reason}" for p in rep.doubts]
+        text = render_html([(s.scenario, s.views, s.groups) for s in rep.sections], problems, doubts)
+        out = out or Path()  # megabytes of embedded plots are of no use on a terminal
     else:
         target = console if out is None else Console(record=True, width=160, file=io.StringIO())
         for s in rep.sections:
@@ -118,10 +121,18 @@ def report(
         text = target.export_text()
     if out is None:
         print(text, end="" if text.endswith("\n") else "\n")
-    else:
+        return
+    if out.is_dir():  # a folder: a new file inside it, named as the HTML report's default
+        out = _free(out / f"llmbench-report-{time.strftime('%Y%m%d-%H%M%S')}.{_SUFFIX[format]}")
+    try:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8")
-        note(f"report written to {out}")
+    except OSError as exc:
+        raise BenchError(f"--out {out}: cannot write the report there ({exc.strerror or exc})") from None
+    note(f"report written to {out}")
+
+
+_SUFFIX = {Format.table: "txt", Format.markdown: "md", Format.html: "html", Format.csv: "csv"}
 
 
 def _free(path: Path) -> Path:

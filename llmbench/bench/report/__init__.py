@@ -5,12 +5,13 @@ scenario and configuration (incomplete runs shown, marked, never judged), and pi
 baseline among the complete groups: the one named by ``baseline`` (a run folder or a variant name), else a
 variant called "baseline" (what ``ablate`` writes for toggles), else the one an ablation's
 ``ablation.json`` names (``backend=engine`` when backends are compared), else none. ``threshold`` is the
-practical effect size of the verdicts (``--min-effect``, a fraction).
+practical effect size of the verdicts (``--min-effect``, a fraction). Values of the wrong type in the
+kept files (meta.json, summary.json, and the side files of an ablation or a profile) read as missing; the
+report's ``doubts`` name each file once.
 """
 
 from __future__ import annotations
 
-import json
 from functools import partial
 from pathlib import Path
 from typing import NamedTuple
@@ -22,8 +23,10 @@ from llmbench.bench.metrics import METRICS
 from llmbench.bench.report.batches import batch_views
 from llmbench.bench.report.compare import DEFAULT_MIN_EFFECT
 from llmbench.bench.report.format import SUMMARY_METRICS
-from llmbench.bench.report.frame import Group, load_groups, tidy
-from llmbench.bench.report.quality import quality_views
+from llmbench.bench.report.frame import ABLATION_FILE, Group, load_groups, tidy
+from llmbench.bench.report.kept import is_text, read_object, show
+from llmbench.bench.report.outputs import COMPARISON_FILE, comparison_problems
+from llmbench.bench.report.quality import QUALITY_FILE, quality_problems, quality_views
 from llmbench.bench.report.views import View, by_scenario, changes, deltas, overview, startup
 from llmbench.bench.store import Problem
 from llmbench.suggest import did_you_mean
@@ -40,6 +43,7 @@ class Report(NamedTuple):
     sections: list[Section]
     problems: list[Problem]
     empty: list[str] = []  # why a view asked for by name has nothing to show, one line each
+    doubts: list[Problem] = []  # files read in part: values of the wrong type read as missing
 
     def frame(self, metrics: list[str] | None = None) -> pd.DataFrame:
         """The tidy DataFrame (default: the summary metrics)."""
@@ -71,13 +75,49 @@ def pick_baseline(groups: list[Group], baseline: str | None) -> Group | None:
 def _ablation_baseline(group: Group) -> str | None:
     """The baseline an ablation folder holding this group's runs names in its ablation.json."""
     for run in group.runs:
-        record = run.path.parent / "ablation.json"
-        if record.is_file():
-            try:
-                return json.loads(record.read_text()).get("baseline")
-            except (OSError, ValueError):
-                return None
+        record, why = read_object(run.path.parent / ABLATION_FILE)
+        if record is not None or why is not None:
+            baseline = (record or {}).get("baseline")
+            return baseline if is_text(baseline) else None
     return None
+
+
+def side_file_problems(groups: list[Group]) -> list[Problem]:
+    """The side files of the folders holding these runs that cannot be used, in whole or in part."""
+    from llmbench.bench.report.profile_views import PROFILE_FILE, profile_problem
+
+    checks = {  # the check of a file's contents; what follows when it cannot be read, when in part
+        ABLATION_FILE: (
+            _ablation_problems,
+            "its baseline is not known from it",
+            "its baseline is not known from it",
+        ),
+        QUALITY_FILE: (quality_problems, "its quality rows are not shown", "read as missing (–)"),
+        COMPARISON_FILE: (
+            comparison_problems,
+            "outputs are compared from the request tables only",
+            "those rows are not used",
+        ),
+        PROFILE_FILE: (
+            lambda r: [why] if (why := profile_problem(r)) else [],
+            "",
+            "its profile is not shown",
+        ),
+    }
+    out = []
+    for folder in sorted({run.path.parent for g in groups for run in g.runs}):
+        for name, (check, unreadable, partly) in checks.items():
+            record, why = read_object(folder / name)
+            if why is not None:
+                out.append(Problem(folder / name, f"{why}: {unreadable or partly}"))
+            elif record is not None and (issues := check(record)):
+                out.append(Problem(folder / name, f"{'; '.join(issues[:3])}: {partly}"))
+    return out
+
+
+def _ablation_problems(record: dict) -> list[str]:
+    baseline = record.get("baseline")
+    return [] if baseline is None or is_text(baseline) else [f"'baseline' is {show(baseline)}, not a text"]
 
 
 VIEWS = ("overview", "deltas", "changes", "startup", "profile", "quality", "batches")
@@ -165,7 +205,8 @@ def build_report(
         sections.append(Section(scenario, members, base, built))
     if baseline and not found_baseline:
         raise StoreError(f"--baseline {baseline}: no run folder or variant of that name among the runs read")
-    return Report(sections, problems, _empty_views(views or [], parts, built_kinds))
+    doubts = [d for g in groups for d in g.doubts] + side_file_problems(groups)
+    return Report(sections, problems, _empty_views(views or [], parts, built_kinds), doubts)
 
 
 __all__ = ["VIEWS", "Report", "Section", "build_report", "pick_baseline"]
@@ -199,4 +240,4 @@ def _empty_views(asked: list[str], parts: list[tuple[str, list[Group]]], built: 
 
 def _located(path: Path, reason: str) -> str:
     """A skipped folder's reason, led by its path unless the reason names it already."""
-    return reason if reason.startswith(f"{path}") else f"{path}: {reason}"
+    return reason if reason.startswith((f"{path}:", f"{path} ")) else f"{path}: {reason}"

@@ -11,10 +11,15 @@ when the runs were measured, on which device, at which commit); ``stats-calibrat
 simulated A/A calibration of the ablation verdicts (bench/stats_calibration.py). ``render`` rewrites
 every block; ``stale`` lists the blocks whose text differs from what their command makes now, which is
 how a test keeps the documents honest. Nothing between the markers is ever typed by hand.
+
+A marker is a line of its own; a marker left open, a closing one without an opening, a bad option of a
+command, a view that has nothing to show, or a run folder that is skipped or read in part is an error
+naming the line (never a block skipped, left empty or short in silence).
 """
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from collections.abc import Callable
@@ -24,7 +29,9 @@ from typing import NamedTuple
 from llmbench.bench.errors import BenchError
 from llmbench.bench.store import find_runs
 
-BLOCK = re.compile(r"(<!-- llmbench: (?P<command>[^\n]+?) -->\n)(?P<body>.*?)(<!-- /llmbench -->)", re.S)
+OPEN = "<!-- llmbench:"
+CLOSE = "<!-- /llmbench -->"
+_OPENING = re.compile(r"<!-- llmbench: (?P<command>.+?) -->")
 
 
 class Block(NamedTuple):
@@ -32,11 +39,38 @@ class Block(NamedTuple):
     body: str
     start: int  # offsets of the body in the document
     end: int
+    line: int = 0  # of the opening marker, from 1
 
 
 def blocks(text: str) -> list[Block]:
-    """The generated blocks of a document, in order."""
-    return [Block(m["command"], m["body"], m.start("body"), m.end("body")) for m in BLOCK.finditer(text)]
+    """The generated blocks of a document, in order (a marker is a line starting with one: a marker quoted
+    within a sentence is not one)."""
+    out: list[Block] = []
+    opened: tuple[str, int, int] | None = None  # command, body start, line
+    offset = 0
+    for number, line in enumerate(text.splitlines(keepends=True), start=1):
+        stripped = line.rstrip()
+        if stripped.startswith(OPEN):
+            if opened is not None:
+                raise BenchError(
+                    f"line {opened[2]}: {OPEN} {opened[0]} --> is not closed by {CLOSE} before the next "
+                    f"marker, line {number}"
+                )
+            m = _OPENING.fullmatch(stripped)
+            if m is None:
+                raise BenchError(
+                    f"line {number}: {stripped[:60]!r}: a marker reads `{OPEN} COMMAND -->` on a line of its own"
+                )
+            opened = (m["command"], offset + len(line), number)
+        elif stripped == CLOSE:
+            if opened is None:
+                raise BenchError(f"line {number}: {CLOSE} closes no {OPEN} COMMAND --> marker")
+            out.append(Block(opened[0], text[opened[1] : offset], opened[1], offset, opened[2]))
+            opened = None
+        offset += len(line)
+    if opened is not None:
+        raise BenchError(f"line {opened[2]}: {OPEN} {opened[0]} --> is not closed by {CLOSE}")
+    return out
 
 
 def _report(args: list[str], root: Path) -> str:
@@ -47,8 +81,13 @@ def _report(args: list[str], root: Path) -> str:
     paths = [root / d for d in dirs]
     missing = [str(d) for d, p in zip(dirs, paths, strict=True) if not p.exists()]
     if missing:
-        raise BenchError(f"report {' '.join(args)}: no such result folder: {', '.join(missing)}")
+        raise BenchError(f"no such result folder: {', '.join(missing)}")
     rep = build_report(paths, **options)
+    if rep.empty:  # a table the document asks for by name would be missing
+        raise BenchError("; ".join(rep.empty))
+    broken = [f"{p.path}: {p.reason}" for p in rep.problems + rep.doubts]
+    if broken:  # a document's table shows every run it names, whole
+        raise BenchError(f"{broken[0]}" + (f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""))
     tables = "\n".join(to_markdown(v) for s in rep.sections for v in s.views)
     return f"{provenance('llmbench report ' + shlex.join(args), paths)}\n\n{tables}"
 
@@ -58,17 +97,33 @@ def _parse_report_args(args: list[str]) -> tuple[list[str], dict]:
     dirs: list[str] = []
     options: dict = {"baseline": None, "threshold": 0.01, "metrics": [], "views": [], "intervals": False}
     it = iter(args)
+
+    def value(option: str) -> str:
+        v = next(it, None)
+        if v is None:
+            raise BenchError(f"report option {option} needs a value")
+        return v
+
     for a in it:
         if a in ("-m", "--metric"):
-            options["metrics"] += [m for m in next(it, "").split(",") if m]
+            options["metrics"] += [m for m in value(a).split(",") if m]
         elif a == "--view":
-            options["views"].append(next(it, ""))
+            options["views"].append(value(a))
         elif a == "--intervals":
             options["intervals"] = True
         elif a == "--baseline":
-            options["baseline"] = next(it, None)
+            options["baseline"] = value(a)
         elif a == "--min-effect":
-            options["threshold"] = float(next(it, "1")) / 100
+            text = value(a)
+            try:
+                percent = float(text)
+            except ValueError:
+                percent = math.nan
+            if not percent >= 0 or math.isinf(percent):
+                raise BenchError(
+                    f"report option --min-effect {text!r}: not a percentage (a number, 0 or more)"
+                )
+            options["threshold"] = percent / 100
         elif a.startswith("-"):
             raise BenchError(
                 f"report option {a!r} is not supported in documents (use --metric, --view, --intervals, "
@@ -119,6 +174,8 @@ def _kernels(args: list[str], root: Path) -> str:
         rows = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise BenchError(f"kernels {args[0]}: cannot read it ({e})") from None
+    if not (isinstance(rows, list) and all(isinstance(r, dict) for r in rows)):
+        raise BenchError(f"kernels {args[0]}: holds no list of rows (objects), as a kernel benchmark writes")
     fields = {"--match": "kernel", "--shape": "shape"}
     for option, pattern in filters.items():
         rows = [r for r in rows if pattern.search(str(r.get(fields[option], "")))]
@@ -182,7 +239,7 @@ def provenance(command: str, paths: list[Path]) -> str:
 
 def _device(meta: dict) -> str:
     gpus = (meta.get("machine") or {}).get("gpus") or []
-    names = sorted({g.get("name", "?") for g in gpus if isinstance(g, dict)})
+    names = sorted({str(g.get("name", "?")) for g in gpus if isinstance(g, dict)})
     if names:
         return (
             f"a host with {len(gpus)}× {' + '.join(names)}" if len(gpus) > 1 else f"a host with an {names[0]}"
@@ -198,15 +255,23 @@ def _commit(meta: dict) -> str:
     return f"at {commit[:10]}" + (" with uncommitted changes" if git.get("dirty") else "")
 
 
+def _made(block: Block, root: Path) -> str:
+    """``make``, its errors led by the block's line."""
+    try:
+        return make(block.command, root)
+    except BenchError as e:
+        raise BenchError(f"line {block.line}, `{block.command}`: {e}") from None
+
+
 def render(text: str, root: Path) -> str:
     """``text`` with every generated block made anew."""
     out, last = [], 0
     for b in blocks(text):
-        out += [text[last : b.start], make(b.command, root)]
+        out += [text[last : b.start], _made(b, root)]
         last = b.end
     return "".join(out) + text[last:]
 
 
 def stale(text: str, root: Path) -> list[str]:
     """The commands of the blocks whose text is not what the command makes now."""
-    return [b.command for b in blocks(text) if b.body != make(b.command, root)]
+    return [b.command for b in blocks(text) if b.body != _made(b, root)]

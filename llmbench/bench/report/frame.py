@@ -11,12 +11,16 @@ apart by their ablation or run folder time stamp.
 The tidy frame has one row per (group, point, metric): scenario, ablation, variant, label, status, point,
 metric, value, ci_low, ci_high, ci, n, unit, better, warnings (the flags of the run warnings that concern
 that point). Tables, CSV, Markdown and HTML are all views of it.
+
+Paths given twice, or inside another path given, are read once. A run whose files hold values of the wrong
+type is kept, those values read as missing (``kept.sound_run``), and its group's ``doubts`` say so.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,6 +28,7 @@ import pandas as pd
 
 from llmbench.bench.metrics import METRICS, REQUEST_LEVEL
 from llmbench.bench.report import warning_flags
+from llmbench.bench.report.kept import first_line, read_object, sound_run
 from llmbench.bench.store import Problem, Run, find_runs
 from llmbench.bench.summary import interval
 
@@ -46,6 +51,7 @@ class Group:
     label: str = ""
     points: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # point -> repeat entries
     _requests: pd.DataFrame | None = None
+    doubts: list[Problem] = field(default_factory=list)  # runs read with values of the wrong type left out
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -139,18 +145,72 @@ class Group:
 def load_groups(paths: list[Any]) -> tuple[list[Group], list[Problem]]:
     """Runs grouped (incomplete ones in groups of their own, see the module docstring); folders that
     cannot be read become problems."""
-    runs, problems = find_runs(paths)
+    found, problems = find_runs(_distinct(paths))
+    problems = [_explained(p) for p in problems]
     groups: dict[tuple[str, str, str, bool], Group] = {}
-    for run in runs:
+    for found_run in found:
+        run, doubt = sound_run(found_run)
+        if run is None:
+            problems.append(doubt)
+            continue
         m = run.meta
         key = (_comparable(m), m.get("ablation") or str(run.path), m["variant"], run.complete)
         g = groups.setdefault(key, Group(*key[:3], runs=[], complete=run.complete))
         g.runs.append(run)
+        if doubt is not None:
+            g.doubts.append(doubt)
         for p in run.summary["points"]:
             g.points.setdefault(p.get("label", "?"), []).extend(p.get("repeats", []))
     out = list(groups.values())
     _label(out)
     return out, problems
+
+
+def _distinct(paths: list[Any]) -> list[Path]:
+    """The paths given, each folder once: a repeat, or a folder inside another one given, is dropped (it
+    would be read twice, or said to hold nothing since its runs were read already)."""
+    out: dict[Path, Path] = {}
+    for path in map(Path, paths):
+        key = path.resolve()
+        if key not in out:
+            out[key] = path
+    return [p for key, p in out.items() if not any(other in key.parents for other in out)]
+
+
+def _explained(problem: Problem) -> Problem:
+    """A folder holding no run, said better when it is an ablation: what its ablation.json recorded."""
+    if not problem.reason.startswith("holds no run folder"):
+        return problem
+    records = sorted(Path(problem.path).rglob(ABLATION_FILE))
+    if not records:
+        return problem
+
+    def named(record: Path) -> str:  # the ablation folder, unless it is the path given
+        return "ablation" if record.parent == Path(problem.path) else f"ablation {record.parent.name}"
+
+    return Problem(problem.path, "; ".join(f"{named(r)}: {_ablation_outcome(r)}" for r in records))
+
+
+ABLATION_FILE = "ablation.json"
+
+
+def _ablation_outcome(path: Path) -> str:
+    """Why an ablation folder holds no run, as its ablation.json tells it."""
+    record, why = read_object(path)
+    if record is None:
+        return f"no run folder, and {ABLATION_FILE} is {why or 'missing'}"
+    variants = [v for v in record.get("variants") or [] if isinstance(v, dict)]
+    failed = [v for v in variants if v.get("status") == "failed"]
+    if variants and len(failed) == len(variants):
+        errors = "; ".join(f"{v.get('name', '?')}: {first_line(v.get('error'), 'failed')}" for v in failed)
+        return f"every variant failed or timed out: {errors}"
+    status = record.get("status")
+    if status == "running":
+        return f"no variant wrote a run yet: {ABLATION_FILE} says it is running (or it died before it ended)"
+    if status == "interrupted":
+        return "interrupted before any variant wrote a run"
+    states = ", ".join(f"{v.get('name', '?')}: {v.get('status', '?')}" for v in variants) or "no variants"
+    return f"no variant wrote a run ({ABLATION_FILE}: {states})"
 
 
 def _label(groups: list[Group]) -> None:

@@ -207,7 +207,9 @@ def decode_batch_plot(groups: list[Group]) -> str:
     return _png(fig)
 
 
-def render_html(sections: list[tuple[str, list[View], list[Group]]], problems: list[str]) -> str:
+def render_html(
+    sections: list[tuple[str, list[View], list[Group]]], problems: list[str], doubts: list[str] = ()
+) -> str:
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>llmbench report</title><style>{_CSS}</style></head><body>"
     ]
@@ -217,6 +219,9 @@ def render_html(sections: list[tuple[str, list[View], list[Group]]], problems: l
     if problems:
         items = "".join(f"<li>{html.escape(p)}</li>" for p in problems)
         parts.append(f"<div class='problems'><p>Skipped:</p><ul>{items}</ul></div>")
+    if doubts:
+        items = "".join(f"<li>{html.escape(p)}</li>" for p in doubts)
+        parts.append(f"<div class='problems'><p>Read in part:</p><ul>{items}</ul></div>")
     for scenario, views, groups in sections:
         parts.append(f"<h2>{html.escape(scenario)}</h2>")
         parts += [view_html(v) for v in views]

@@ -12,7 +12,6 @@ when the request tables are not kept (result folders kept for the docs hold summ
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from llmbench.bench.report.frame import Group
+from llmbench.bench.report.kept import finite, is_int, read_object, show
 
 COMPARISON_FILE = "comparison.json"
 
@@ -77,7 +77,9 @@ def describe(c: OutputComparison) -> str:
 
 
 def _greedy(group: Group) -> bool:
-    return float(group.meta.get("scenario", {}).get("sampling", {}).get("temperature", 1.0)) == 0.0
+    """Temperature 0; a temperature not recorded (null: it was not finite) is not greedy."""
+    sampling = (group.meta.get("scenario") or {}).get("sampling") or {}
+    return sampling.get("temperature", 1.0) == 0.0
 
 
 def compare_frames(a: pd.DataFrame, b: pd.DataFrame, point: str) -> OutputComparison | str:
@@ -120,21 +122,39 @@ def stored_comparison(base: Group, new: Group, point: str) -> OutputComparison |
     folder = _folder(base)
     if folder is None or folder != _folder(new) or not base.paired_with(new):
         return None
-    try:
-        record = json.loads((folder / COMPARISON_FILE).read_text())
-    except (OSError, ValueError):
+    record, _ = read_object(folder / COMPARISON_FILE)  # unreadable: named by comparison_problems
+    if record is None or record.get("baseline") != base.variant:
         return None
-    if record.get("baseline") != base.variant:
-        return None
-    for row in record.get("comparisons") or []:
+    for row in _rows(record):
         if row.get("variant") == new.variant and row.get("point") == point:
+            if not (is_int(row.get("compared")) and is_int(row.get("identical"))):
+                return None  # a row of the wrong shape, or a note ("n/a ..."): nothing stored
             return OutputComparison(
-                int(row["compared"]),
-                int(row["identical"]),
-                math.nan if row.get("mean_first_divergence") is None else float(row["mean_first_divergence"]),
-                math.nan if row.get("agreement") is None else float(row["agreement"]),
+                row["compared"],
+                row["identical"],
+                finite(row.get("mean_first_divergence")),
+                finite(row.get("agreement")),
             )
     return None
+
+
+def _rows(record: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = record.get("comparisons")
+    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+
+
+def comparison_problems(record: dict[str, Any]) -> list[str]:
+    """What is of the wrong type in a comparison.json (those rows are not used)."""
+    rows = record.get("comparisons")
+    if not isinstance(rows, list):
+        return [f"'comparisons' is {show(rows)}, not a list"]
+    out = []
+    for k, row in enumerate(rows):
+        if not isinstance(row, dict):
+            out.append(f"comparisons[{k}] is {show(row)}, not an object")
+        elif "note" not in row and not (is_int(row.get("compared")) and is_int(row.get("identical"))):
+            out.append(f"comparisons[{k}]: compared/identical are not integers")
+    return out
 
 
 def ablation_comparisons(baseline: Group, others: list[Group]) -> dict[str, Any]:

@@ -6,27 +6,44 @@ of that breakdown per variant.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from llmbench.bench.profile.diff import diff_rows
 from llmbench.bench.profile.views import breakdown_view, diff_view, slow_summary_view
 from llmbench.bench.report.frame import Group
+from llmbench.bench.report.kept import read_object
 from llmbench.bench.report.views import View
 from llmbench.engine.kernel_roles import CATEGORIES
 
+PROFILE_FILE = "profile.json"
+_MALFORMED = (KeyError, TypeError, ValueError, AttributeError, IndexError)  # a record of the wrong shape
+
 
 def group_profile(group: Group) -> dict[str, Any] | None:
-    """The profile.json written beside this group's run folder, if one was."""
+    """The profile.json written beside this group's run folder, if one was (and its views can be made)."""
     for run in group.runs:
-        path = run.path.parent / "profile.json"
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict) and data.get("variant") == group.variant and "kinds" in data:
-            return data
+        data, _ = read_object(run.path.parent / PROFILE_FILE)
+        if data is not None and data.get("variant") == group.variant and "kinds" in data:
+            return data if profile_problem(data) is None else None
     return None
+
+
+def profile_problem(data: dict[str, Any]) -> str | None:
+    """Why a profile record cannot be shown (a field missing or of the wrong type), or None."""
+    try:
+        breakdown_view(data)
+        slow_summary_view(data)
+        diff_rows(data, data)
+        profile_bars_data(data)
+    except _MALFORMED as exc:
+        return f"a field is missing or of the wrong type ({type(exc).__name__}: {exc})"
+    return None
+
+
+def profile_bars_data(data: dict[str, Any]) -> None:
+    """What ``profile_bars`` reads of a record, read once (it raises where the record is malformed)."""
+    for c in data["kinds"].values():
+        _ = c["idle"] + sum(c["device"].get(seg, 0.0) for seg in CATEGORIES)
 
 
 def profile_section(groups: list[Group], baseline: Group | None) -> list[View]:
@@ -37,7 +54,11 @@ def profile_section(groups: list[Group], baseline: Group | None) -> list[View]:
     if base is not None:
         for g in groups:
             if g is not baseline and id(g) in profiles:
-                views.append(diff_view(baseline.label, g.label, diff_rows(base, profiles[id(g)])))
+                try:
+                    rows = diff_rows(base, profiles[id(g)])
+                except _MALFORMED:  # each is sound alone, and they differ in shape: no diff
+                    continue
+                views.append(diff_view(baseline.label, g.label, rows))
     return views
 
 
