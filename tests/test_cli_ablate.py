@@ -122,7 +122,10 @@ def test_bad_toggle_values_fail_before_anything_runs(tmp_path):
     res = invoke("ablate", path, "--toggle", "max_num_seqs=abc", "--toggle", "tuning.skinny_matmul_rows=0,65",
                  "--out", tmp_path / "r")  # fmt: skip
     assert res.exit_code == 2
-    assert "--toggle max_num_seqs=abc: engine.max_num_seqs: expected an integer in 1..1048576, got 'abc'" in res.stderr
+    assert (
+        "--toggle max_num_seqs=abc: engine.max_num_seqs: expected an integer in 1..1048576, got 'abc'"
+        in res.stderr
+    )
     assert (
         "--toggle tuning.skinny_matmul_rows=0,65: engine.tuning.skinny_matmul_rows: expected an integer in "
         "0..64 or auto, got 65" in res.stderr
