@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmbench.bench.ablation import BASELINE, Variant, execute, parse_toggle, parse_toggles, plan
+from llmbench.bench.ablation import BASELINE, Variant, fit, parse_toggle, parse_toggles, plan
 from llmbench.bench.ablation.execute import child_command, config_problem
 from llmbench.bench.errors import BenchError
 from llmbench.bench.scenario import load_scenario
@@ -243,7 +243,7 @@ def test_a_variant_the_workload_does_not_fit_is_refused_before_it_runs(tmp_path)
         tmp_path, "{num_requests: 8, input_len: {dist: uniform, min: 4, max: 40}, output_len: 10}"
     )
     sc = resolved.scenario
-    longest = execute.longest_request(resolved)
+    longest = fit.longest_request(resolved)
     for repeat in range(3):  # what the runs will send: lengths from the seed, whatever the repeat
         specs = build_requests(sc.workload, None, 4096, sc.seed, repeat)
         assert max(s.input_len + s.max_tokens for s in specs) == longest.input_len + 10
@@ -285,5 +285,5 @@ def test_a_prompt_file_is_left_to_the_run_to_check(tmp_path):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"prompt": [1, 2, 3, 4, 5, 6, 7, 8]}\n')
     resolved = tiny_scenario(tmp_path, f"{{source: file, path: {prompts}, output_len: 4}}")
-    assert execute.longest_request(resolved) is None  # its lengths may need the tokenizer
+    assert fit.longest_request(resolved) is None  # its lengths may need the tokenizer
     assert config_problem(resolved, Variant("a", {"max_model_len": 8})) is None

@@ -18,7 +18,6 @@ import math
 import os
 import time
 import traceback
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
@@ -29,7 +28,7 @@ from llmbench.bench.backends import Backend, make_backend
 from llmbench.bench.backends.engine import engine_config, sampling_params
 from llmbench.bench.derived import step_utilisation
 from llmbench.bench.driver import DriveResult, Progress
-from llmbench.bench.errors import RunFailed, WorkloadError
+from llmbench.bench.errors import RunFailed
 from llmbench.bench.hardware import (
     busy_warning,
     command_line,
@@ -55,7 +54,7 @@ from llmbench.bench.tables import (
     telemetry_frame,
 )
 from llmbench.bench.telemetry import TelemetrySampler
-from llmbench.bench.workload import RequestSpec, build_requests, check_prompt_file
+from llmbench.bench.workload import RequestSpec, build_requests, check_prompt_file, context_check
 
 SALT_PER_POINT = 10_000  # prompt salt = point index * this + repeat index
 
@@ -100,24 +99,6 @@ class RunOutcome(NamedTuple):
     summary: dict[str, Any]
 
 
-def _fits(max_model_len: int | None, backend: str) -> Callable[[str, int, int], None] | None:
-    """The check that a request's prompt and output fit the backend's context (None for a remote server:
-    it says so per request, HTTP 400, counted as failed)."""
-    if max_model_len is None:
-        return None
-    what = "engine's max_model_len" if backend == "engine" else f"{backend} model's context length"
-    fix = "shorten the workload" + (" or raise engine.max_model_len" if backend != "openai" else "")
-
-    def fits(request_id: str, prompt: int, output: int) -> None:
-        if prompt + output > max_model_len:
-            raise WorkloadError(
-                f"request {request_id}: {prompt} prompt + {output} output tokens exceed the {what} "
-                f"({max_model_len}); {fix}"
-            )
-
-    return fits
-
-
 def _warmup_specs(specs: list[RequestSpec], n: int, vocab: int, seed: int) -> list[RequestSpec]:
     """``n`` requests shaped like the workload's, with fresh token ids (no prefix-cache help later)."""
     rng = np.random.default_rng([seed, 0x5EED])
@@ -144,7 +125,7 @@ def _measure(req: RunRequest, backend: Backend, events: RunEvents, state: _Measu
 
     def specs_for(salt: int) -> list[RequestSpec]:
         if salt not in specs_by_salt:
-            fits = _fits(backend.max_model_len, backend.name)
+            fits = context_check(backend.max_model_len, backend.name)
             specs = build_requests(
                 scenario.workload, backend.tokenizer, backend.vocab_size, scenario.seed, salt, fits
             )

@@ -33,7 +33,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from pydantic import ValidationError
 
@@ -43,17 +43,11 @@ from llmbench.bench.hardware import command_line
 from llmbench.bench.scenario.loader import ResolvedScenario
 from llmbench.bench.scenario.schema import Sampling
 from llmbench.bench.store import slug, write_json
-from llmbench.bench.workload import RequestSpec
-
-if TYPE_CHECKING:
-    from llmbench.engine.resolve import ResolvedConfig
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[3]  # so children import this same llmbench
 CHILD_GRACE_S = 60.0  # after Ctrl-C, how long a child may take to write what it measured
 UNTIL_CI_METRICS = ("ttft_p50", "tpot_p50", "e2e_p50", "output_throughput")  # what --until-ci waits on
 MOST_LISTED = 3  # variants named in the error when several cannot run; the rest are counted
-SIZED_WITHOUT_TOKENIZER = ("synthetic", "shared_prefix", "trace")  # workload sources
-_longest_built: dict[tuple[str, int, str], RequestSpec | None] = {}
 
 
 class VariantState(NamedTuple):
@@ -92,65 +86,10 @@ def config_problem(resolved: ResolvedScenario, variant: Variant | BackendVariant
     except ValidationError as exc:
         first = exc.errors()[0]
         return f"sampling.{'.'.join(map(str, first['loc']))}: {first['msg']}"
+    from llmbench.bench.ablation.fit import fit_problem, longest_request
+
     longest = longest_request(resolved)
     return None if longest is None else fit_problem(config, longest)
-
-
-def longest_request(resolved: ResolvedScenario) -> RequestSpec | None:
-    """The workload's longest request (prompt plus output tokens), built as every run builds it (its
-    lengths depend on the seed alone, not on the repeat); None where that needs a tokenizer (prompt files,
-    ShareGPT: each run checks its own requests) or the workload cannot be built (the run says why)."""
-    from llmbench.bench.workload import build_requests
-    from llmbench.engine.config import ConfigError
-    from llmbench.engine.resolve import find_model
-
-    sc = resolved.scenario
-    key = (sc.model, sc.seed, sc.workload.model_dump_json())
-    if key not in _longest_built:
-        longest = None
-        if sc.workload.source in SIZED_WITHOUT_TOKENIZER:
-            try:
-                specs = build_requests(sc.workload, None, find_model(sc.model)[0].vocab_size, sc.seed)
-            except (BenchError, ConfigError):
-                specs = []
-            longest = max(specs, key=lambda s: s.input_len + s.max_tokens, default=None)
-        _longest_built[key] = longest
-    return _longest_built[key]
-
-
-def fit_problem(config: ResolvedConfig, longest: RequestSpec) -> str | None:
-    """Why the workload's longest request cannot be served by an engine of this resolved config: past its
-    max_model_len, or, where num_kv_blocks sizes the KV pool, past the whole pool."""
-    from llmbench.engine.block_manager import blocks_for
-
-    total = longest.input_len + longest.max_tokens
-    request = (
-        f"the workload's longest request ({longest.input_len} prompt + {longest.max_tokens} output tokens)"
-    )
-    if total > config.max_model_len:
-        return (
-            f"{request} does not fit max_model_len={config.max_model_len}: give max_model_len >= {total}, "
-            "or shorten the workload"
-        )
-    blocks, size = config.num_kv_blocks, config.block_size
-    if blocks is None:  # sized from the memory budget at start-up
-        return None
-    if config.paged_kv:
-        need = blocks_for(total, size)
-        if need > blocks:
-            return (
-                f"{request} needs {need} KV blocks of {size} tokens, more than the whole pool "
-                f"(num_kv_blocks={blocks}): give num_kv_blocks >= {need}"
-            )
-        return None
-    slab = blocks_for(config.max_model_len, size)
-    if slab > blocks:
-        return (
-            f"paged_kv=False reserves max_model_len={config.max_model_len} tokens ({slab} KV blocks of {size}) "
-            f"per sequence, more than the whole pool (num_kv_blocks={blocks}): give num_kv_blocks >= {slab} "
-            "or a smaller max_model_len"
-        )
-    return None
 
 
 def child_command(

@@ -9,10 +9,9 @@ prefix-cache blocks.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
+from llmbench.bench.errors import WorkloadError
 from llmbench.bench.scenario.schema import Workload
 from llmbench.bench.workload.files import (
     check_prompt_file,
@@ -21,7 +20,7 @@ from llmbench.bench.workload.files import (
     trace_requests,
 )
 from llmbench.bench.workload.spec import Encoder, RequestSpec
-from llmbench.bench.workload.synthetic import shared_prefix_requests, synthetic_requests
+from llmbench.bench.workload.synthetic import Fits, shared_prefix_requests, synthetic_requests
 
 
 def build_requests(
@@ -30,7 +29,7 @@ def build_requests(
     vocab_size: int,
     seed: int,
     salt: int = 0,
-    fits: Callable[[str, int, int], None] | None = None,
+    fits: Fits | None = None,
 ) -> list[RequestSpec]:
     """``fits(request_id, prompt_tokens, output_tokens)`` raises for a request the backend cannot take;
     synthetic workloads and traces call it on their lengths before drawing any token."""
@@ -47,4 +46,22 @@ def build_requests(
     return trace_requests(workload, vocab_size, token_rng, fits)
 
 
-__all__ = ["Encoder", "RequestSpec", "build_requests", "check_prompt_file"]
+def context_check(max_model_len: int | None, backend: str) -> Fits | None:
+    """The check that a request's prompt and output fit the backend's context (None for a remote server:
+    it says so per request, HTTP 400, counted as failed)."""
+    if max_model_len is None:
+        return None
+    what = "engine's max_model_len" if backend == "engine" else f"{backend} model's context length"
+    fix = "shorten the workload" + (" or raise engine.max_model_len" if backend != "openai" else "")
+
+    def fits(request_id: str, prompt: int, output: int) -> None:
+        if prompt + output > max_model_len:
+            raise WorkloadError(
+                f"request {request_id}: {prompt} prompt + {output} output tokens exceed the {what} "
+                f"({max_model_len}); {fix}"
+            )
+
+    return fits
+
+
+__all__ = ["Encoder", "Fits", "RequestSpec", "build_requests", "check_prompt_file", "context_check"]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from llmbench.bench.errors import WorkloadError
 from llmbench.bench.scenario.schema import Workload
 from llmbench.bench.workload.lengths import sample_lengths
 from llmbench.bench.workload.spec import Encoder, RequestSpec
+from llmbench.bench.workload.synthetic import Fits
 
 
 def _positive_int(value: Any, where: str, what: str) -> int:
@@ -179,7 +179,7 @@ def trace_requests(
     workload: Workload,
     vocab_size: int,
     token_rng: np.random.Generator,
-    fits: Callable[[str, int, int], None] | None = None,
+    fits: Fits | None = None,
 ) -> list[RequestSpec]:
     """Rows of ``timestamp, input_len, output_len``; arrivals are offsets from the first timestamp.
     ``fits`` (see ``build_requests``) sees each row's lengths before its tokens are drawn."""
