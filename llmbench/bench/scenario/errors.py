@@ -6,6 +6,7 @@ a wrong value shows what was given. Tests protect these messages.
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from typing import Any
@@ -95,6 +96,9 @@ def describe_all(error: dict[str, Any]) -> list[tuple[str, str]]:
     return [describe(error)]
 
 
+_REASON = re.compile(r", (unable|got|input) .*$")
+
+
 def _union_member(loc: tuple[Any, ...]) -> bool:
     """Whether the last part of ``loc`` is the tag pydantic gives one member of a union field (``int``,
     ``literal['engine']``), not a field or an index."""
@@ -117,13 +121,11 @@ def _merge_unions(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
             out.append(err)
             continue
         head = loc[:-1]
+        msg = _REASON.sub("", msg)  # "a valid integer, unable to parse ...": what it should be is enough
         if head in merged:
-            first = merged[head]
-            first["msg"] = (
-                f"{first['msg'].split(',')[0]} or {msg.removeprefix('Input should be ').split(',')[0]}"
-            )
+            merged[head]["msg"] += f" or {msg.removeprefix('Input should be ')}"
         else:
-            merged[head] = {**err, "loc": head, "type": "union"}
+            merged[head] = {**err, "loc": head, "type": "union", "msg": msg}
             out.append(merged[head])
     return out
 
