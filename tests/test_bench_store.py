@@ -107,3 +107,9 @@ def test_discard_removes_the_working_folder_and_an_empty_scenario_folder_it_made
     kept = finish(RunWriter(tmp_path, "scen", "v"))  # a folder that holds a run stays
     RunWriter(tmp_path, "scen", "w").discard()
     assert kept.exists()
+
+
+def test_a_folder_given_twice_or_inside_another_given_is_read_once(tmp_path):
+    run = finish(RunWriter(tmp_path, "scen", "v"))
+    runs, problems = find_runs([tmp_path, tmp_path, run, tmp_path / "scen"])
+    assert [r.path for r in runs] == [run] and problems == []

@@ -305,3 +305,18 @@ def test_lengths_and_request_counts_past_any_model_are_scenario_errors():
         wl(source="synthetic", num_requests=1, input_len=1_000_000_000, output_len=8)
     with pytest.raises(ValidationError, match="less than or equal to 1000000"):
         wl(source="synthetic", num_requests=10**9, input_len=8, output_len=8)
+
+
+def test_requests_of_a_prompt_file_pass_the_context_check_too(tmp_path):
+    path = tmp_path / "p.txt"
+    path.write_text("short\n" + "long " * 2000 + "\n")
+    seen = []
+
+    def fits(request_id: str, prompt: int, output: int) -> None:
+        seen.append(request_id)
+        if prompt + output > 4096:
+            raise WorkloadError(f"request {request_id} too long")
+
+    with pytest.raises(WorkloadError, match="too long"):
+        build_requests(wl(source="file", path=str(path), output_len=8), TOK, VOCAB, seed=0, fits=fits)
+    assert len(seen) == 2

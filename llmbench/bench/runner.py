@@ -126,12 +126,9 @@ def _measure(req: RunRequest, backend: Backend, events: RunEvents, state: _Measu
     def specs_for(salt: int) -> list[RequestSpec]:
         if salt not in specs_by_salt:
             fits = context_check(backend.max_model_len, backend.name)
-            specs = build_requests(
+            specs_by_salt[salt] = build_requests(
                 scenario.workload, backend.tokenizer, backend.vocab_size, scenario.seed, salt, fits
             )
-            for spec in specs if fits else ():  # file workloads are read whole first
-                fits(spec.request_id, spec.input_len, spec.max_tokens)
-            specs_by_salt[salt] = specs
         return specs_by_salt[salt]
 
     repeats = [req.repeat_index] if req.repeat_index is not None else list(range(scenario.repeats))

@@ -172,8 +172,21 @@ def load_run(path: Path) -> Run:
     return Run(path, meta, summary)
 
 
+NO_RUN = "holds no run folder (none with meta.json)"  # a path given that holds nothing to read
+
+
+def distinct(paths: list[Path]) -> list[Path]:
+    """The paths given, each folder once: a repeat, or a folder inside another one given, is dropped (it
+    would be read twice, or said to hold nothing since its runs were read already); a missing one stays,
+    to be reported."""
+    out: dict[Path, Path] = {}
+    for path in map(Path, paths):
+        out.setdefault(path.resolve(), path)
+    return [p for key, p in out.items() if not (p.exists() and any(other in key.parents for other in out))]
+
+
 def find_runs(paths: list[Path]) -> tuple[list[Run], list[Problem]]:
-    """Every run folder at or below ``paths`` (sorted), and what could not be read there."""
+    """Every run folder at or below ``paths`` (sorted, each once), and what could not be read there."""
     runs: list[Run] = []
     problems: list[Problem] = []
     seen: set[Path] = set()
@@ -196,8 +209,7 @@ def find_runs(paths: list[Path]) -> tuple[list[Run], list[Problem]]:
         for c in children:
             visit(c)
 
-    for path in paths:
-        path = Path(path)
+    for path in distinct(paths):
         if not path.exists():
             problems.append(Problem(path, "no such file or directory"))
         elif not path.is_dir():
@@ -206,6 +218,6 @@ def find_runs(paths: list[Path]) -> tuple[list[Run], list[Problem]]:
             before = len(runs) + len(problems)
             visit(path)
             if len(runs) + len(problems) == before:
-                problems.append(Problem(path, "holds no run folder (none with meta.json)"))
+                problems.append(Problem(path, NO_RUN))
     runs.sort(key=lambda r: str(r.path))
     return runs, problems

@@ -29,7 +29,7 @@ import pandas as pd
 from llmbench.bench.metrics import METRICS, REQUEST_LEVEL
 from llmbench.bench.report import warning_flags
 from llmbench.bench.report.kept import first_line, read_object, sound_run
-from llmbench.bench.store import Problem, Run, find_runs
+from llmbench.bench.store import NO_RUN, Problem, Run, find_runs
 from llmbench.bench.summary import interval
 
 TIDY_COLUMNS = (
@@ -145,7 +145,7 @@ class Group:
 def load_groups(paths: list[Any]) -> tuple[list[Group], list[Problem]]:
     """Runs grouped (incomplete ones in groups of their own, see the module docstring); folders that
     cannot be read become problems."""
-    found, problems = find_runs(_distinct(paths))
+    found, problems = find_runs(paths)
     problems = [_explained(p) for p in problems]
     groups: dict[tuple[str, str, str, bool], Group] = {}
     for found_run in found:
@@ -166,20 +166,9 @@ def load_groups(paths: list[Any]) -> tuple[list[Group], list[Problem]]:
     return out, problems
 
 
-def _distinct(paths: list[Any]) -> list[Path]:
-    """The paths given, each folder once: a repeat, or a folder inside another one given, is dropped (it
-    would be read twice, or said to hold nothing since its runs were read already)."""
-    out: dict[Path, Path] = {}
-    for path in map(Path, paths):
-        key = path.resolve()
-        if key not in out:
-            out[key] = path
-    return [p for key, p in out.items() if not any(other in key.parents for other in out)]
-
-
 def _explained(problem: Problem) -> Problem:
     """A folder holding no run, said better when it is an ablation: what its ablation.json recorded."""
-    if not problem.reason.startswith("holds no run folder"):
+    if problem.reason != NO_RUN:
         return problem
     records = sorted(Path(problem.path).rglob(ABLATION_FILE))
     if not records:

@@ -32,18 +32,22 @@ def build_requests(
     fits: Fits | None = None,
 ) -> list[RequestSpec]:
     """``fits(request_id, prompt_tokens, output_tokens)`` raises for a request the backend cannot take;
-    synthetic workloads and traces call it on their lengths before drawing any token."""
+    every request passes it, synthetic ones and traces before any token is drawn."""
     rng = np.random.default_rng(seed)
     token_rng = np.random.default_rng([seed, salt])
     if workload.source == "synthetic":
         return synthetic_requests(workload, vocab_size, rng, token_rng, fits)
     if workload.source == "shared_prefix":
         return shared_prefix_requests(workload, vocab_size, rng, token_rng, fits)
+    if workload.source == "trace":
+        return trace_requests(workload, vocab_size, token_rng, fits)
     if workload.source == "file":
-        return prompt_file_requests(workload, encoder, vocab_size, rng)
-    if workload.source == "sharegpt":
-        return sharegpt_requests(workload, encoder, rng)
-    return trace_requests(workload, vocab_size, token_rng, fits)
+        specs = prompt_file_requests(workload, encoder, vocab_size, rng)
+    else:
+        specs = sharegpt_requests(workload, encoder, rng)
+    for spec in specs if fits else ():  # their lengths are known once their text is encoded
+        fits(spec.request_id, spec.input_len, spec.max_tokens)
+    return specs
 
 
 def context_check(max_model_len: int | None, backend: str) -> Fits | None:
