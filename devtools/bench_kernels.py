@@ -437,15 +437,20 @@ def decode_case(
 def prefill_case(
     env: Env, T: int, context: int, block_size: int, Hq: int, Hk: int, D: int,
     config: PrefillConfig | None = None, check_it: bool = True, kv_dtype: torch.dtype | None = None,
-    v_as_k: bool = False,
+    v_as_k: bool = False, prompts: tuple[int, int] | None = None,
 ) -> list[Row]:  # fmt: skip
+    """One chunk of ``T`` query tokens after ``context`` cached ones; with ``prompts`` (shortest, longest),
+    a step's worth of whole prompts instead, their lengths uniform in that range and summing to ``T`` (a
+    served batch's prefill step; ``context`` ignored)."""
+    lens = [T] if prompts is None else prompt_lengths(T, *prompts)
+    context = 0 if prompts is not None else context
     k_cache, v_cache, block_tables, scales = paged_cache(
-        env, 1, context + T, block_size, Hk, D, kv_dtype, v_as_k
+        env, len(lens), context + max(lens), block_size, Hk, D, kv_dtype, v_as_k
     )
     q = env.t(T, Hq, D)
-    qsl = torch.tensor([0, T], device=env.device, dtype=torch.int32)
-    seq_lens = torch.tensor([context + T], device=env.device, dtype=torch.int32)
-    args = (q, k_cache, v_cache, block_tables, qsl, seq_lens, T, D**-0.5)
+    qsl = torch.tensor([0, *itertools.accumulate(lens)], device=env.device, dtype=torch.int32)
+    seq_lens = torch.tensor([context + n for n in lens], device=env.device, dtype=torch.int32)
+    args = (q, k_cache, v_cache, block_tables, qsl, seq_lens, max(lens), D**-0.5)
     run = lambda: prefill_attention(*args, config=config, **scales)
     kv_name = " fp8_e4m3" if kv_dtype is not None else ""
     rel = (
@@ -455,8 +460,8 @@ def prefill_case(
         if check_it
         else None
     )
-    moved = 2 * nbytes(q) + 2 * (context + T) * Hk * D * k_cache.element_size()
-    flops = 4 * Hq * D * (T * context + T * (T + 1) / 2)  # QK^T and PV over the causal pairs
+    moved = 2 * nbytes(q) + 2 * (context * len(lens) + T) * Hk * D * k_cache.element_size()
+    flops = 4 * Hq * D * sum(n * context + n * (n + 1) / 2 for n in lens)  # QK^T and PV, causal pairs
     name = (
         "paged_prefill"
         + kv_name
@@ -466,10 +471,19 @@ def prefill_case(
             else ""
         )
     )
-    shape = f"T={T} ctx={context} {Hq}/{Hk}x{D} page {block_size}" + (
-        " V as K" if kv_dtype and v_as_k else ""
-    )
+    held = f"{len(lens)} prompts of {prompts[0]}-{prompts[1]}" if prompts else f"ctx={context}"
+    shape = f"T={T} {held} {Hq}/{Hk}x{D} page {block_size}" + (" V as K" if kv_dtype and v_as_k else "")
     return [row(name, shape, time_us(env, run), moved, rel, flops)]
+
+
+def prompt_lengths(total: int, shortest: int, longest: int) -> list[int]:
+    """Prompt lengths uniform in [shortest, longest] (seeded) until they sum to ``total``, the last one cut."""
+    gen = torch.Generator().manual_seed(total)
+    lens: list[int] = []
+    while sum(lens) < total:
+        n = int(torch.randint(shortest, longest + 1, (1,), generator=gen))
+        lens.append(min(n, total - sum(lens)))
+    return lens
 
 
 def tune(env: Env, kinds: list[str]) -> list[Row]:
@@ -568,6 +582,13 @@ def tune(env: Env, kinds: list[str]) -> list[Row]:
                         pcfg = PrefillConfig(block_m, block_n, num_warps, num_stages)
                         attempt(f"prefill-fp8 {pcfg}", prefill_case, T, T, 16, 32, 8, 128, config=pcfg,
                                 kv_dtype=FP8)  # fmt: skip
+    if "prefill-prompts" in kinds:  # a served batch's prefill step: whole prompts of 100-1024 tokens (0.6b)
+        T, span = (48, (5, 20)) if env.smoke else (8192, (100, 1024))
+        for block_m, block_n, num_warps, num_stages in itertools.product(
+            (64, 128), (32, 64, 128), (4, 8), (2, 3)
+        ):
+            pcfg = PrefillConfig(block_m, block_n, num_warps, num_stages)
+            attempt(f"prefill-prompts {pcfg}", prefill_case, T, 0, 16, 16, 8, 128, config=pcfg, prompts=span)
     if "prefill" in kinds:
         for block_m in (64, 128):
             for block_n in (32, 64, 128):
@@ -601,9 +622,9 @@ def main() -> None:
     )
     parser.add_argument("--json", type=Path, help="write the result rows to this JSON file")
     parser.add_argument(
-        "--tune", action="append", default=[], choices=["decode", "decode-fp8", "decode-fp8-mixed", "decode-batches", "decode-layout", "decode-fp8-tails", "decode-fp8-spread", "splits", "prefill", "prefill-fp8"],
+        "--tune", action="append", default=[], choices=["decode", "decode-fp8", "decode-fp8-mixed", "decode-batches", "decode-layout", "decode-fp8-tails", "decode-fp8-spread", "splits", "prefill", "prefill-fp8", "prefill-prompts"],
         help="first sweep tile configs (decode; over a float8 cache, decode-fp8 at the headline shape and "
-        "decode-fp8-mixed at 256 mixed lengths, decode-batches at 16-256 with split counts, decode-layout: pages by token or by head; prefill, prefill-fp8) or split-KV counts (splits); "
+        "decode-fp8-mixed at 256 mixed lengths, decode-batches at 16-256 with split counts, decode-layout: pages by token or by head; prefill, prefill-fp8, prefill-prompts: a step of whole 100-1024-token prompts) or split-KV counts (splits); "
         "repeatable, a few minutes each",
     )  # fmt: skip
     parser.add_argument(
@@ -666,6 +687,7 @@ def main() -> None:
         main_rows += prefill_case(env, 40, 0, 16, 4, 2, 64) + prefill_case(env, 20, 30, 16, 4, 2, 64)
         main_rows += prefill_case(env, 20, 30, 16, 4, 2, 64, kv_dtype=FP8)
         main_rows += prefill_case(env, 20, 30, 16, 4, 2, 64, kv_dtype=FP8, v_as_k=True)
+        main_rows += prefill_case(env, 48, 0, 16, 4, 2, 64, prompts=(5, 20))
     else:
         main_rows = read_ceiling_case(env, 1 << 30)  # 2 GiB of bf16
         main_rows += small_kernels(env, T=8192, H=4096, inter=12288, Hq=32, Hk=8, D=128)
@@ -696,6 +718,7 @@ def main() -> None:
                 main_rows += decode_case(env, batch, 2048, 16, 16, 8, 128, mixed=True, ordered=ordered)
         main_rows += decode_case(env, 200, 2048, 16, 16, 8, 128, mixed=True, ordered=True, kv_dtype=FP8)
         main_rows += prefill_case(env, 2048, 0, 16, 32, 8, 128)  # Qwen3-8B heads
+        main_rows += prefill_case(env, 8192, 0, 16, 16, 8, 128, prompts=(100, 1024))  # a served prefill step
         main_rows += prefill_case(env, 2048, 2048, 16, 32, 8, 128)  # a second chunk after a prefix
         main_rows += prefill_case(env, 2048, 2048, 16, 32, 8, 128, kv_dtype=FP8)
         main_rows += prefill_case(env, 2048, 2048, 16, 32, 8, 128, kv_dtype=FP8, v_as_k=True)

@@ -205,7 +205,8 @@ def test_decode_rows_taken_longest_first_keep_tokens(arch_model, monkeypatch):
     # a step without decodes (a prompt alone, as the GPU's warm-up runs) has no rows to order
     prompt = Sequence("p", list(range(9)), SamplingParams(max_tokens=1), 0.0)
     prompt.block_table = [0, 1]
-    assert llm.engine.runner.to_inputs(build_step([prompt], [9], BLOCK)).meta.decode_order is None
+    with torch.inference_mode():  # as the engine uploads its steps (its buffers are inference tensors)
+        assert llm.engine.runner.to_inputs(build_step([prompt], [9], BLOCK)).meta.decode_order is None
 
 
 @pytest.mark.slow
