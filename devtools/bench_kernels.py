@@ -41,10 +41,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from llmbench.kernels._triton import jit, tl  # noqa: E402
+from llmbench.kernels._triton import jit, num_sms, tl  # noqa: E402
 from llmbench.kernels.activation import silu_and_mul, silu_and_mul_ref  # noqa: E402
 from llmbench.kernels.attention_prologue import attention_prologue, attention_prologue_ref  # noqa: E402
 from llmbench.kernels.decode_config import (  # noqa: E402
+    SLICE_TILE,
     DecodeConfig,
     choose_num_splits,
     default_decode_config,
@@ -347,7 +348,7 @@ def decode_case(
     config: DecodeConfig | None = None, num_splits: int | None = None, with_ref_time: bool = False, check_it: bool = True,
     mixed: bool = False, split_tokens: int | None = None, kv_dtype: torch.dtype | None = None,
     ordered: bool = False, v_as_k: bool = False, shortest: float | None = None, uniform: bool = False,
-    heads_first: bool = False,
+    heads_first: bool = False, per_step_sm: int | None = None,
 ) -> list[Row]:  # fmt: skip
     """``mixed``: context lengths uniform in [context/10, context] (a served batch) instead of all equal,
     ``shortest``: in [shortest x context, context]; bandwidth then counts the K/V actually read. ``kv_dtype``: a float8 cache (see ``paged_cache``).
@@ -367,6 +368,9 @@ def decode_case(
     )
     max_context = -(-context // block_size) * block_size
     splits = num_splits or choose_num_splits(B, Hk, max_context, config, torch.device(env.device))
+    if per_step_sm:  # slices of one length chosen from this batch's contexts: about this many programs an SM
+        programs = per_step_sm * num_sms(torch.device(env.device))
+        split_tokens = max(1, -(-int(lens.sum()) * Hk // (programs * SLICE_TILE))) * SLICE_TILE
     if split_tokens:
         splits = -(-max_context // split_tokens)
 
@@ -405,6 +409,7 @@ def decode_case(
         else f"ctx={context}"
     )
     cut = f"slices of {split_tokens}" if split_tokens else f"splits {splits}"
+    cut += f" ({per_step_sm} programs an SM)" if per_step_sm else ""
     shape = f"B={B} {ctx} {Hq}/{Hk}x{D} page {block_size} {cut}" + (" longest first" if ordered else "")
     shape += " V as K" if fp8 and v_as_k else ""
     shape += " uniform tiles" if uniform else ""
@@ -531,6 +536,12 @@ def tune(env: Env, kinds: list[str]) -> list[Row]:
                     attempt(f"decode-batches {cfg} splits {splits}", decode_case, batch, ctx // 2, 16, 16, 8,
                             128, config=cfg, num_splits=splits, kv_dtype=kv_dtype, mixed=True,
                             ordered=True)  # fmt: skip
+    if "decode-slices" in kinds:  # the run's narrower batches: slices sized per step against the default cut
+        for batch in (4, 6) if env.smoke else (16, 32, 48, 64, 96, 128):
+            attempt("decode-slices", decode_case, batch, ctx // 2, 16, 16, 8, 128, mixed=True, ordered=True)
+            for per_sm in (4, 8, 16):
+                attempt(f"decode-slices {per_sm}", decode_case, batch, ctx // 2, 16, 16, 8, 128, mixed=True,
+                        ordered=True, per_step_sm=per_sm, check_it=per_sm == 8)  # fmt: skip
     if "decode-layout" in kinds:  # bf16 pages by token (the pool's) or by head, at the batches a run drains
         for batch, page, heads_first in itertools.product((64, 128, 192, 256), (16, 64), (False, True)):
             for cfg in (None, DecodeConfig(64, 2, 3), DecodeConfig(128, 4, 3), DecodeConfig(64, 4, 4)):
@@ -622,9 +633,9 @@ def main() -> None:
     )
     parser.add_argument("--json", type=Path, help="write the result rows to this JSON file")
     parser.add_argument(
-        "--tune", action="append", default=[], choices=["decode", "decode-fp8", "decode-fp8-mixed", "decode-batches", "decode-layout", "decode-fp8-tails", "decode-fp8-spread", "splits", "prefill", "prefill-fp8", "prefill-prompts"],
+        "--tune", action="append", default=[], choices=["decode", "decode-fp8", "decode-fp8-mixed", "decode-batches", "decode-layout", "decode-fp8-tails", "decode-fp8-spread", "splits", "prefill", "prefill-fp8", "prefill-prompts", "decode-slices"],
         help="first sweep tile configs (decode; over a float8 cache, decode-fp8 at the headline shape and "
-        "decode-fp8-mixed at 256 mixed lengths, decode-batches at 16-256 with split counts, decode-layout: pages by token or by head; prefill, prefill-fp8, prefill-prompts: a step of whole 100-1024-token prompts) or split-KV counts (splits); "
+        "decode-fp8-mixed at 256 mixed lengths, decode-batches at 16-256 with split counts, decode-layout: pages by token or by head; prefill, prefill-fp8, prefill-prompts: a step of whole 100-1024-token prompts; decode-slices: slices sized per batch) or split-KV counts (splits); "
         "repeatable, a few minutes each",
     )  # fmt: skip
     parser.add_argument(
