@@ -54,6 +54,7 @@ bench-check:  # the GPU-only tests, the machine's peaks, the kernels at real siz
 	PYTHONPATH=. $(PYTHON) devtools/bench_kernels.py --tune decode-layout --tune-only --json $(BENCH_OUT)/kernels-layout.json
 	PYTHONPATH=. $(PYTHON) devtools/bench_kernels.py --tune prefill-prompts --tune-only --json $(BENCH_OUT)/kernels-prefill-prompts.json
 	PYTHONPATH=. $(PYTHON) devtools/bench_kernels.py --tune decode-slices --tune-only --json $(BENCH_OUT)/kernels-slices.json
+	PYTHONPATH=. $(PYTHON) devtools/bench_kernels.py --tune prefill-lengths --tune-only --json $(BENCH_OUT)/kernels-prefill-lengths.json
 
 bench-runs:  # every scenario under scenarios/bench/ at the defaults
 	for f in scenarios/bench/*.yaml; do $(LLMBENCH) run $$f --out $(BENCH_OUT) || exit 1; done

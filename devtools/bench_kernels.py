@@ -593,6 +593,14 @@ def tune(env: Env, kinds: list[str]) -> list[Row]:
                         pcfg = PrefillConfig(block_m, block_n, num_warps, num_stages)
                         attempt(f"prefill-fp8 {pcfg}", prefill_case, T, T, 16, 32, 8, 128, config=pcfg,
                                 kv_dtype=FP8)  # fmt: skip
+    if "prefill-lengths" in kinds:  # single prompts and served steps: the default tiles against small ones
+        small = (PrefillConfig(64, 32, 4, 2), PrefillConfig(64, 64, 4, 3))
+        for Hq, T in itertools.product((16, 32), (24, 40) if env.smoke else (256, 512, 1024, 2048, 4096)):
+            for pcfg in (None, *small):
+                attempt(f"prefill-lengths {pcfg}", prefill_case, T, 0, 16, Hq, 8, 128, config=pcfg)
+        for Hq, pcfg in itertools.product((16, 32), (None, *small)):
+            T, span = (48, (5, 20)) if env.smoke else (8192, (100, 1024))
+            attempt(f"prefill-lengths {pcfg}", prefill_case, T, 0, 16, Hq, 8, 128, config=pcfg, prompts=span)
     if "prefill-prompts" in kinds:  # a served batch's prefill step: whole prompts of 100-1024 tokens (0.6b)
         T, span = (48, (5, 20)) if env.smoke else (8192, (100, 1024))
         for block_m, block_n, num_warps, num_stages in itertools.product(
@@ -633,9 +641,9 @@ def main() -> None:
     )
     parser.add_argument("--json", type=Path, help="write the result rows to this JSON file")
     parser.add_argument(
-        "--tune", action="append", default=[], choices=["decode", "decode-fp8", "decode-fp8-mixed", "decode-batches", "decode-layout", "decode-fp8-tails", "decode-fp8-spread", "splits", "prefill", "prefill-fp8", "prefill-prompts", "decode-slices"],
+        "--tune", action="append", default=[], choices=["decode", "decode-fp8", "decode-fp8-mixed", "decode-batches", "decode-layout", "decode-fp8-tails", "decode-fp8-spread", "splits", "prefill", "prefill-fp8", "prefill-prompts", "prefill-lengths", "decode-slices"],
         help="first sweep tile configs (decode; over a float8 cache, decode-fp8 at the headline shape and "
-        "decode-fp8-mixed at 256 mixed lengths, decode-batches at 16-256 with split counts, decode-layout: pages by token or by head; prefill, prefill-fp8, prefill-prompts: a step of whole 100-1024-token prompts; decode-slices: slices sized per batch) or split-KV counts (splits); "
+        "decode-fp8-mixed at 256 mixed lengths, decode-batches at 16-256 with split counts, decode-layout: pages by token or by head; prefill, prefill-fp8, prefill-prompts: a step of whole 100-1024-token prompts; prefill-lengths: default against small tiles by prompt length; decode-slices: slices sized per batch) or split-KV counts (splits); "
         "repeatable, a few minutes each",
     )  # fmt: skip
     parser.add_argument(
