@@ -485,15 +485,18 @@ def prompt_lengths(total: int, shortest: int, longest: int) -> list[int]:
     """Prompt lengths uniform in [shortest, longest] (seeded) until they sum to ``total``, the last one cut."""
     gen = torch.Generator().manual_seed(total)
     lens: list[int] = []
-    while sum(lens) < total:
-        n = int(torch.randint(shortest, longest + 1, (1,), generator=gen))
-        lens.append(min(n, total - sum(lens)))
+    left = total
+    while left > 0:
+        lens.append(min(int(torch.randint(shortest, longest + 1, (1,), generator=gen)), left))
+        left -= lens[-1]
     return lens
 
 
 def tune(env: Env, kinds: list[str]) -> list[Row]:
     """Sweep tile configs at the headline shapes; a config that does not compile is reported and skipped."""
     B, ctx, T = (2, 64, 40) if env.smoke else (64, 4096, 2048)
+    # a served prefill step: whole prompts of these lengths summing to this many tokens (prefill_case)
+    step_tokens, prompts = (48, (5, 20)) if env.smoke else (8192, (100, 1024))
     rows: list[Row] = []
 
     def attempt(label: str, case: Callable[..., list[Row]], *args: object, **kwargs: object) -> None:
@@ -599,15 +602,13 @@ def tune(env: Env, kinds: list[str]) -> list[Row]:
             for pcfg in (None, *small):
                 attempt(f"prefill-lengths {pcfg}", prefill_case, T, 0, 16, Hq, 8, 128, config=pcfg)
         for Hq, pcfg in itertools.product((16, 32), (None, *small)):
-            T, span = (48, (5, 20)) if env.smoke else (8192, (100, 1024))
-            attempt(f"prefill-lengths {pcfg}", prefill_case, T, 0, 16, Hq, 8, 128, config=pcfg, prompts=span)
-    if "prefill-prompts" in kinds:  # a served batch's prefill step: whole prompts of 100-1024 tokens (0.6b)
-        T, span = (48, (5, 20)) if env.smoke else (8192, (100, 1024))
-        for block_m, block_n, num_warps, num_stages in itertools.product(
-            (64, 128), (32, 64, 128), (4, 8), (2, 3)
-        ):
-            pcfg = PrefillConfig(block_m, block_n, num_warps, num_stages)
-            attempt(f"prefill-prompts {pcfg}", prefill_case, T, 0, 16, 16, 8, 128, config=pcfg, prompts=span)
+            attempt(f"prefill-lengths {pcfg}", prefill_case, step_tokens, 0, 16, Hq, 8, 128, config=pcfg,
+                    prompts=prompts)  # fmt: skip
+    if "prefill-prompts" in kinds:  # every tiling on a served prefill step (qwen3-0.6b's heads)
+        for tiling in itertools.product((64, 128), (32, 64, 128), (4, 8), (2, 3)):
+            pcfg = PrefillConfig(*tiling)
+            attempt(f"prefill-prompts {pcfg}", prefill_case, step_tokens, 0, 16, 16, 8, 128, config=pcfg,
+                    prompts=prompts)  # fmt: skip
     if "prefill" in kinds:
         for block_m in (64, 128):
             for block_n in (32, 64, 128):

@@ -238,6 +238,19 @@ def test_trace_replay_lengths_and_offsets(tmp_path, suffix):
     assert [r.arrival for r in reqs] == [0.0, 1.0, 4.0]
 
 
+def context_check(context: int):
+    """A ``fits`` for build_requests that records (id, prompt, output) of each request it is asked about
+    and refuses one longer than ``context``."""
+    seen: list[tuple[str, int, int]] = []
+
+    def fits(request_id: str, prompt: int, output: int) -> None:
+        seen.append((request_id, prompt, output))
+        if prompt + output > context:
+            raise WorkloadError(f"request {request_id} too long")
+
+    return seen, fits
+
+
 def test_trace_errors_name_the_problem(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("time,input_len\n1,2\n")
@@ -255,16 +268,10 @@ def test_trace_errors_name_the_problem(tmp_path):
     scaled = build_requests(wl(source="trace", path=str(path), time_scale=1e-6), TOK, VOCAB, seed=0)
     assert [r.arrival for r in scaled] == [0.0, 1000.0]
     path.write_text("timestamp,input_len,output_len\n0,2,2\n1,9000000,2\n")  # refused on its length
-    seen = []
-
-    def fits(request_id: str, prompt: int, output: int) -> None:
-        seen.append(request_id)
-        if prompt + output > 4096:
-            raise WorkloadError(f"request {request_id} too long")
-
+    seen, fits = context_check(4096)
     with pytest.raises(WorkloadError, match="request 1 too long"):
         build_requests(wl(source="trace", path=str(path)), TOK, VOCAB, seed=0, fits=fits)
-    assert seen == ["0", "1"]
+    assert [r for r, _, _ in seen] == ["0", "1"]
 
 
 def test_missing_file_is_caught_by_the_schema(tmp_path):
@@ -283,13 +290,7 @@ def test_lengths_are_checked_before_any_token_is_drawn(source, monkeypatch):
         raise AssertionError("tokens drawn before the lengths were checked")
 
     monkeypatch.setattr(synthetic, "_tokens", no_tokens)
-    seen = []
-
-    def fits(request_id: str, prompt: int, output: int) -> None:
-        seen.append((request_id, prompt, output))
-        if prompt + output > 4096:
-            raise WorkloadError(f"request {request_id} too long")
-
+    seen, fits = context_check(4096)
     extra = {"prefix_len": 100, "num_prefixes": 2} if source == "shared_prefix" else {}
     w = wl(source=source, num_requests=3, input_len=9_000_000, output_len=8, **extra)
     with pytest.raises(WorkloadError, match="request 0 too long"):
@@ -310,13 +311,7 @@ def test_lengths_and_request_counts_past_any_model_are_scenario_errors():
 def test_requests_of_a_prompt_file_pass_the_context_check_too(tmp_path):
     path = tmp_path / "p.txt"
     path.write_text("short\n" + "long " * 2000 + "\n")
-    seen = []
-
-    def fits(request_id: str, prompt: int, output: int) -> None:
-        seen.append(request_id)
-        if prompt + output > 4096:
-            raise WorkloadError(f"request {request_id} too long")
-
+    seen, fits = context_check(4096)
     with pytest.raises(WorkloadError, match="too long"):
         build_requests(wl(source="file", path=str(path), output_len=8), TOK, VOCAB, seed=0, fits=fits)
     assert len(seen) == 2
