@@ -13,7 +13,12 @@ from llmbench.engine.config import ConfigError, EngineConfig, Tuning, check_opti
 from llmbench.engine.facts import Facts, ModelFacts
 from llmbench.engine.option_checks import ENGINE_CHECKS
 from llmbench.engine.resolve import resolve
-from llmbench.engine.resolve_tuning import PROGRAMMATIC_LAUNCH_ROWS, SKINNY_MATMUL_ROWS, default_buckets
+from llmbench.engine.resolve_tuning import (
+    PREFILL_NARROW_TILES_UP_TO,
+    PROGRAMMATIC_LAUNCH_ROWS,
+    SKINNY_MATMUL_ROWS,
+    default_buckets,
+)
 from llmbench.models.presets import PRESETS
 from llmbench.suggest import did_you_mean
 
@@ -90,8 +95,8 @@ def message(**options) -> str:
             "attention_backend: unsupported 'xformers'; supported: auto, torch, sdpa, triton, flash_attn",
         ),
         (
-            {"tuning": {"skinny_matmul_rows": 65}},
-            "tuning.skinny_matmul_rows: expected an integer in 0..64 or auto, got 65",
+            {"tuning": {"skinny_matmul_rows": 257}},
+            "tuning.skinny_matmul_rows: expected an integer in 0..256 or auto, got 257",
         ),
         (
             {"tuning": {"decode_split_tokens": 100}},
@@ -128,13 +133,13 @@ def message(**options) -> str:
             {"tuning": {"skinny_rows": 1}},
             "tuning.skinny_rows: unknown tuning knob (did you mean 'skinny_matmul_rows'?); valid: compile_mode, cuda_graph_buckets, "
             "decode_longest_first, decode_split_tokens, decode_uniform_tiling, graph_sampling, kv_cache_scale, "
-            "mixed_step_decodes, prefill_graph_tokens, prefill_graphs, programmatic_launch_rows, skinny_fusion, skinny_matmul_rows, "
+            "mixed_step_decodes, prefill_graph_tokens, prefill_graphs, prefill_narrow_tiles_up_to, programmatic_launch_rows, skinny_fusion, skinny_matmul_rows, "
             "tp_all_reduce, tp_fuse_matmul, tp_fuse_norm",
         ),
         (
             {"tuning": 5},
             "tuning: expected a mapping of tuning knobs (cuda_graph_buckets, decode_split_tokens, decode_longest_first, "
-            "decode_uniform_tiling, mixed_step_decodes, graph_sampling, prefill_graphs, prefill_graph_tokens, programmatic_launch_rows, "
+            "decode_uniform_tiling, mixed_step_decodes, graph_sampling, prefill_graphs, prefill_graph_tokens, prefill_narrow_tiles_up_to, programmatic_launch_rows, "
             "skinny_matmul_rows, skinny_fusion, tp_all_reduce, "
             "tp_fuse_norm, tp_fuse_matmul, compile_mode, kv_cache_scale), got 5",
         ),
@@ -233,6 +238,7 @@ def test_on_the_cpu_everything_resolves_to_the_plain_paths():
     assert (r.triton_kernels, r.cuda_graph, r.async_scheduling, r.prefix_cache) == (False, False, False, True)
     assert r.max_model_len == 4096  # the model's max_position_embeddings, under the 8192 default cap
     assert r.tuning.cuda_graph_buckets == () and r.tuning.skinny_matmul_rows == 0
+    assert r.tuning.prefill_narrow_tiles_up_to == 0  # no Triton prefill kernel to tune
     assert (r.tuning.skinny_fusion, r.tuning.tp_all_reduce) == ("none", "none")
     assert not r.tuning.tp_fuse_norm and not r.tuning.tp_fuse_matmul
 
@@ -244,6 +250,8 @@ def test_on_an_h200_the_fast_paths_are_chosen():
     assert r.tuning.cuda_graph_buckets == tuple(default_buckets(256))
     assert r.tuning.cuda_graph_buckets[:6] == (1, 2, 4, 8, 16, 32) and r.tuning.cuda_graph_buckets[-1] == 256
     assert r.tuning.skinny_matmul_rows == SKINNY_MATMUL_ROWS > 1 and r.tuning.tp_all_reduce == "none"
+    assert r.tuning.prefill_narrow_tiles_up_to == PREFILL_NARROW_TILES_UP_TO > 0
+    assert resolved(h200s(), tuning={"prefill_narrow_tiles_up_to": 0}).tuning.prefill_narrow_tiles_up_to == 0
     # the skinny matmul past one row only over the rows programmatic launch covers, at tp=1
     assert resolved(h200s(), tuning={"programmatic_launch_rows": 16}).tuning.skinny_matmul_rows == 16
     assert resolved(h200s(), tuning={"programmatic_launch_rows": 256}).tuning.skinny_matmul_rows == 64
@@ -401,6 +409,12 @@ def test_the_cpu_at_tp2_uses_gloo_without_fusions():
             {"tuning": {"decode_split_tokens": 64}},
             "tuning.decode_split_tokens tunes the Triton decode kernel: it needs attention_backend='triton', "
             "got 'sdpa'",
+        ),
+        (
+            CPU,
+            {"tuning": {"prefill_narrow_tiles_up_to": 512}},
+            "tuning.prefill_narrow_tiles_up_to tunes the Triton prefill kernel: it needs "
+            "attention_backend='triton', got 'sdpa'",
         ),
         (
             CPU,

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils._device import _device_constructors
@@ -64,7 +65,7 @@ from llmbench.kernels.skinny_matmul import (  # noqa: E402
     tiles_for,
 )
 from llmbench.kernels.triton_decode import decode_attention  # noqa: E402
-from llmbench.kernels.triton_prefill import PrefillConfig, prefill_attention  # noqa: E402
+from llmbench.kernels.triton_prefill import PrefillConfig, default_prefill_config, prefill_attention  # noqa: E402
 from llmbench.layers.attention.backends import TritonBackend  # noqa: E402
 from llmbench.layers.attention.flash import FlashAttnBackend  # noqa: E402
 from llmbench.layers.attention.metadata import AttentionMetadata, leading_decodes  # noqa: E402
@@ -119,7 +120,8 @@ def check(name: str, out: torch.Tensor, ref: torch.Tensor, s: Setting) -> None:
 # --- the skinny matmul of decode steps ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("rows", [1, 2, 3, 8, 17, 64])  # from two rows on, the tensor-core form
+@pytest.mark.parametrize("rows", [1, 2, 3, 8, 17, 64, 100])  # from two rows on, the tensor-core form
+# (above 64 rows in blocks of rows, the last one masked)
 @pytest.mark.parametrize("N,K,bias", [(64, 256, False), (37, 100, True), (96, 1024, False), (5, 17, True)])
 def test_skinny_matmul_matches_reference(setting: Setting, rows: int, N: int, K: int, bias: bool) -> None:
     # N, K not multiples of the tiles (masked loads), one row and several, with and without bias
@@ -140,12 +142,16 @@ def test_skinny_matmul_matches_reference(setting: Setting, rows: int, N: int, K:
         Tiles(16, 32, 4, 3),
         Tiles(16, 32, 4, 2, dot=True),
         Tiles(64, 64, 4, 3, dot=True),
+        Tiles(2, 16, 1, 1, block_m=4),
+        Tiles(16, 32, 4, 2, dot=True, block_m=16),
     ],
 )
 def test_skinny_matmul_any_tiling_matches_reference(setting: Setting, tiles: Tiles) -> None:
-    # tiles that divide N and K (no masks) and ones that do not, as devtools/bench_gemv.py --sweep tries them
+    # tiles that divide N and K (no masks) and ones that do not, as devtools/bench_gemv.py --sweep tries them;
+    # with blocks of rows, more rows than one block holds (the last block masked)
+    rows = 3 * tiles.block_m - 1 if tiles.block_m else 1
     for N, K in ((64, 128), (50, 90)):
-        x = torch.randn(1, K, device=setting.device, dtype=setting.dtype)
+        x = torch.randn(rows, K, device=setting.device, dtype=setting.dtype)
         weight = torch.randn(N, K, device=setting.device, dtype=setting.dtype) / K**0.5
         check(
             f"skinny_matmul {tiles} {N}x{K}",
@@ -186,10 +192,12 @@ def test_skinny_norm_matmul_matches_reference(
     residual = torch.randn(rows, K, **kw) if with_residual else None
     norm_weight = torch.rand(K, **kw) + 0.5
     weight = torch.randn(N, K, **kw) / K**0.5
-    y, h = skinny_norm_matmul(x, residual, norm_weight, 1e-6, weight)
     ref_y, ref_h = skinny_norm_matmul_ref(x, residual, norm_weight, 1e-6, weight)
-    check("skinny_norm_matmul", y, ref_y, setting)
-    check("skinny_norm_matmul residual", h, ref_h, setting)
+    # all rows in one program's tile, and in blocks of 16 rows (each block's first program writes its h)
+    for tiles in (None, Tiles(16, 32, 4, 2, dot=True, block_m=16)):
+        y, h = skinny_norm_matmul(x, residual, norm_weight, 1e-6, weight, tiles=tiles)
+        check(f"skinny_norm_matmul {tiles}", y, ref_y, setting)
+        check(f"skinny_norm_matmul residual {tiles}", h, ref_h, setting)
 
 
 @pytest.mark.parametrize("rows", [1, 3, MAX_ROWS + 2])
@@ -298,6 +306,17 @@ def test_allreduce_norm_rejects_what_cannot_meet() -> None:
         allreduce_norm(a, a, 0, (1, 16), torch.float32, None, weight, 1e-6)
 
 
+def test_skinny_matmul_allreduce_refuses_blocks_of_rows(setting: Setting) -> None:
+    # its last programs sum every row: a block of the rows per program would sum the others' rows too
+    kw = dict(device=setting.device, dtype=setting.dtype)
+    x, weight = torch.randn(5, 48, **kw), torch.randn(40, 48, **kw)
+    buffers = [mark_empty(torch.empty(1, 5, 40, **kw))]
+    with pytest.raises(ValueError, match="takes all 5 rows in one program's tile, not 4"):
+        skinny_matmul_allreduce(
+            x, weight, None, _addresses(buffers), 0, None, tiles=Tiles(2, 16, 1, 1, block_m=4)
+        )
+
+
 def _empty_marks(t: torch.Tensor) -> torch.Tensor:
     """Where ``t`` holds -0.0, the receive buffers' mark of an element not yet written."""
     return (t == 0) & torch.signbit(t)
@@ -338,7 +357,10 @@ def test_skinny_matmul_allreduce_matches_reference_and_empties_its_buffer(
     assert torch.equal(h, ref_h)
     ref2_h, ref_squares = skinny_matmul_allreduce_ref(xs, weights, bias, residual, gated, block)
     check("skinny_matmul_allreduce_ref", h, ref2_h, setting)
-    torch.testing.assert_close(squares, ref_squares, rtol=1e-4, atol=1e-4)
+    check("skinny_matmul_allreduce_ref squares", squares, ref_squares, setting)
+    # the squares of the sum as the kernel rounded it (the reference's products may round otherwise in bf16)
+    own = F.pad(ref_h.float() ** 2, (0, -N % block)).view(rows, -1, block).sum(-1)
+    torch.testing.assert_close(squares, own, rtol=1e-4, atol=1e-4)
     assert _empty_marks(buffers[rank]).all(), "this rank's receive buffer was not emptied"
     for q in range(world):
         if q != rank:
@@ -816,6 +838,42 @@ def test_leading_decodes_counts_the_one_row_sequences_in_front() -> None:
 def test_paged_prefill_long_prompt_matches_reference(setting: Setting) -> None:
     # Several 128-row query tiles with the default (GPU) tiles, after a prefix hit.
     run_prefill(setting, [300, 1], [45, 200], 4, 1, 128, 16)
+
+
+def test_prefill_narrow_tiles_up_to_a_longest_query_then_wide_ones() -> None:
+    # bf16, qwen3-0.6b's 16/8 heads: 64-row tiles of 64 keys up to the threshold, 128 x 128 past it; 0 keeps
+    # the wide tiles wherever the queries fill them; a float8 cache keeps its own tiles
+    def tiles(max_query_len: int, narrow_up_to: int, fp8: bool = False) -> tuple[int, int]:
+        c = default_prefill_config(max_query_len, 2, 128, torch.bfloat16, fp8, narrow_up_to)
+        return c.block_m, c.block_n
+
+    assert tiles(1024, 1024) == (64, 64) and tiles(100, 1024) == (64, 64)
+    assert tiles(1025, 1024) == (128, 128) and tiles(100, 0) == (128, 128)
+    assert tiles(20, 0) == tiles(20, 1024) == (64, 64)  # too short to fill wide tiles either way
+    assert tiles(100, 1024, fp8=True) == (128, 64)
+
+
+def test_triton_backend_takes_its_prefill_tiles_from_the_threshold(setting: Setting) -> None:
+    # the backend passes its threshold down: a step longer than it and one within it, both as the reference
+    query_lens, context_lens = [70, 1, 33], [0, 40, 17]
+    seq_lens = [q + c for q, c in zip(query_lens, context_lens, strict=True)]
+    k_cache, v_cache, block_tables = random_paged_cache(setting, seq_lens, 16, 2, 64)
+    q = torch.randn(sum(query_lens), 4, 64, device=setting.device, dtype=setting.dtype)
+    qsl = torch.tensor([0, *itertools.accumulate(query_lens)], device=setting.device, dtype=torch.int32)
+    sl = torch.tensor(seq_lens, device=setting.device, dtype=torch.int32)
+    meta = AttentionMetadata(
+        slot_mapping=torch.zeros(len(q), dtype=torch.int64, device=setting.device),
+        query_start_loc=qsl, seq_lens=sl, block_tables=block_tables, max_query_len=max(query_lens),
+        max_seq_len=max(seq_lens), query_lens_cpu=query_lens, seq_lens_cpu=seq_lens, num_decodes=0,
+    )  # fmt: skip
+    ref = paged_attention_prefill_ref(q, k_cache, v_cache, block_tables, qsl, sl, max(query_lens), 0.125)
+    for narrow in (0, 64, 1024):
+        check(
+            f"prefill, narrow up to {narrow}",
+            TritonBackend(None, narrow).attend(q, k_cache, v_cache, meta, 0.125),
+            ref,
+            setting,
+        )
 
 
 # --- contracts around the kernels --------------------------------------------------------------------

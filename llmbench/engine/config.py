@@ -94,6 +94,11 @@ class Tuning:
         padded rows storing no K/V), with the host launching attention between them. An eager step's host launches about ten kernels a layer, which costs it about as long as the
         device takes to run them. auto: on with cuda_graph, triton_kernels, attention_backend 'triton' or
         'flash_attn', tp=1 and torch_compile off.
+    prefill_narrow_tiles_up_to: Triton prefill attention over a cache of the model's dtype takes tiles of
+        64 query rows and 64 keys in a step whose longest query is at most this many tokens, and tiles of
+        128 rows and 128 keys (which pay on long prompts) in a step with a longer one. 0: the wide tiles
+        wherever the queries fill them. auto: PREFILL_NARROW_TILES_UP_TO (engine/resolve_tuning.py) with
+        attention_backend 'triton', else 0.
     prefill_graph_tokens: with prefill_graphs, the token counts that get graphs (a step runs in the smallest
         that holds it, eagerly above the largest). auto: 16, 32, 64, ... up to max_num_batched_tokens, and
         max_num_batched_tokens itself.
@@ -105,8 +110,8 @@ class Tuning:
         GPUs of compute capability 9.0 (Hopper) and later, with triton_kernels, torch_compile off and a
         Triton that has it; else 0.
     skinny_matmul_rows: linear layers take the skinny Triton matmul for inputs of up to this many rows
-        (0..64; decode at small batches; from two rows on its products run on the tensor cores), cuBLAS
-        above; 0: cuBLAS always. auto: as many rows as programmatic_launch_rows covers, at most
+        (0..256; decode at small batches; from two rows on its products run on the tensor cores, above 64
+        rows in blocks of rows), cuBLAS above; 0: cuBLAS always. auto: as many rows as programmatic_launch_rows covers, at most
         SKINNY_MATMUL_ROWS (engine/resolve_tuning.py), at tp=1 for hidden sizes up to
         SKINNY_ROWS_MAX_HIDDEN (1024); else 1 with triton_kernels; else 0.
     skinny_fusion: what the skinny matmul does on its input's loads at one-row steps (more rows take its
@@ -135,6 +140,7 @@ class Tuning:
     graph_sampling: bool | None = None
     prefill_graphs: bool | None = None
     prefill_graph_tokens: tuple[int, ...] | None = None
+    prefill_narrow_tiles_up_to: int | None = None
     programmatic_launch_rows: int | None = None
     skinny_matmul_rows: int | None = None
     skinny_fusion: str = AUTO

@@ -79,7 +79,10 @@ class ModelRunner:
         set_programmatic_launch(config.tuning.programmatic_launch_rows)  # the warm-up and graphs too
 
         start = time.perf_counter()
-        backend = make_backend(config.attention_backend, config.tuning.decode_split_tokens or None)
+        tuning = config.tuning
+        backend = make_backend(
+            config.attention_backend, tuning.decode_split_tokens or None, tuning.prefill_narrow_tiles_up_to
+        )
         if config.torch_compile:
             # Attention reads Python-side metadata; keeping it out of the compiled graphs avoids a guard
             # (and a recompile) per batch shape. The rest of each layer is compiled between these breaks.

@@ -20,7 +20,7 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 TP_ALL_REDUCE = ("nccl", "symm_mem")
 SKINNY_FUSIONS = ("all", "silu", "none")
 KV_CACHE_DTYPES = ("fp8_e4m3", "fp8_e5m2")  # besides auto (the model's dtype): kernels/kv_quant.py
-SKINNY_MATMUL_MAX_ROWS = 64  # kernels/skinny_matmul.py MAX_ROWS: larger inputs always go to cuBLAS
+SKINNY_MATMUL_MAX_ROWS = 256  # kernels/skinny_matmul.py MAX_ROWS: larger inputs always go to cuBLAS
 DECODE_SPLIT_MULTIPLE = 64  # kernels/decode_config.py: SLICE_TILE, whole tiles of 64 tokens
 
 
@@ -172,6 +172,7 @@ TUNING_CHECKS: dict[str, Check] = {
     "graph_sampling": _boolean(auto=True),
     "prefill_graphs": _boolean(auto=True),
     "prefill_graph_tokens": _sizes("token counts"),
+    "prefill_narrow_tiles_up_to": _integer(0, auto=True),
     "programmatic_launch_rows": _integer(0, auto=True),
     "skinny_matmul_rows": _integer(0, SKINNY_MATMUL_MAX_ROWS, auto=True),
     "skinny_fusion": _choice(SKINNY_FUSIONS, auto=True),

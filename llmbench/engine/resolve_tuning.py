@@ -9,7 +9,7 @@ from typing import Any
 
 from llmbench.engine.config import DEFAULT_COMPILE_MODE, ConfigError, EngineConfig, Tuning
 from llmbench.engine.facts import Facts
-from llmbench.engine.option_checks import AUTO, SKINNY_MATMUL_MAX_ROWS
+from llmbench.engine.option_checks import AUTO
 
 # The skinny matmul by default: at one row wherever Triton kernels run (it beat cuBLAS on every layer of
 # the H200 sweep); up to as many rows as programmatic launch covers, at most SKINNY_MATMUL_ROWS, at tp=1
@@ -17,7 +17,7 @@ from llmbench.engine.option_checks import AUTO, SKINNY_MATMUL_MAX_ROWS
 # matmul at a few rows"): on qwen3-0.6b (hidden size 1024) a decode step of 8, 16, 32 and 64 sequences
 # takes 11%, 13%, 4.5% and 3% less time than with cuBLAS's products; on qwen3-8b (4096) one of 16 and 64
 # sequences 2.5% and 6% more; in between (2048: qwen3-1.7b) it is not measured, so one row.
-SKINNY_MATMUL_ROWS = SKINNY_MATMUL_MAX_ROWS  # all the kernel takes
+SKINNY_MATMUL_ROWS = 64  # by default; the kernel takes up to SKINNY_MATMUL_MAX_ROWS
 SKINNY_ROWS_MAX_HIDDEN = 1024
 # skinny_fusion "auto" fuses the RMSNorms into the matmul up to this hidden size: each program of the
 # fused kernel sums the whole row's squares for itself, which paid at hidden size 1024 (qwen3-0.6b, -2.7%
@@ -28,6 +28,10 @@ NORM_FUSION_MAX_HIDDEN = 2048
 # 8 or 64 rows or on the nano-vllm workload, launched so up to 128 or 256 rows; the skinny matmul's
 # tensor-core products need it to beat cuBLAS's (above), so it covers the rows those take.
 PROGRAMMATIC_LAUNCH_ROWS = 64
+# The Triton prefill kernel's 64-row tiles up to this longest query (tokens): on an H200 they are as fast
+# as the 128-row ones or faster wherever the longest query is at most 1,024 tokens, slower from 4,096
+# (BENCHMARKS.md, "The prefill kernel on the workload's prompt steps").
+PREFILL_NARROW_TILES_UP_TO = 1024
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,7 @@ class ResolvedTuning:
     graph_sampling: bool
     prefill_graphs: bool
     prefill_graph_tokens: tuple[int, ...]  # () when prefill_graphs is off
+    prefill_narrow_tiles_up_to: int  # 0: wide tiles wherever the queries fill them
     programmatic_launch_rows: int  # 0: never
     skinny_matmul_rows: int  # 0: cuBLAS always
     skinny_fusion: str  # "all" | "silu" | "none"
@@ -69,11 +74,12 @@ def resolve_tuning(
             f"tuning.skinny_matmul_rows={skinny_rows} asks for a Triton kernel: it needs triton_kernels=True "
             "(or tuning.skinny_matmul_rows=0)"
         )
-    if t.decode_split_tokens and backend != "triton":
-        raise ConfigError(
-            "tuning.decode_split_tokens tunes the Triton decode kernel: it needs attention_backend='triton', "
-            f"got {backend!r}"
-        )
+    for knob, kernel in (("decode_split_tokens", "decode"), ("prefill_narrow_tiles_up_to", "prefill")):
+        if getattr(t, knob) not in (None, AUTO, 0) and backend != "triton":
+            raise ConfigError(
+                f"tuning.{knob} tunes the Triton {kernel} kernel: it needs attention_backend='triton', "
+                f"got {backend!r}"
+            )
     longest_first = switch(
         t.decode_longest_first,
         "tuning.decode_longest_first=True orders the Triton decode kernel's work",
@@ -165,6 +171,9 @@ def resolve_tuning(
             tuple(sorted(set(t.prefill_graph_tokens or prefill_buckets(config.max_num_batched_tokens))))
             if prefill_graphs
             else ()
+        ),
+        prefill_narrow_tiles_up_to=auto(
+            t.prefill_narrow_tiles_up_to, PREFILL_NARROW_TILES_UP_TO if backend == "triton" else 0
         ),
         programmatic_launch_rows=programmatic_rows,
         skinny_matmul_rows=skinny_rows,

@@ -68,9 +68,14 @@ def peak_memory(runner: ModelRunner) -> int:
 def kernel_variants(runner: ModelRunner) -> None:
     """JIT-compile every kernel variant a step can need now, not inside a measured step.
 
-    Attention picks its tile shape from the longest query of the step (powers of two up to 128) and
-    decode-only steps use the decode kernel: one dummy step per case covers them."""
-    for query_len in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+    Attention picks its tile shape from the longest query of the step (powers of two up to 128, and the
+    wide tiles past ``Tuning.prefill_narrow_tiles_up_to``) and decode-only steps use the decode kernel: one
+    dummy step per case covers them."""
+    lengths = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    narrow = runner.config.tuning.prefill_narrow_tiles_up_to
+    if narrow and narrow < min(runner.max_model_len, runner.config.max_num_batched_tokens):
+        lengths.append(narrow + 1)  # a query a step can have that takes the wide tiles
+    for query_len in lengths:
         n = min(query_len, runner.max_model_len)
         tokens = 2 if n == 1 else n  # two one-token sequences: a decode-shaped step
         inputs, caches = dummy_inputs(runner, tokens, n, None)

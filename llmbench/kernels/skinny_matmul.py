@@ -24,8 +24,10 @@ than cuBLAS at 8 and 16 rows, but only unfused: the engine fuses at one row only
 Launched with programmatic dependent launch it shortens qwen3-0.6b's decode steps up to 64 rows and
 lengthens qwen3-8b's (engine/resolve_tuning.py, ``SKINNY_MATMUL_ROWS``).
 
-``skinny_matmul`` takes up to ``MAX_ROWS`` rows and hands larger inputs to ``F.linear`` (prefill, larger
-decode batches). The sum runs in another order than cuBLAS', so bf16 results may differ in the last bit;
+Above 64 rows a program takes a block of the rows (``Tiles.block_m``), the grid one column of programs
+per block, so that a decode batch of up to ``MAX_ROWS`` sequences can keep its whole step a chain of
+Triton kernels under programmatic dependent launch. ``skinny_matmul`` hands larger inputs to
+``F.linear`` (prefill, larger batches). The sum runs in another order than cuBLAS', so bf16 results may differ in the last bit;
 float32 ones agree to rounding.
 """
 
@@ -50,7 +52,7 @@ from llmbench.kernels.allreduce_norm import arrived_sum, no_negative_zero
 from llmbench.kernels.rmsnorm import rms_norm_ref
 from llmbench.kernels.skinny_tiles import Tiles, block_m, tiles_for
 
-MAX_ROWS = 64  # above this the input goes to F.linear
+MAX_ROWS = 256  # above this the input goes to F.linear
 
 
 def skinny_matmul_ref(
@@ -87,7 +89,7 @@ def _input_chunk(
     return xf
 
 
-@jit
+@jit(do_not_specialize=("M",))
 def _skinny_matmul_kernel(
     x_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, y_ptr,
     M, N, K, stride_xm, stride_rm, stride_hm, stride_wn, stride_ym, eps,
@@ -106,7 +108,8 @@ def _skinny_matmul_kernel(
     PDL: tl.constexpr = False,
 ):  # fmt: skip
     wait_for_inputs(PDL)
-    # Grid (cdiv(N, BLOCK_N),): one program per BLOCK_N output features, all M rows, all of K.
+    # Grid (cdiv(N, BLOCK_N), cdiv(M, BLOCK_M)): one program per BLOCK_N output features and BLOCK_M rows,
+    # all of K.
     pid = tl.program_id(0)
     offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)  # (BN,)
     offs_k = tl.arange(0, BLOCK_K)[None, :]  # (1, BK)
@@ -115,7 +118,7 @@ def _skinny_matmul_kernel(
     if BLOCK_M == 1:
         rows = tl.zeros((1, 1), dtype=tl.int32)  # (BM, 1)
     else:
-        rows = tl.arange(0, BLOCK_M)[:, None]
+        rows = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]
     m_mask = rows < M
     rstd = 1.0
     if NORM and SS_BLOCK > 0:  # the row's squares summed by the kernel before, in SS_PARTS parts
@@ -333,13 +336,18 @@ def launch(
         y = out
     if M == 0:
         return y
+    rows_tile = t.block_m or block_m(M, t.dot)
     grid = cdiv(N, t.block_n)
+    if reduce is not None and M > rows_tile:
+        raise ValueError(
+            f"the summing form (reduce) takes all {M} rows in one program's tile, not {rows_tile}"
+        )
     if reduce is not None and reduce.ss.shape[1] > grid:
         raise ValueError(
             f"{N} columns in blocks of {reduce.block} need more programs than the product's {grid}"
         )
     red = reduce or Reduce(y, 0, None, y, squares if squares is not None else y, 1)
-    _skinny_matmul_kernel[(grid,)](
+    _skinny_matmul_kernel[(grid, cdiv(M, rows_tile))](
         x,
         residual if residual is not None else x,
         norm[0] if norm is not None else x,
@@ -368,7 +376,7 @@ def launch(
         GATED=gated,
         NORM=norm is not None,
         HAS_RES=residual is not None,
-        BLOCK_M=block_m(M, t.dot),
+        BLOCK_M=rows_tile,
         BLOCK_N=t.block_n,
         BLOCK_K=t.block_k,
         SS_BLOCK=next_power_of_2(squares.shape[1]) if squares is not None else 0,

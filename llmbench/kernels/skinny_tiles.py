@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 SHARED_BUDGET = 160 * 1024  # bytes of pipelined weight and input tiles a program may stage
+WHOLE_ROWS = 64  # up to this many rows a program takes all of them; above, blocks of ``Tiles.block_m``
 
 
 class Tiles(NamedTuple):
@@ -14,6 +15,7 @@ class Tiles(NamedTuple):
     num_warps: int
     num_stages: int
     dot: bool = False  # the product on the tensor cores (block_n >= 16), else broadcast and summed
+    block_m: int = 0  # input rows per program; 0: all of them, padded to a power of two (``block_m``)
 
 
 def tiles_for(rows: int, n: int, k: int, dot: bool = True) -> Tiles:
@@ -24,8 +26,13 @@ def tiles_for(rows: int, n: int, k: int, dot: bool = True) -> Tiles:
     rows, 32 output features a program, steps of 256 input features, four stages deep (above 4,096
     outputs, more than 128 such programs: 64 features, steps of 128); at 64 rows 16 features a program on
     the narrow products, 64 on the wide ones. Each tiling is within 2.5% of the best of 30; a layer's four
-    products take 22 µs at 8 rows against cuBLAS's 24, and at 64 rows 27.5 against 25.4.
+    products take 22 µs at 8 rows against cuBLAS's 24, and at 64 rows 27.5 against 25.4. Above 64 rows a
+    program takes a block of 64 or 128 of them.
     """
+    if dot and rows > WHOLE_ROWS:  # blocks of rows: the best of the sweep at 128 and 256 rows (``--pdl``)
+        if n <= 2048 or (n <= 4096 and rows <= 128):
+            return Tiles(64, 128, 8, 4, dot=True, block_m=64)
+        return Tiles(128 if n > 4096 and rows > 128 else 64, 64, 8, 4, dot=True, block_m=128)
     if dot and rows > 1:
         bm = block_m(rows, True)
         if bm <= 32:

@@ -53,9 +53,16 @@ class PrefillConfig(NamedTuple):
 
 
 def default_prefill_config(
-    max_query_len: int, group_pad: int, head_dim: int, dtype: torch.dtype, fp8: bool = False
+    max_query_len: int,
+    group_pad: int,
+    head_dim: int,
+    dtype: torch.dtype,
+    fp8: bool = False,
+    narrow_up_to: int = 0,
 ) -> PrefillConfig:
-    """For q's ``dtype``, over a float8 cache if ``fp8``."""
+    """For q's ``dtype``, over a float8 cache if ``fp8``. ``narrow_up_to``: a step whose longest query is at
+    most this many tokens takes 64-row tiles over a cache of q's dtype even where its queries would fill
+    wider ones (``Tuning.prefill_narrow_tiles_up_to``)."""
     # Short queries (decodes, small chunks) get short tiles: rows past the query would be wasted MMA work.
     block_m = min(128, max(16, next_power_of_2(max_query_len * group_pad), group_pad))
     if dtype == torch.float32 or head_dim > 128:  # twice the bytes per tile: smaller tiles fit shared memory
@@ -65,9 +72,12 @@ def default_prefill_config(
     # context): 437 µs (m128 n64 w4 s2), 458 (m128 n128 w8 s2), 485 (m128 n128 w8 s3), 822 (m128 n128 w4 s3).
     if block_m >= 128 and fp8:
         return PrefillConfig(block_m=block_m, block_n=64, num_warps=4, num_stages=2)
-    if block_m >= 128:
+    # H200, bf16, 16/8 and 32/8 heads x 128 (devtools/bench_kernels.py --tune prefill-lengths): 64-row tiles
+    # are as fast or faster wherever the longest query is at most 1,024 tokens (about a tenth on steps of
+    # twenty prompts of 100-1,024 tokens), slower from 4,096.
+    if block_m >= 128 and max_query_len > narrow_up_to:
         return PrefillConfig(block_m=block_m, block_n=128, num_warps=8, num_stages=3)
-    return PrefillConfig(block_m=block_m, block_n=64, num_warps=4, num_stages=3)
+    return PrefillConfig(block_m=min(block_m, 64), block_n=64, num_warps=4, num_stages=3)
 
 
 @jit
@@ -210,11 +220,13 @@ def prefill_attention(
     v_scale: torch.Tensor | None = None,
     first_seq: int = 0,
     out: torch.Tensor | None = None,
+    narrow_up_to: int = 0,
 ) -> torch.Tensor:
     """``paged_attention_prefill`` with the tile config exposed (tests, tuning); ``k_scale``, ``v_scale``
     (Hk,): the scales of a float8 cache. ``first_seq``: attend the sequences from this one on and leave the
     rows of those before it unwritten (a mixed step's decodes, which the decode kernel takes); ``out``: the
-    (T, Hq, D) tensor to write into (default: a fresh one)."""
+    (T, Hq, D) tensor to write into (default: a fresh one); ``narrow_up_to``: ``default_prefill_config``'s,
+    where ``config`` is not given."""
     require_triton("paged_attention_prefill")
     dequant = check_scales("paged_attention_prefill", k_cache, k_scale, v_scale)
     # q: (T, Hq, D); caches: (num_blocks, page_size, Hk, D); query_start_loc: (B+1,); seq_lens: (B,)
@@ -233,7 +245,7 @@ def prefill_attention(
     q = q if q.stride(-1) == 1 else q.contiguous()
     group = Hq // Hk
     group_pad = next_power_of_2(group)
-    config = config or default_prefill_config(max_query_len, group_pad, D, q.dtype, dequant)
+    config = config or default_prefill_config(max_query_len, group_pad, D, q.dtype, dequant, narrow_up_to)
     if config.block_m < group_pad:
         raise ValueError(f"block_m {config.block_m} must hold a whole KV group of {group_pad} heads")
     if not 0 <= first_seq <= B:

@@ -205,8 +205,9 @@ class TritonBackend(CacheAttentionBackend):
     name = "triton"
     graph_safe = True
 
-    def __init__(self, decode_split_tokens: int | None = None) -> None:
+    def __init__(self, decode_split_tokens: int | None = None, prefill_narrow_up_to: int = 0) -> None:
         self.decode_split_tokens = decode_split_tokens  # see Tuning.decode_split_tokens
+        self.prefill_narrow_up_to = prefill_narrow_up_to  # see Tuning.prefill_narrow_tiles_up_to
 
     def attend(self, q, k_cache, v_cache, meta, scale, k_scale=None, v_scale=None, out=None):
         if meta.is_decode_only:  # split_tokens None: equal slices chosen from the batch shape
@@ -228,16 +229,19 @@ class TritonBackend(CacheAttentionBackend):
         return prefill_attention(
             q, k_cache, v_cache, meta.block_tables, meta.query_start_loc, meta.seq_lens, meta.max_query_len,
             scale, k_scale=k_scale, v_scale=v_scale, first_seq=nd, out=out,
+            narrow_up_to=self.prefill_narrow_up_to,
         )  # fmt: skip
 
 
-def make_backend(name: str, decode_split_tokens: int | None = None) -> AttentionBackend:
+def make_backend(
+    name: str, decode_split_tokens: int | None = None, prefill_narrow_up_to: int = 0
+) -> AttentionBackend:
     if name == "torch":
         return AttentionBackend()
     if name == "sdpa":
         return SDPABackend()
     if name == "triton":
-        return TritonBackend(decode_split_tokens)
+        return TritonBackend(decode_split_tokens, prefill_narrow_up_to)
     if name == "flash_attn":
         from llmbench.layers.attention.flash import FlashAttnBackend
 
