@@ -4,7 +4,8 @@ Every product runs inside a CUDA graph (as in the engine's decode steps), over e
 weight that none stays in the L2 cache, so each figure is a read from HBM (``bench_kernels.time_us``). With ``--sweep`` the
 kernel's tile sizes are swept and the best per shape printed beside today's rule (``tiles_for``); with
 ``--pdl`` the skinny kernel's calls are launched as the engine launches a step's chain of Triton kernels,
-with programmatic dependent launch, each placed on the GPU while the one before drains; ``--json`` writes the kernel benchmarks' rows (``llmbench docs`` shows them with a kernels block).
+with programmatic dependent launch, each placed on the GPU while the one before drains; ``--json`` writes
+the kernel benchmarks' rows (``llmbench docs`` shows them with a kernels block).
 
     python devtools/bench_gemv.py                     # qwen3-8b at tp=1 and tp=2, qwen3-0.6b; rows 1, 2, 4, 8
     python devtools/bench_gemv.py --sweep --rows 1 --json gemv.json

@@ -111,9 +111,9 @@ class Tuning:
         Triton that has it; else 0.
     skinny_matmul_rows: linear layers take the skinny Triton matmul for inputs of up to this many rows
         (0..256; decode at small batches; from two rows on its products run on the tensor cores, above 64
-        rows in blocks of rows), cuBLAS above; 0: cuBLAS always. auto: as many rows as programmatic_launch_rows covers, at most
-        SKINNY_MATMUL_ROWS (engine/resolve_tuning.py), at tp=1 for hidden sizes up to
-        SKINNY_ROWS_MAX_HIDDEN (1024); else 1 with triton_kernels; else 0.
+        rows in blocks of rows), cuBLAS above; 0: cuBLAS always. auto: as many rows as
+        programmatic_launch_rows covers, at most SKINNY_MATMUL_ROWS (engine/resolve_tuning.py), at tp=1
+        for hidden sizes up to SKINNY_ROWS_MAX_HIDDEN (1024); else 1 with triton_kernels; else 0.
     skinny_fusion: what the skinny matmul does on its input's loads at one-row steps (more rows take its
         tensor-core products with nothing fused, which measured faster): 'all' (the RMSNorm before it,
         with the residual add, and the SiLU-and-multiply before the down projection), 'silu' (the latter

@@ -25,10 +25,11 @@ Launched with programmatic dependent launch it shortens qwen3-0.6b's decode step
 lengthens qwen3-8b's (engine/resolve_tuning.py, ``SKINNY_MATMUL_ROWS``).
 
 Above 64 rows a program takes a block of the rows (``Tiles.block_m``), the grid one column of programs
-per block, so that a decode batch of up to ``MAX_ROWS`` sequences can keep its whole step a chain of
-Triton kernels under programmatic dependent launch. ``skinny_matmul`` hands larger inputs to
-``F.linear`` (prefill, larger batches). The sum runs in another order than cuBLAS', so bf16 results may differ in the last bit;
-float32 ones agree to rounding.
+per block, up to ``MAX_ROWS``: a decode step of that many sequences can then be a chain of Triton kernels
+under programmatic dependent launch. On an H200 that measured no faster than cuBLAS's products on
+qwen3-0.6b (BENCHMARKS.md, "Past 64 rows"), so the engine takes it past 64 rows only when asked.
+``skinny_matmul`` hands larger inputs to ``F.linear`` (prefill, larger batches). The sum runs in another
+order than cuBLAS', so bf16 results may differ in the last bit; float32 ones agree to rounding.
 """
 
 from __future__ import annotations
