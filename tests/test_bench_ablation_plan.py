@@ -109,11 +109,11 @@ def test_tuning_knobs_are_varied_by_their_dotted_names(cpu_config):
 
 def test_toggle_values_are_checked_as_the_engine_checks_them_all_at_once():
     with pytest.raises(BenchError) as exc:
-        parse_toggles(["max_num_seqs=abc,8", "tuning.skinny_matmul_rows=0,65", "cuda_graph=maybe"])
+        parse_toggles(["max_num_seqs=abc,8", "tuning.skinny_matmul_rows=0,257", "cuda_graph=maybe"])
     assert str(exc.value).splitlines() == [
         "--toggle max_num_seqs=abc,8: engine.max_num_seqs: expected an integer in 1..1048576, got 'abc'",
-        "--toggle tuning.skinny_matmul_rows=0,65: engine.tuning.skinny_matmul_rows: expected an integer in "
-        "0..64 or auto, got 65",
+        "--toggle tuning.skinny_matmul_rows=0,257: engine.tuning.skinny_matmul_rows: expected an integer in "
+        "0..256 or auto, got 257",
         "--toggle cuda_graph=maybe: engine.cuda_graph: expected true, false or auto, got 'maybe'",
     ]
     with pytest.raises(

@@ -119,7 +119,7 @@ def test_ablate_needs_a_toggle_and_a_known_one(tmp_path):
 def test_bad_toggle_values_fail_before_anything_runs(tmp_path):
     path = tmp_path / "abl.yaml"
     path.write_text(yaml.safe_dump(TINY))
-    res = invoke("ablate", path, "--toggle", "max_num_seqs=abc", "--toggle", "tuning.skinny_matmul_rows=0,65",
+    res = invoke("ablate", path, "--toggle", "max_num_seqs=abc", "--toggle", "tuning.skinny_matmul_rows=0,257",
                  "--out", tmp_path / "r")  # fmt: skip
     assert res.exit_code == 2
     assert (
@@ -127,8 +127,8 @@ def test_bad_toggle_values_fail_before_anything_runs(tmp_path):
         in res.stderr
     )
     assert (
-        "--toggle tuning.skinny_matmul_rows=0,65: engine.tuning.skinny_matmul_rows: expected an integer in "
-        "0..64 or auto, got 65" in res.stderr
+        "--toggle tuning.skinny_matmul_rows=0,257: engine.tuning.skinny_matmul_rows: expected an integer in "
+        "0..256 or auto, got 257" in res.stderr
     )
     assert not (tmp_path / "r").exists()
 
