@@ -7,7 +7,7 @@ runs in a process of its own (the choice holds for the process):
     python devtools/bench_linear.py --json a.json                   # torch's default (cuBLAS)
     python devtools/bench_linear.py --blas cublaslt --json b.json   # cuBLASLt's heuristic
     python devtools/bench_linear.py --tunable --json c.json         # TunableOp: every algorithm timed
-    python devtools/bench_linear.py --skinny --json d.json          # the skinny Triton matmul (<= 64 rows),
+    python devtools/bench_linear.py --skinny --json d.json          # the skinny Triton matmul (<= 256 rows),
                                                                     # programmatic launch between products
     python devtools/bench_linear.py --smoke                         # exercises this script on the CPU
 
