@@ -69,6 +69,13 @@ def fake_run(folder: Path, variant: str, tokens: list[list[int]], temperature: f
     return folder
 
 
+def baseline_and_variant(folder):
+    """The two groups of runs under ``folder``: the baseline first."""
+    groups, _ = load_groups([folder])
+    base, new = sorted(groups, key=lambda g: g.variant != "baseline")
+    return base, new
+
+
 def test_an_ablation_keeps_the_comparison_for_reports_without_request_tables(tmp_path):
     folder = tmp_path / "20250101-100000-ablate"
     fake_run(folder / "baseline-r0", "baseline", [[1, 2, 3, 4], [5, 6, 7, 8]])
@@ -78,8 +85,7 @@ def test_an_ablation_keeps_the_comparison_for_reports_without_request_tables(tmp
     (row,) = record["comparisons"]
     assert (row["variant"], row["point"], row["compared"], row["identical"]) == ("x", "offline", 4, 2)
     expected = "2/4 identical · first divergence at token 3 (mean of 2) · 75.0% of tokens agree before it"
-    groups, _ = load_groups([folder])
-    base, new = sorted(groups, key=lambda g: g.variant != "baseline")
+    base, new = baseline_and_variant(folder)
     assert describe(compare_outputs(base, new, "offline")) == expected  # measured from the tables
     for parquet in folder.glob("*/requests.parquet"):
         parquet.unlink()
@@ -95,24 +101,21 @@ def test_without_tables_or_a_record_the_report_says_so(tmp_path):
     fake_run(folder / "x-r0", "x", [[1, 2]])
     for parquet in folder.glob("*/requests.parquet"):
         parquet.unlink()
-    groups, _ = load_groups([folder])
-    base, new = sorted(groups, key=lambda g: g.variant != "baseline")
+    base, new = baseline_and_variant(folder)
     assert compare_outputs(base, new, "offline") == "n/a (requests.parquet not kept)"
 
 
 def test_sampled_runs_are_not_compared(tmp_path):
     fake_run(tmp_path / "s" / "baseline-r0", "baseline", [[1, 2]], temperature=0.7)
     fake_run(tmp_path / "s" / "x-r0", "x", [[1, 2]], temperature=0.7)
-    groups, _ = load_groups([tmp_path / "s"])
-    base, new = sorted(groups, key=lambda g: g.variant != "baseline")
+    base, new = baseline_and_variant(tmp_path / "s")
     assert compare_outputs(base, new, "offline") == "n/a (sampling)"
 
 
 def test_a_temperature_not_recorded_is_not_greedy(tmp_path):
     fake_run(tmp_path / "s" / "baseline-r0", "baseline", [[1, 2]], temperature=None)
     fake_run(tmp_path / "s" / "x-r0", "x", [[1, 2]])
-    groups, _ = load_groups([tmp_path / "s"])
-    base, new = sorted(groups, key=lambda g: g.variant != "baseline")
+    base, new = baseline_and_variant(tmp_path / "s")
     assert compare_outputs(base, new, "offline") == "n/a (sampling)"
 
 
