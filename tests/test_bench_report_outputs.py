@@ -69,6 +69,14 @@ def fake_run(folder: Path, variant: str, tokens: list[list[int]], temperature: f
     return folder
 
 
+def runs_without_tables(folder):
+    """A baseline and a variant run under ``folder`` whose request tables were not kept."""
+    fake_run(folder / "baseline-r0", "baseline", [[1, 2]])
+    fake_run(folder / "x-r0", "x", [[1, 2]])
+    for parquet in folder.glob("*/requests.parquet"):
+        parquet.unlink()
+
+
 def baseline_and_variant(folder):
     """The two groups of runs under ``folder``: the baseline first."""
     groups, _ = load_groups([folder])
@@ -97,10 +105,7 @@ def test_an_ablation_keeps_the_comparison_for_reports_without_request_tables(tmp
 
 def test_without_tables_or_a_record_the_report_says_so(tmp_path):
     folder = tmp_path / "s"
-    fake_run(folder / "baseline-r0", "baseline", [[1, 2]])
-    fake_run(folder / "x-r0", "x", [[1, 2]])
-    for parquet in folder.glob("*/requests.parquet"):
-        parquet.unlink()
+    runs_without_tables(folder)
     base, new = baseline_and_variant(folder)
     assert compare_outputs(base, new, "offline") == "n/a (requests.parquet not kept)"
 
@@ -121,10 +126,7 @@ def test_a_temperature_not_recorded_is_not_greedy(tmp_path):
 
 def test_a_stored_comparison_of_the_wrong_shape_is_not_used_and_is_named(tmp_path):
     folder = tmp_path / "20250101-100000-ablate"
-    fake_run(folder / "baseline-r0", "baseline", [[1, 2]])
-    fake_run(folder / "x-r0", "x", [[1, 2]])
-    for parquet in folder.glob("*/requests.parquet"):
-        parquet.unlink()
+    runs_without_tables(folder)
     record = {
         "baseline": "baseline",
         "comparisons": [{"variant": "x", "point": "offline", "compared": "4"}, 7],
