@@ -16,6 +16,7 @@ such as decode attention can pass 100% of the copy ceiling.
     python devtools/bench_kernels.py --tune decode-fp8 # the decode sweep over a float8 cache
     python devtools/bench_kernels.py --tune decode-fp8-mixed  # the same at 256 mixed lengths, longest first
     python devtools/bench_kernels.py --tune decode-fp8-tails  # float8 tilings with a narrow tail, mixed and uniform
+    python devtools/bench_kernels.py --tune decode-balanced  # devtools/balanced_decode.py against the default
     python devtools/bench_kernels.py --tune prefill-fp8  # the prefill sweep over a float8 cache
     python devtools/bench_kernels.py --tune decode-fp8 --tune-only --json FILE   # that sweep alone
     python devtools/bench_kernels.py --smoke          # tiny shapes on CPU (TRITON_INTERPRET=1): tests the script
@@ -40,6 +41,12 @@ if "--smoke" in sys.argv:  # must be decided before triton is imported
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from balanced_decode import (  # noqa: E402  (devtools/)
+    BalancedConfig,
+    balanced_decode_attention,
+    balanced_programs,
+)
 
 from llmbench.kernels._triton import jit, num_sms, tl  # noqa: E402
 from llmbench.kernels.activation import silu_and_mul, silu_and_mul_ref  # noqa: E402
@@ -348,7 +355,7 @@ def decode_case(
     config: DecodeConfig | None = None, num_splits: int | None = None, with_ref_time: bool = False, check_it: bool = True,
     mixed: bool = False, split_tokens: int | None = None, kv_dtype: torch.dtype | None = None,
     ordered: bool = False, v_as_k: bool = False, shortest: float | None = None, uniform: bool = False,
-    heads_first: bool = False, per_step_sm: int | None = None,
+    heads_first: bool = False, per_step_sm: int | None = None, balanced: BalancedConfig | None = None,
 ) -> list[Row]:  # fmt: skip
     """``mixed``: context lengths uniform in [context/10, context] (a served batch) instead of all equal,
     ``shortest``: in [shortest x context, context]; bandwidth then counts the K/V actually read. ``kv_dtype``: a float8 cache (see ``paged_cache``).
@@ -382,6 +389,9 @@ def decode_case(
         seq_lens = lens.to(device=env.device, dtype=torch.int32)
         args = (q, k_cache, v_cache, block_tables, seq_lens, D**-0.5)
         order = longest_first(seq_lens) if ordered else None
+        if balanced is not None:  # the balanced kernel's arrival counts, kept from one launch to the next
+            counts = torch.zeros(balanced_programs(balanced, q.device), dtype=torch.int32, device=q.device)
+            return args, scales, lambda: balanced_decode_attention(*args, config=balanced, counts=counts)
         return (
             args,
             scales,
@@ -409,6 +419,7 @@ def decode_case(
         else f"ctx={context}"
     )
     cut = f"slices of {split_tokens}" if split_tokens else f"splits {splits}"
+    cut = f"balanced, {balanced.programs_per_sm} programs an SM" if balanced else cut
     cut += f" ({per_step_sm} programs an SM)" if per_step_sm else ""
     shape = f"B={B} {ctx} {Hq}/{Hk}x{D} page {block_size} {cut}" + (" longest first" if ordered else "")
     shape += " V as K" if fp8 and v_as_k else ""
@@ -416,6 +427,8 @@ def decode_case(
     shape += " heads first" if heads_first else ""
     tail = f"t{config.tail_n}" if config.tail_n else ""
     cfg = f" n{config.block_n}{tail}w{config.num_warps}s{config.num_stages}"
+    if balanced:
+        explicit, cfg = True, f" balanced n{balanced.block_n}w{balanced.num_warps}s{balanced.num_stages}"
     if kv_dtype is not None:
         kv_name += " to fp16" if config.fp8_to == "fp16" else ""
     rows = [
@@ -545,6 +558,17 @@ def tune(env: Env, kinds: list[str]) -> list[Row]:
             for per_sm in (4, 8, 16):
                 attempt(f"decode-slices {per_sm}", decode_case, batch, ctx // 2, 16, 16, 8, 128, mixed=True,
                         ordered=True, per_step_sm=per_sm, check_it=per_sm == 8)  # fmt: skip
+    if "decode-balanced" in kinds:  # the balanced kernel against the default at the batches a run drains
+        tilings = [(64, 4, 3, 3), (64, 4, 2, 3), (64, 4, 2, 4), (64, 4, 3, 2)]
+        for batch in batches:
+            attempt("decode-balanced default", decode_case, batch, ctx // 2, 16, 16, 8, 128, mixed=True,
+                    ordered=True)  # fmt: skip
+            for i, tiling in enumerate(tilings):
+                attempt(f"decode-balanced {tiling}", decode_case, batch, ctx // 2, 16, 16, 8, 128, mixed=True,
+                        balanced=BalancedConfig(*tiling), check_it=i == 0)  # fmt: skip
+        for tiling in [None, *tilings]:  # uniform long contexts
+            attempt(f"decode-balanced uniform {tiling}", decode_case, B, ctx, 16, 16, 8, 128,
+                    balanced=tiling and BalancedConfig(*tiling), check_it=False)  # fmt: skip
     if "decode-layout" in kinds:  # bf16 pages by token (the pool's) or by head, at the batches a run drains
         for batch, page, heads_first in itertools.product((64, 128, 192, 256), (16, 64), (False, True)):
             for cfg in (None, DecodeConfig(64, 2, 3), DecodeConfig(128, 4, 3), DecodeConfig(64, 4, 4)):
@@ -642,9 +666,9 @@ def main() -> None:
     )
     parser.add_argument("--json", type=Path, help="write the result rows to this JSON file")
     parser.add_argument(
-        "--tune", action="append", default=[], choices=["decode", "decode-fp8", "decode-fp8-mixed", "decode-batches", "decode-layout", "decode-fp8-tails", "decode-fp8-spread", "splits", "prefill", "prefill-fp8", "prefill-prompts", "prefill-lengths", "decode-slices"],
+        "--tune", action="append", default=[], choices=["decode", "decode-balanced", "decode-fp8", "decode-fp8-mixed", "decode-batches", "decode-layout", "decode-fp8-tails", "decode-fp8-spread", "splits", "prefill", "prefill-fp8", "prefill-prompts", "prefill-lengths", "decode-slices"],
         help="first sweep tile configs (decode; over a float8 cache, decode-fp8 at the headline shape and "
-        "decode-fp8-mixed at 256 mixed lengths, decode-batches at 16-256 with split counts, decode-layout: pages by token or by head; prefill, prefill-fp8, prefill-prompts: a step of whole 100-1024-token prompts; prefill-lengths: default against small tiles by prompt length; decode-slices: slices sized per batch) or split-KV counts (splits); "
+        "decode-fp8-mixed at 256 mixed lengths, decode-batches at 16-256 with split counts, decode-layout: pages by token or by head; prefill, prefill-fp8, prefill-prompts: a step of whole 100-1024-token prompts; prefill-lengths: default against small tiles by prompt length; decode-slices: slices sized per batch; decode-balanced: devtools/balanced_decode.py against the default) or split-KV counts (splits); "
         "repeatable, a few minutes each",
     )  # fmt: skip
     parser.add_argument(

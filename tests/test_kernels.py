@@ -572,6 +572,28 @@ def test_paged_decode_reads_a_cache_laid_out_by_head_through_its_strides(setting
     assert torch.equal(out, plain)
 
 
+@pytest.mark.parametrize("seq_lens,per_sm", [([3, 70, 0, 17, 130, 8, 64, 0], 2), ([1500, 900, 40, 3, 0], 1)])
+def test_the_balanced_decode_kernel_matches_reference_across_program_bounds(
+    setting: Setting, seq_lens: list[int], per_sm: int, monkeypatch
+) -> None:
+    # devtools/balanced_decode.py, measured against the engine's kernel (BENCHMARKS.md): items cut across
+    # programs (with programs of no tile between their parts) and items whole inside one, padded rows of
+    # length 0 (written as 0); a launch leaves its arrival counts at 0, so the next gives the same output.
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "devtools"))
+    from balanced_decode import BalancedConfig, balanced_decode_attention, balanced_programs
+
+    q, k_cache, v_cache, block_tables, sl, ref = mixed_decode_batch(setting, seq_lens)
+    live = sl > 0
+    config = BalancedConfig(block_n=16 if setting.dtype == torch.float32 else 64, programs_per_sm=per_sm)
+    counts = torch.zeros(balanced_programs(config, q.device), dtype=torch.int32, device=q.device)
+    out = balanced_decode_attention(q, k_cache, v_cache, block_tables, sl, 0.125, config, counts)
+    check(f"balanced decode, {per_sm} programs an SM", out[live], ref[live], setting)
+    assert not out[~live].any(), "a row of length 0 is written as 0"
+    assert not counts.any(), "every split item's last part resets its count"
+    again = balanced_decode_attention(q, k_cache, v_cache, block_tables, sl, 0.125, config, counts)
+    assert torch.equal(again, out)
+
+
 @pytest.mark.parametrize("num_splits", [1, 3])
 def test_paged_decode_in_any_order_matches_reference(setting: Setting, num_splits: int) -> None:
     # Programs take the rows in a given order (longest first, the reverse, shuffled): the same output.
