@@ -80,15 +80,21 @@ def _owner(t, total, progs):
 
 
 @jit
+def _head_rows(GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr):
+    # A KV head's query rows (padded to BLOCK_G) and head dimensions, and which of them are real.
+    g = tl.arange(0, BLOCK_G)
+    d = tl.arange(0, BLOCK_D)
+    g_mask = g < GROUP
+    return g, d, g_mask, g_mask[:, None] & (d[None, :] < HEAD_DIM)
+
+
+@jit
 def _store_part(
     o, lse, slot, part_out_ptr, part_lse_ptr,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     # A split item's part (normalised output, log-sum-exp) into scratch ``slot``.
-    g = tl.arange(0, BLOCK_G)
-    d = tl.arange(0, BLOCK_D)
-    g_mask = g < GROUP
-    o_mask = g_mask[:, None] & (d[None, :] < HEAD_DIM)
+    g, d, g_mask, o_mask = _head_rows(GROUP, HEAD_DIM, BLOCK_G, BLOCK_D)
     tl.store(part_out_ptr + (slot * BLOCK_G + g[:, None]) * HEAD_DIM + d[None, :], o, mask=o_mask)
     tl.store(part_lse_ptr + slot * BLOCK_G + g, lse, mask=g_mask)
 
@@ -101,10 +107,7 @@ def _arrive(
 ):  # fmt: skip
     # This program has stored its part of the split item [start, end); the last of the item's programs to
     # arrive merges every part into the output.
-    g = tl.arange(0, BLOCK_G)
-    d = tl.arange(0, BLOCK_D)
-    g_mask = g < GROUP
-    o_mask = g_mask[:, None] & (d[None, :] < HEAD_DIM)
+    g, d, g_mask, o_mask = _head_rows(GROUP, HEAD_DIM, BLOCK_G, BLOCK_D)
     first = _owner(start, total, progs)
     last = _owner(end - 1, total, progs)
     parts = 1
@@ -175,10 +178,7 @@ def _balanced_decode_kernel(
     first_start = seq_start + first_head * n
     first_end = first_start + n
 
-    g = tl.arange(0, BLOCK_G)
-    d = tl.arange(0, BLOCK_D)
-    g_mask = g < GROUP
-    o_mask = g_mask[:, None] & (d[None, :] < HEAD_DIM)
+    g, d, _, o_mask = _head_rows(GROUP, HEAD_DIM, BLOCK_G, BLOCK_D)
     m = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l_sum = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
