@@ -54,6 +54,7 @@ bench-check:  # the GPU-only tests, the machine's peaks, the kernels at real siz
 	PYTHONPATH=. $(PYTHON) devtools/bench_kernels.py --tune decode-layout --tune-only --json $(BENCH_OUT)/kernels-layout.json
 	PYTHONPATH=. $(PYTHON) devtools/bench_kernels.py --tune prefill-prompts --tune-only --json $(BENCH_OUT)/kernels-prefill-prompts.json
 	PYTHONPATH=. $(PYTHON) devtools/bench_kernels.py --tune decode-slices --tune-only --json $(BENCH_OUT)/kernels-slices.json
+	PYTHONPATH=. $(PYTHON) devtools/bench_kernels.py --tune decode-balanced --tune-only --json $(BENCH_OUT)/kernels-balanced.json
 	PYTHONPATH=. $(PYTHON) devtools/bench_kernels.py --tune prefill-lengths --tune-only --json $(BENCH_OUT)/kernels-prefill-lengths.json
 
 bench-runs:  # every scenario under scenarios/bench/ at the defaults
@@ -71,7 +72,8 @@ bench-ablations:  # what sampling, the float8 KV cache, CUDA Graphs, torch.compi
 	  --set 'workload.output_len={dist: uniform, min: 16, max: 64}' --toggle torch_compile \
 	  --toggle dtype=bfloat16,float16 --toggle attention_backend=triton,sdpa --toggle triton_kernels \
 	  --design one-at-a-time --quality --repeats 1
-	$(ABLATE) scenarios/bench/single_0.6b.yaml --toggle sampling.temperature=0,0.6
+	$(LLMBENCH) ablate --repeats 10 --timeout 600 --out $(BENCH_OUT) scenarios/bench/single_0.6b.yaml \
+	  --toggle sampling.temperature=0,0.6
 	for f in scenarios/bench/single_0.6b.yaml scenarios/bench/batch8_0.6b.yaml; do \
 	  $(ABLATE) $$f --toggle cuda_graph --toggle torch_compile --toggle async_scheduling --design one-at-a-time \
 	  || exit 1; done
@@ -97,6 +99,11 @@ bench-ablations:  # what sampling, the float8 KV cache, CUDA Graphs, torch.compi
 	  --toggle tuning.skinny_matmul_rows=1,32,64
 	$(ABLATE) scenarios/bench/throughput_greedy.yaml --toggle tuning.skinny_matmul_rows=8,64
 	$(ABLATE) scenarios/bench/throughput_greedy.yaml --toggle max_num_batched_tokens=8192,16384
+	$(ABLATE) scenarios/bench/throughput_greedy.yaml --toggle tuning.prefill_narrow_tiles_up_to=0
+	$(ABLATE) scenarios/chat.yaml --toggle tuning.prefill_narrow_tiles_up_to=0
+	$(ABLATE) scenarios/bench/throughput.yaml --toggle torch_compile
+	$(ABLATE) scenarios/bench/throughput_greedy.yaml --set engine.tuning.programmatic_launch_rows=256 \
+	  --toggle tuning.skinny_matmul_rows=128
 	for n in 16 64; do $(ABLATE) scenarios/bench/batch8_0.6b.yaml --set model=qwen3-8b --set workload.num_requests=$$n \
 	  --set arrival.concurrency=$$n --set engine.tuning.skinny_matmul_rows=$$n --toggle tuning.skinny_matmul_rows=1 \
 	  || exit 1; done
