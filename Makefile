@@ -114,6 +114,8 @@ bench-profiles:  # where each variant's time goes
 	  $(PROFILE) scenarios/bench/throughput.yaml --toggle $$t --steps 20 || exit 1; done
 	$(PROFILE) scenarios/chat.yaml --slow-steps --steps 20
 	$(PROFILE) scenarios/bench/throughput_greedy.yaml --toggle tuning.prefill_graphs --steps 20
+	$(PROFILE) scenarios/bench/throughput.yaml --toggle sampling.temperature=0 --steps 20
+	$(PROFILE) scenarios/bench/single_0.6b.yaml --toggle sampling.temperature=0,0.6 --steps 50
 
 bench-tp:  # two GPUs of one host
 	$(ABLATE) scenarios/bench/single_8b.yaml --toggle tp
