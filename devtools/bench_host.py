@@ -7,7 +7,7 @@
 The engine runs as a benchmark runs it (the scheduler, step building, the sampler's rows, asynchronous
 scheduling, and the driver that records every token) over a scenario's workload and sampling
 (``--scenario``, by default nano-vllm's workload: 256 requests, lengths uniform in [100, 1024], T=0.6;
-``--greedy``: T=0), all requests at once, each repeat with its own prompts as ``llmbench run`` draws them.
+``--greedy``: T=0, ``--temperature``: another), all requests at once, each repeat with its own prompts as ``llmbench run`` draws them.
 Nothing else of ``llmbench run`` (telemetry, progress, result files) runs beside it. On the CPU the model's
 forward is replaced by a stand-in that builds and uploads the step's inputs and hands back an id per
 sampling row at once: what is left is the host's own work, the part that must hide under the device's
@@ -18,12 +18,21 @@ Prints, per batch-size bin of decode steps (``llmbench report --view batches``'s
 and for mixed steps, the steps per run and the host's mean time per step in each phase of engine/ranges.py (``wait``, the wait for the device's ids, taken
 out of copy_to_host), the driver's own handling of the tokens between steps, the rest of ``step()`` (``other``),
 and the host's total (all but the wait) per step and per sequence, over ``--repeats`` runs of the workload.
+
+``--json FILE --label NAME`` appends the main figures (the host's own time, the wait, and the phases that
+move data to and from the device) to FILE as rows a ``kernels`` block of ``llmbench docs`` shows. Two
+commits side by side: run this script from a checkout of each (it imports the llmbench beside it) into one
+file, one after the other on one machine:
+
+    python devtools/bench_host.py --device cuda --scenario scenarios/bench/single_0.6b.yaml \\
+        --temperature 0.6 --repeats 10 --json host.json --label "$(git rev-parse --short HEAD) T=0.6"
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import json
 import pstats
 import sys
 import time
@@ -113,12 +122,16 @@ def stand_in_forward(engine: llm_engine.LLMEngine) -> None:
     runner.execute = execute  # type: ignore[method-assign]
 
 
-def table(rows: list[tuple[str, int, dict[str, float]]], runs: int) -> None:
+def table(
+    rows: list[tuple[str, int, dict[str, float]]], runs: int
+) -> list[tuple[str, int, dict[str, float]]]:
+    """Print the table; returns its lines: (bin, steps per run, mean ms per step by column and ``host``)."""
     print(
         f"{'sequences':>10} {'steps':>6} "
         + " ".join(f"{c:>14}" for c in COLUMNS)
         + f" {'host':>7} {'us/seq':>7}"
     )
+    lines = []
     groups = []
     for i, lo in enumerate(BATCH_EDGES):
         hi = BATCH_EDGES[i + 1] - 1 if i + 1 < len(BATCH_EDGES) else None
@@ -136,6 +149,24 @@ def table(rows: list[tuple[str, int, dict[str, float]]], runs: int) -> None:
             f"{label:>10} {len(sel) // runs:>6} " + " ".join(f"{mean[c]:>14.3f}" for c in COLUMNS)
             + f" {host:>7.3f} {host * 1e3 / seqs:>7.1f}"
         )  # fmt: skip
+        lines.append((label, len(sel) // runs, {**mean, "host": host}))
+    return lines
+
+
+JSON_COLUMNS = ("host", "wait", "copy_to_device", "graph_replay", "copy_to_host")  # the rows --json keeps
+
+
+def write_json(path: Path, lines: list[tuple[str, int, dict[str, float]]], label: str, what: str) -> None:
+    """Append the lines' main columns to ``path`` as rows a ``kernels`` block of ``llmbench docs`` shows
+    (kernel, shape, time_us): run from two checkouts into one file, they sit side by side."""
+    rows = json.loads(path.read_text()) if path.exists() else []
+    for bin_, _, mean in lines:
+        kind = f"{bin_} steps" if bin_ in ("prefill", "mixed") else f"decode steps, batch {bin_}"
+        shape = f"{what}, {kind}"
+        for c in JSON_COLUMNS:
+            name = "host's own time" if c == "host" else ("waiting on the device" if c == "wait" else c)
+            rows.append({"kernel": f"{label}: {name}", "shape": shape, "time_us": mean[c] * 1e3})
+    path.write_text(json.dumps(rows, indent=1) + "\n")
 
 
 def main() -> None:
@@ -147,7 +178,14 @@ def main() -> None:
         "--scenario", default=str(Path(__file__).resolve().parents[1] / "scenarios/throughput.yaml")
     )
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--greedy", action="store_true", help="temperature 0 (default: 0.6, as nano-vllm)")
+    ap.add_argument("--greedy", action="store_true", help="temperature 0 (default: the scenario's)")
+    ap.add_argument(
+        "--temperature", type=float, default=None, help="this temperature instead of the scenario's"
+    )
+    ap.add_argument("--json", type=Path, default=None, metavar="FILE", help="append the main figures here")
+    ap.add_argument(
+        "--label", default="", help="names this run's rows in --json's file (a commit, a variant)"
+    )
     ap.add_argument("--profile", type=int, default=0, metavar="N", help="then print cProfile's N costliest")
     args = ap.parse_args()
     cpu = args.device == "cpu"
@@ -167,9 +205,10 @@ def main() -> None:
         stand_in_forward(engine)
     timed = TimedEngine(engine, clock)
     scenario = load_scenario(args.scenario, profile="none").scenario
-    if args.greedy:
+    temperature = 0.0 if args.greedy else args.temperature
+    if temperature is not None:
         scenario = scenario.model_copy(
-            update={"sampling": scenario.sampling.model_copy(update={"temperature": 0.0})}
+            update={"sampling": scenario.sampling.model_copy(update={"temperature": temperature})}
         )
     vocab = engine.model_info.vocab_size
 
@@ -196,7 +235,10 @@ def main() -> None:
                 sys.exit(f"run {r + 1}: {res.status}\n{res.error or ''}")
         tokens = sum(len(q.token_ids) for q in result.requests)
         print(f"run {r + 1}: {tokens / (result.end - result.start):,.0f} output tok/s")
-    table(timed.rows, args.repeats)
+    lines = table(timed.rows, args.repeats)
+    if args.json is not None:
+        what = f"{engine.config.model} on {args.device}, {scenario.name}, T={scenario.sampling.temperature:g}"
+        write_json(args.json, lines, args.label, what)
     if profiler is not None:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(args.profile)
     engine.shutdown()

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from llmbench import LLM, SamplingParams
+from llmbench.engine import graph_inputs
 from llmbench.engine.facts import triton_usable
 from llmbench.engine.sequence import Sequence
 from llmbench.engine.step_inputs import build_step
@@ -274,9 +275,15 @@ def test_programmatic_launch_keeps_tokens(arch_model, cuda_graph):
 
 
 @pytest.mark.gpu  # CUDA Graphs need a GPU
-@pytest.mark.parametrize("compile_", [False, True])
-def test_cuda_graph_replay_keeps_tokens(arch_model, compile_):
+@pytest.mark.parametrize(
+    "compile_, tables_apart",
+    [(False, False), (True, False), (False, True)],
+    ids=["eager", "compiled", "tables-apart"],
+)
+def test_cuda_graph_replay_keeps_tokens(arch_model, compile_, tables_apart, monkeypatch):
     _, folder, expected = arch_model
+    if tables_apart:  # every step sends its block tables in a copy of their own (engine/graph_inputs.py)
+        monkeypatch.setattr(graph_inputs, "INLINE_TABLE_BYTES", 0)
     got, llm = _generate(folder, attention_backend="triton", cuda_graph=True, torch_compile=compile_)
     assert got == expected
     assert llm.engine.startup.graph_buckets

@@ -194,3 +194,27 @@ def test_rows_at_any_offset_of_a_step_upload_launch_the_same_compiled_draw_and_c
     assert _launch_key(draw._sample_kernel, "logits_ptr", keys[0]) != _launch_key(
         draw._sample_kernel, "logits_ptr", keys[1]
     )
+
+
+@pytest.mark.parametrize("b", [1, 3, 17, 300, 1500])
+def test_the_fill_kernel_takes_the_rows_last_samples_as_its_reference_does(b: int) -> None:
+    from llmbench.kernels.token_fill import fill_tokens, fill_tokens_ref
+
+    g = torch.Generator().manual_seed(b)
+    last = torch.randint(0, 150_000, (b + 7,), generator=g).to(DEVICE)
+    ids = torch.randint(0, 150_000, (b,), generator=g).to(DEVICE)
+    fill = torch.randint(-1, b + 7, (b,), generator=g).to(DEVICE)  # about one row in b + 8 keeps its own id
+    fill[::3] = -1
+    got, want = fill_tokens(ids, fill, last), fill_tokens_ref(ids, fill, last)
+    assert torch.equal(got, want)
+    kept = fill < 0
+    assert torch.equal(got[kept], ids[kept]) and torch.equal(got[~kept], last[fill[~kept]])
+
+
+def test_the_draw_writes_into_a_given_buffer() -> None:
+    logits, scale, keys, positions = _rows(3, 1025, 2.0, torch.float32)
+    for fn in (sample, sample_ref):
+        buf = torch.full((5,), -7, dtype=torch.int64, device=DEVICE)
+        got = fn(logits, scale, None, keys, positions, out=buf[1:4])
+        assert got.data_ptr() == buf[1:].data_ptr() and buf[0] == buf[4] == -7
+        assert torch.equal(buf[1:4], sample_ref(logits, scale, None, keys, positions))

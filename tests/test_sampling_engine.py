@@ -86,7 +86,7 @@ def test_request_seeds_follow_the_scenario_sampling_seed():
 @pytest.mark.parametrize("with_cut", [False, True], ids=["temperature", "with-top-p"])
 def test_the_graphs_draw_the_tokens_the_sampler_draws(with_cut):
     # Temperature and greedy requests (and, with_cut, one with top-p, which keeps every draw outside the
-    # graphs): the same tokens with the draw inside the decode graphs or after them.
+    # graphs): the same tokens with the draw inside the decode graphs or after them, and without graphs.
     params = [
         SamplingParams(temperature=0.9, seed=77, max_tokens=12, ignore_eos=True),
         SamplingParams(temperature=0.0, max_tokens=10, ignore_eos=True),
@@ -102,8 +102,8 @@ def test_the_graphs_draw_the_tokens_the_sampler_draws(with_cut):
     ]
     prompts = [MINE, *OTHERS[:3]]
     runs, outside = [], []
-    for in_graph in (False, True):
-        llm = _llm(device="cuda", cuda_graph=True, tuning={"graph_sampling": in_graph})
+    for graphs, in_graph in ((True, False), (True, True), (False, False)):
+        llm = _llm(device="cuda", cuda_graph=graphs, tuning={"graph_sampling": in_graph})
         calls = []
 
         def counted(*args, calls=calls, sample=llm.engine.sampler.sample):
@@ -113,7 +113,7 @@ def test_the_graphs_draw_the_tokens_the_sampler_draws(with_cut):
         llm.engine.sampler.sample = counted
         runs.append([o.token_ids for o in llm.generate(prompts, params)])
         outside.append(len(calls))
-    assert runs[0] == runs[1]
+    assert runs[0] == runs[1] == runs[2]
     assert len(set(runs[0][0])) > 6  # it really samples
     if with_cut:
         assert outside[1] == outside[0]

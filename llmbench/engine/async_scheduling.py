@@ -41,15 +41,17 @@ class InFlight:
 
     @classmethod
     def launch(
-        cls, batch: ScheduledBatch, sampling: list[Sequence], stats: StepStats, ids: torch.Tensor
+        cls,
+        batch: ScheduledBatch,
+        sampling: list[Sequence],
+        stats: StepStats,
+        ids: torch.Tensor,
+        copies: HostCopies,
     ) -> InFlight:
         """Start copying ``ids`` to the host without waiting for them."""
         if ids.device.type != "cuda":
             return cls(batch, sampling, stats, ids, ids, None)
-        host = torch.empty(ids.shape, dtype=ids.dtype, pin_memory=True)
-        host.copy_(ids, non_blocking=True)
-        event = torch.cuda.Event()
-        event.record()
+        host, event = copies.copy(ids)
         return cls(batch, sampling, stats, ids, host, event)
 
     def wait(self) -> list[int]:
@@ -57,6 +59,37 @@ class InFlight:
         if self.event is not None:
             self.event.synchronize()
         return self.host.tolist()
+
+
+class HostCopies:
+    """Pinned host buffers and CUDA events for the steps' sampled ids, used in turn. A copy to the host is
+    asynchronous only into pinned memory, and allocating that (and an event) every step costs the host
+    tens of microseconds. At most two steps' ids are awaited at once (the one just launched, the one being
+    read), so three in turn never hand out a buffer whose ids are still to be read."""
+
+    TURNS = 3
+
+    def __init__(self) -> None:
+        self._buffers: list[torch.Tensor | None] = [None] * self.TURNS
+        self._events: list[torch.cuda.Event | None] = [None] * self.TURNS
+        self._turn = 0
+
+    def copy(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event]:
+        """Start copying ``ids`` (N,) to a pinned host buffer; the buffer's view, and an event recorded
+        after the copy."""
+        turn = self._turn
+        self._turn = (turn + 1) % self.TURNS
+        n = ids.shape[0]
+        buf = self._buffers[turn]
+        if buf is None or buf.shape[0] < n or buf.dtype != ids.dtype:
+            buf = self._buffers[turn] = torch.empty(max(n, 256), dtype=ids.dtype, pin_memory=True)
+        event = self._events[turn]
+        if event is None:
+            event = self._events[turn] = torch.cuda.Event()
+        host = buf[:n]
+        host.copy_(ids, non_blocking=True)
+        event.record()
+        return host, event
 
 
 def sampling_rows(batch: ScheduledBatch) -> list[Sequence]:

@@ -6,10 +6,15 @@ All buckets share one memory pool, captured largest first so the smaller graphs 
 A bucket whose decode attention takes other tiles for contexts of about one length
 (Tuning.decode_uniform_tiling) has a graph for each tiling; the host picks one a step.
 
-With a ``draw`` (Tuning.graph_sampling) each graph ends in the sampling draw of its rows, from static
-buffers of per-row scales and seed keys that a step fills (or zeroes, for a greedy step): the step's ids
-come out of the replay, with no launch of their own on the host. A step that needs a cut before its draw
-(top-k, top-p, min-p) samples from the logits after the replay instead, and the graph's draw goes unused.
+A bucket's graphs read their inputs from one buffer that a step fills with one copy from the host
+(engine/graph_inputs.py). Under asynchronous scheduling a row's token is the last step's sample, still on
+the device: the graph takes it from ``last`` itself.
+
+With a ``draw`` (Tuning.graph_sampling) each graph ends in the sampling draw of its rows, with the per-row
+scales and seed keys the step sent (zero scales for greedy rows: the argmax), and leaves the ids in
+``last``: the step's ids come out of the replay, with no launch of their own on the host. A step that
+needs a cut before its draw (top-k, top-p, min-p) samples from the logits after the replay instead, and the
+graph's draw goes unused.
 """
 
 from __future__ import annotations
@@ -18,9 +23,13 @@ import bisect
 import time
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
+from llmbench.engine.graph_inputs import GraphInputs
 from llmbench.engine.step_counters import note_graph_capture
+from llmbench.engine.step_inputs import StepArrays
+from llmbench.kernels.token_fill import fill_tokens_ref
 from llmbench.layers.attention.metadata import AttentionMetadata
 
 
@@ -35,47 +44,46 @@ class CUDAGraphRunner:
         ordered: Callable[[int], bool] | None = None,
         uniform: Callable[[int], bool] | None = None,
         draw: Callable[..., torch.Tensor] | None = None,
+        max_samples: int = 0,
+        fill: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] = fill_tokens_ref,
     ) -> None:
         self.forward = forward  # (input_ids, positions, meta) -> logits (B, V)
-        # (logits, scale, threshold, seed_keys, positions) -> ids: kernels/sample.py's signature
+        # (logits, scale, threshold, seed_keys, positions, out=) -> ids: kernels/sample.py's signature
         self.draw = draw
+        self.fill = fill  # (input_ids, fill, last) -> ids: kernels/token_fill.py's signature
         self.buckets = sorted(set(buckets))
         self.max_bs = self.buckets[-1]
         self.max_seq_len = max_seq_len
-        n = self.max_bs
-        self.input_ids = torch.zeros(n, dtype=torch.long, device=device)
-        self.positions = torch.zeros(n, dtype=torch.long, device=device)
-        self.slot_mapping = torch.full((n,), -1, dtype=torch.long, device=device)
-        self.seq_lens = torch.ones(n, dtype=torch.int32, device=device)
-        self.block_tables = torch.zeros(n, max_blocks_per_seq, dtype=torch.int32, device=device)
-        self.query_start_loc = torch.arange(n + 1, dtype=torch.int32, device=device)
+        # each bucket's inputs: one buffer a step fills with one copy (engine/graph_inputs.py)
+        self.inputs = {bs: GraphInputs(bs, max_blocks_per_seq, device) for bs in self.buckets}
+        self.query_start_loc = torch.arange(self.max_bs + 1, dtype=torch.int32, device=device)
+        # The last step's sampled ids, where the graphs take the tokens of the rows they fill: a graph
+        # that draws leaves its ids here; ids sampled elsewhere are copied in first. Any step's (at most
+        # ``max_samples`` rows, one a sequence) fit.
+        self.last = torch.zeros(max(self.max_bs, max_samples), dtype=torch.int64, device=device)
         # The rows longest first (Tuning.decode_longest_first) in the buckets ``ordered`` names, given by
         # the host each step (in batch order when too few rows for it to pay); padded rows go last.
         self.ordered = ordered or (lambda batch: False)
-        self.identity = torch.arange(n, dtype=torch.int64, device=device)
-        self.order = self.identity.clone()
         # The buckets ``uniform`` names get a second graph, with the tiles for contexts of about one length.
         self.uniform = uniform or (lambda batch: False)
-        # the draw's rows: log2(e) / T (0: greedy) and (seed key, position of the sampled token)
-        self.scale = torch.zeros(n, dtype=torch.float32, device=device)
-        self.sample_keys = torch.zeros(2, n, dtype=torch.int64, device=device)
-        self._scale_is_zero = True
         self.graphs: dict[tuple[int, bool], torch.cuda.CUDAGraph] = {}  # by (bucket, uniform tiling)
         self.outputs: dict[tuple[int, bool], tuple[torch.Tensor, torch.Tensor | None]] = {}
+        self._rows: dict[tuple[tuple[int, bool], int], tuple[torch.Tensor, torch.Tensor | None]] = {}
         self.capture_time = 0.0
         self.memory_bytes = 0
 
     def _meta(self, bs: int, uniform: bool) -> AttentionMetadata:
+        t = self.inputs[bs].t
         return AttentionMetadata(
-            slot_mapping=self.slot_mapping[:bs],
+            slot_mapping=t.slot_mapping,
             query_start_loc=self.query_start_loc[: bs + 1],
-            seq_lens=self.seq_lens[:bs],
-            block_tables=self.block_tables[:bs],
+            seq_lens=t.seq_lens,
+            block_tables=t.block_tables,
             max_query_len=1,
             max_seq_len=self.max_seq_len,
             query_lens_cpu=[1] * bs,
             seq_lens_cpu=[self.max_seq_len] * bs,
-            decode_order=self.order[:bs] if self.ordered(bs) else None,
+            decode_order=t.order if self.ordered(bs) else None,
             decode_uniform=uniform,
         )
 
@@ -84,12 +92,14 @@ class CUDAGraphRunner:
         return self.draw is not None
 
     def step(self, bs: int, meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """What a graph of bucket ``bs`` does, from the static buffers: the logits, and the ids drawn."""
-        logits = self.forward(self.input_ids[:bs], self.positions[:bs], meta)
+        """What a graph of bucket ``bs`` does, from its static inputs: the rows take the tokens ``fill``
+        names from ``last``, then the forward; returns the logits, and the ids drawn (a view of ``last``)."""
+        t = self.inputs[bs].t
+        logits = self.forward(self.fill(t.input_ids, t.fill, self.last), t.positions, meta)
         if self.draw is None:
             return logits, None
-        keys = self.sample_keys[:, :bs]
-        return logits, self.draw(logits, self.scale[:bs], None, keys[0], keys[1])
+        keys = t.sample_keys
+        return logits, self.draw(logits, t.draw_scale, None, keys[0], keys[1], out=self.last[:bs])
 
     def keys(self) -> list[tuple[int, bool]]:
         """The graphs to capture, largest first: (bucket, with the tiles for contexts of about one length)."""
@@ -130,54 +140,61 @@ class CUDAGraphRunner:
             graph.reset()
         self.graphs.clear()
         self.outputs.clear()
+        self._rows.clear()
 
     def bucket_for(self, batch_size: int) -> int | None:
         return smallest_holding(self.buckets, batch_size)
 
-    def run(
+    def load(
         self,
-        input_ids: torch.Tensor,  # (n,)
-        positions: torch.Tensor,
-        slot_mapping: torch.Tensor,
-        seq_lens: torch.Tensor,  # (n,) int32
-        block_tables: torch.Tensor,  # (n, max_blocks_per_seq) int32
-        order: torch.Tensor | None = None,  # (n,) int64: the rows longest first, where that pays
-        uniform: bool = False,  # contexts of about one length: that tiling's graph, where the bucket has one
-        draw: bool = False,  # return the ids the graph draws (needs a ``draw``)
-        sample_rows: tuple[torch.Tensor, torch.Tensor] | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None, int]:
-        """The rows' logits (n, V), their ids if ``draw`` (else None), and the bucket replayed.
-        ``sample_rows``: the draw's (n,) scales and (2, n) seed keys and positions; None: greedy rows."""
-        n = input_ids.shape[0]
+        step: StepArrays,
+        last_ids: torch.Tensor | None,
+        order: np.ndarray | None = None,
+        draw: bool = False,
+    ) -> int:
+        """Send a decode step's inputs to the buffer of the bucket that holds it; returns that bucket.
+        ``last_ids``: the last step's samples, which the rows ``step.fill_rows`` take their tokens from;
+        ``order``: the rows longest first (None: the batch's order); ``draw``: the graph's draw will be the
+        step's (every row samples and needs no cut)."""
+        n = len(step.query_lens)
         bs = self.bucket_for(n)
         assert bs is not None, "batch larger than the largest CUDA Graph bucket"
-        self.input_ids[:n].copy_(input_ids, non_blocking=True)
-        self.positions[:n].copy_(positions, non_blocking=True)
-        self.slot_mapping[:n].copy_(slot_mapping, non_blocking=True)
-        self.seq_lens[:n].copy_(seq_lens, non_blocking=True)
-        self.block_tables[:n, : block_tables.shape[1]].copy_(block_tables, non_blocking=True)
-        ordered = self.ordered(bs)
-        if ordered:
-            self.order[:n].copy_(order if order is not None else self.identity[:n], non_blocking=True)
-        if bs > n:
-            self.slot_mapping[n:bs].fill_(-1)
-            self.seq_lens[n:bs].fill_(1)
-            self.block_tables[n:bs].zero_()
-            if ordered:
-                self.order[n:bs].copy_(self.identity[n:bs])
+        if step.fill_rows is not None:
+            assert last_ids is not None, "a fill needs the last samples"
+            if last_ids.data_ptr() != self.last.data_ptr():  # not a graph's draw: bring them in
+                self.last[: last_ids.shape[0]].copy_(last_ids, non_blocking=True)
+        self.inputs[bs].load(step, order if self.ordered(bs) else None, draw and self.draw is not None)
+        return bs
+
+    def replay(
+        self, bs: int, n: int, uniform: bool = False, draw: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Replay bucket ``bs``'s graph over the step ``load`` sent: the ``n`` rows' logits (n, V), and
+        their ids if ``draw`` (the graph's draw is the step's), else None. ``uniform``: the graph with the
+        tiles for contexts of about one length, where the bucket has one."""
         assert self.draw is not None or not draw, "a draw asked of graphs captured without one"
-        if draw and sample_rows is not None:
-            self.scale[:n].copy_(sample_rows[0], non_blocking=True)
-            self.sample_keys[:, :n].copy_(sample_rows[1], non_blocking=True)
-            self._scale_is_zero = False
-        elif self.draw is not None and not self._scale_is_zero:
-            # greedy rows (padded rows' ids are dropped), or a draw no one reads: the argmax, its cheapest form
-            self.scale.zero_()
-            self._scale_is_zero = True
         key = (bs, uniform and self.uniform(bs))
         self.graphs[key].replay()
-        logits, ids = self.outputs[key]
-        return logits[:n], ids[:n] if draw else None, bs
+        logits, ids = self._outputs(key, n)
+        return logits, ids if draw else None
+
+    def _outputs(self, key: tuple[int, bool], n: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """A replay's logits and ids for its first ``n`` rows (kept: a view is a torch call each time)."""
+        out = self._rows.get((key, n))
+        if out is None:
+            logits, ids = self.outputs[key]
+            out = self._rows[(key, n)] = (logits[:n], None if ids is None else ids[:n])
+        return out
+
+    def sample_rows(self, bs: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The (4, k) settings and (2, k) seed keys and positions of the last step of bucket ``bs``, for a
+        draw after the replay (Sampler.sample)."""
+        t = self.inputs[bs].t
+        return t.sample_params[:, :k], t.sample_keys[:, :k]
+
+    def logits_rows(self, bs: int, k: int) -> torch.Tensor:
+        """(k,) the rows that sample, of the last step of bucket ``bs`` that not every row samples in."""
+        return self.inputs[bs].t.logits_rows[:k]
 
 
 def smallest_holding(buckets: list[int], n: int) -> int | None:

@@ -11,7 +11,13 @@ import time
 import torch
 
 from llmbench.engine import collector, step_counters, tp_lifecycle
-from llmbench.engine.async_scheduling import InFlight, mark_pending, sampling_rows, set_token_fill
+from llmbench.engine.async_scheduling import (
+    HostCopies,
+    InFlight,
+    mark_pending,
+    sampling_rows,
+    set_token_fill,
+)
 from llmbench.engine.block_manager import BlockManager, SlabAllocator
 from llmbench.engine.config import ConfigError, EngineConfig
 from llmbench.engine.facts import ModelFacts, read_facts
@@ -103,6 +109,7 @@ class LLMEngine:
         self._step = 0
         self.tables = BlockTables(-(-max_len // bs))  # rows of the running sequences' block tables
         self._inflight: InFlight | None = None  # asynchronous scheduling: the step still on the device
+        self._host_copies = HostCopies()  # where its ids come to the host
         self._last_resolved = 0.0
         self._counters = step_counters.StepCounters(self.runner.device, self.runner.recompiles)
         self._since = self._counters.read()  # asynchronous scheduling: the counters at the last delivery
@@ -308,7 +315,7 @@ class LLMEngine:
                 except BaseException as e:
                     tp_lifecycle.fail(self, e)
             with phase("copy_to_host"):
-                launched = InFlight.launch(batch, sampling, stats, ids)
+                launched = InFlight.launch(batch, sampling, stats, ids, self._host_copies)
         out = self._resolve(prev) if prev is not None else StepOutput(self._stats(start))  # idle: no counts
         with phase("bookkeeping"):
             if launched is not None:

@@ -20,12 +20,12 @@ from llmbench.engine.outputs import StartupStats
 from llmbench.engine.prefill_graph import PrefillGraphRunner
 from llmbench.engine.ranges import enable_nvtx, phase
 from llmbench.engine.resolve import ResolvedConfig
-from llmbench.engine.sampler import SCALE
 from llmbench.engine.step_inputs import StepArrays
 from llmbench.engine.step_upload import StepInputs, StepUploader
 from llmbench.engine.tracer import Tracer
 from llmbench.engine.work import RankWeights, rank_weights
 from llmbench.kernels import sample as draw_kernel
+from llmbench.kernels import token_fill
 from llmbench.kernels._triton import set_programmatic_launch
 from llmbench.kernels.kv_quant import is_fp8, kv_dtype
 from llmbench.layers.attention.backends import make_backend
@@ -177,6 +177,8 @@ class ModelRunner:
                 ordered=self.inputs.order_pays if config.tuning.decode_longest_first else None,
                 uniform=self.inputs.uniform_differs if config.tuning.decode_uniform_tiling else None,
                 draw=draw_kernel.sample if config.tuning.graph_sampling else None,
+                max_samples=config.max_num_seqs,
+                fill=token_fill.fill_tokens if config.triton_kernels else token_fill.fill_tokens_ref,
             )
             self._capture(self.graphs, "capturing the decode CUDA Graphs", "cuda_graph=False")
             self.startup.graph_capture_time = self.graphs.capture_time
@@ -279,30 +281,13 @@ class ModelRunner:
             and self.graphs.bucket_for(n) is not None
             and not calibrate
         )
+        if use_graph:
+            assert self.graphs is not None
+            return self._replay(self.graphs, step, draw)
         inputs = self.to_inputs(step)
         if calibrate:
             inputs.meta.kv_calibrate = True
             self.kv_calibrate = False
-        if use_graph:
-            assert self.graphs is not None
-            every_row = len(step.logits_indices) == n  # every row samples (the usual decode step does)
-            draw = draw and every_row and self.graphs.draws
-            rows = inputs.sample_rows
-            with phase("graph_replay"):
-                logits, ids, bucket = self.graphs.run(
-                    inputs.input_ids,
-                    inputs.positions,
-                    inputs.meta.slot_mapping,
-                    inputs.meta.seq_lens,
-                    inputs.meta.block_tables,
-                    inputs.meta.decode_order,
-                    uniform=inputs.meta.decode_uniform,
-                    draw=draw,
-                    sample_rows=None if rows is None else (rows[0][SCALE], rows[1]),
-                )
-                if not every_row:
-                    logits = logits[inputs.logits_indices]
-                return Executed(logits, bucket, bucket - n, rows, ids)
         pieces = self.prefill_graphs
         with phase("forward"):
             if pieces is not None and not calibrate and pieces.bucket_for(len(step.input_ids)) is not None:
@@ -311,6 +296,22 @@ class ModelRunner:
                 hidden = self._forward(inputs.input_ids, inputs.positions, inputs.meta, self.kv_caches)
             logits = self.model.compute_logits(hidden[inputs.logits_indices])
             return Executed(logits, None, 0, inputs.sample_rows)
+
+    def _replay(self, graphs: CUDAGraphRunner, step: StepArrays, draw: bool) -> Executed:
+        """A decode step from its CUDA Graph: its inputs sent to the graph's buffer in one copy."""
+        n = len(step.query_lens)
+        k = len(step.logits_indices)  # the rows that sample: every row, in the usual decode step
+        draw = draw and k == n and graphs.draws
+        with phase("copy_to_device"):
+            bucket = graphs.load(step, self.last_ids, self.inputs.decode_order(step), draw)
+        with phase("graph_replay"):
+            logits, ids = graphs.replay(bucket, n, self.inputs.uniform(step), draw)
+            if k != n:
+                logits = logits[graphs.logits_rows(bucket, k)]
+        rows = None
+        if ids is None and step.sample_params is not None:  # a draw after the replay
+            rows = graphs.sample_rows(bucket, k)
+        return Executed(logits, bucket, bucket - n, rows, ids)
 
 
 def _dynamo_graph_count() -> int:

@@ -94,11 +94,16 @@ class StepUploader:
         on the host, which knows the lengths (a sort on the device cannot be captured in a CUDA Graph)."""
         return decodes > 0 and self.tuning.decode_longest_first and self.order_pays(decodes)
 
+    def decode_order(self, step: StepArrays) -> np.ndarray | None:
+        """A decode-only step's rows longest first (ties in batch order) where that pays, else None."""
+        n = len(step.query_lens)
+        return np.argsort(-step.seq_lens[:n], kind="stable") if self._orders(n) else None
+
     def order_pays(self, batch: int) -> bool:
         """Whether a decode batch of this size takes its rows longest first (where that pays)."""
         return decode_config.order_pays(batch, self.kv_heads, self.device)
 
-    def _uniform(self, step: StepArrays) -> bool:
+    def uniform(self, step: StepArrays) -> bool:
         """Whether the step's decode attention takes the tiles for contexts of about one length
         (Tuning.decode_uniform_tiling): a decode-only batch of such contexts, at a size where they differ."""
         return (
@@ -153,7 +158,7 @@ class StepUploader:
             query_lens_cpu=step.query_lens,
             seq_lens_cpu=step.seq_lens.tolist(),
             decode_order=order,
-            decode_uniform=self._uniform(step),
+            decode_uniform=self.uniform(step),
             num_decodes=decodes,
         )
         return StepInputs(input_ids, positions, meta, logits_indices, sample_rows)

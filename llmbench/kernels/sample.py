@@ -100,8 +100,11 @@ def sample_ref(
     threshold: torch.Tensor | None,  # (N,) float32: keep logits >= threshold; None = no cut
     seed_keys: torch.Tensor,  # (N,) int64 holding uint32 keys
     positions: torch.Tensor,  # (N,) int64: position of the sampled token in its request
+    out: torch.Tensor | None = None,  # (N,) int64 to write the ids into (a graph's fixed buffer)
 ) -> torch.Tensor:
     """(N,) int64 token ids."""
+    if out is not None:
+        return out.copy_(sample_ref(logits, scale, threshold, seed_keys, positions))
     rows = max(1, REF_CHUNK_ELEMENTS // max(1, logits.shape[-1]))
     if logits.shape[0] > rows:  # a few rows at a time: its (rows, V) temporaries stay small
         return torch.cat([
@@ -240,13 +243,15 @@ def sample(
     seed_keys: torch.Tensor,
     positions: torch.Tensor,
     config: SampleConfig = DEFAULT_CONFIG,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Triton version of ``sample_ref``: one read of the logits, nothing of size (N, V) written."""
     require_triton("sample")
     N, V = logits.shape
     if logits.stride(-1) != 1:
         logits = logits.contiguous()
-    out = torch.empty(N, dtype=torch.int64, device=logits.device)
+    if out is None:
+        out = torch.empty(N, dtype=torch.int64, device=logits.device)
     if N == 0:
         return out
     blocks = cdiv(V, config.block)

@@ -186,7 +186,8 @@ def _kernels(args: list[str], root: Path) -> str:
         "`python devtools/bench_sampler.py --tune --json FILE` for the sampler, "
         "`python devtools/bench_linear.py --json FILE` for the linear layers, "
         "`python devtools/bench_gemv.py --json FILE` for the skinny matmul, "
-        "`python devtools/bench_overlap.py --json FILE` for a decode step's layers on two streams).",
+        "`python devtools/bench_overlap.py --json FILE` for a decode step's layers on two streams, "
+        "`python devtools/bench_host.py --json FILE` for the host's part of a step).",
         "",
         "| kernel | shape | µs | GB/s | of the copy ceiling | TFLOP/s | largest relative difference from the reference |",
         "|---|---|---:|---:|---:|---:|---:|",
