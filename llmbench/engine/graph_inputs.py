@@ -15,7 +15,7 @@ only with finite K/V), and their logits are dropped.
 
 The block tables come last, in rows ``max_blocks`` wide (the graph's stride). A step whose rows are few
 enough bytes (``INLINE_TABLE_BYTES``) sends them whole in the same copy; a larger one sends its (n, width)
-tables in a second copy (``tables_copied``), which torch stages through a narrower device buffer.
+tables in a second copy, which torch stages through a narrower device buffer.
 
 Two pinned mirrors alternate, so that writing step N+1 never changes the bytes of step N's copy while it may
 still be in flight (the engine waits for step N before it writes step N+2; engine/staging.py does the same).
@@ -151,10 +151,10 @@ class GraphInputs:
         dev, host = self._send(turn, end)
         dev.copy_(host, non_blocking=True)
         if not inline:
-            start = self.nbytes
-            staged = self._pinned[turn].numpy()[start : start + tables.nbytes]
-            staged[:] = np.ascontiguousarray(tables, dtype=np.int32).view(np.uint8).reshape(-1)
-            src = self._pinned[turn][start : start + tables.nbytes].view(torch.int32).view(n, width)
+            compact = np.ascontiguousarray(tables, dtype=np.int32)
+            start, end = self.nbytes, self.nbytes + compact.nbytes
+            self._pinned[turn].numpy()[start:end] = compact.view(np.uint8).reshape(-1)
+            src = self._pinned[turn][start:end].view(torch.int32).view(n, width)
             self.t.block_tables[:n, :width].copy_(src, non_blocking=True)
 
     def _send(self, turn: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -163,10 +163,6 @@ class GraphInputs:
         if pair is None:
             pair = self._sends[(turn, end)] = (self.buffer[:end], self._pinned[turn][:end])
         return pair
-
-    def tables_copied(self, n: int) -> bool:
-        """Whether a step of ``n`` rows sends its block tables in a copy of their own."""
-        return n * self.row_bytes > INLINE_TABLE_BYTES
 
 
 def _pad(h: Fields, n: int) -> None:
