@@ -42,6 +42,7 @@ OWN_KERNELS = {
     "_sample_kernel": SAMPLING,  # the Gumbel-max draw (and greedy rows' argmax)
     "_pick_kernel": SAMPLING,  # each row's winner among its split programs
     "_cut_kernel": SAMPLING,  # the top-p / min-p threshold search
+    "_token_fill_kernel": COPIES,  # a decode graph's rows taking the last step's samples
 }
 
 LAYER_TAGS = {  # engine/ranges.py's layer ranges

@@ -27,7 +27,7 @@ def fill_tokens_ref(
 
 
 @jit
-def _fill_kernel(ids_ptr, fill_ptr, last_ptr, out_ptr, B, BLOCK: tl.constexpr):
+def _token_fill_kernel(ids_ptr, fill_ptr, last_ptr, out_ptr, B, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     rows = offs < B
     src = tl.load(fill_ptr + offs, mask=rows, other=-1)
@@ -43,5 +43,5 @@ def fill_tokens(input_ids: torch.Tensor, fill: torch.Tensor, last: torch.Tensor)
     out = torch.empty_like(input_ids)
     if B:
         block = min(_BLOCK, max(16, 1 << (B - 1).bit_length()))
-        _fill_kernel[(cdiv(B, block),)](input_ids, fill, last, out, B, BLOCK=block)
+        _token_fill_kernel[(cdiv(B, block),)](input_ids, fill, last, out, B, BLOCK=block)
     return out
