@@ -11,13 +11,7 @@ import time
 import torch
 
 from llmbench.engine import collector, step_counters, tp_lifecycle
-from llmbench.engine.async_scheduling import (
-    HostCopies,
-    InFlight,
-    mark_pending,
-    sampling_rows,
-    set_token_fill,
-)
+from llmbench.engine.async_scheduling import HostCopies, InFlight, mark_pending, sampling_rows, set_token_fill
 from llmbench.engine.block_manager import BlockManager, SlabAllocator
 from llmbench.engine.config import ConfigError, EngineConfig
 from llmbench.engine.facts import ModelFacts, read_facts
