@@ -28,9 +28,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from llmbench.engine.staging import ALIGN, TORCH_DTYPES, host_buffer
 from llmbench.engine.step_inputs import StepArrays
 
-_ALIGN = 16  # bytes: each field starts where a vectorised kernel load may start
 INLINE_TABLE_BYTES = 64 * 1024  # past this, a step's table rows are cheaper sent at their own width
 NO_FILL = -1  # a row of ``fill`` that keeps its own token id
 
@@ -48,11 +48,6 @@ FIELDS = (
     ("draw_scale", np.float32, None),  # the graph's draw: the rows' scales, or 0 (argmax) when unread
 )
 _PAD = {"slot_mapping": -1, "seq_lens": 1, "fill": NO_FILL}  # every other field pads with zeros
-_TORCH = {
-    np.dtype(np.int64): torch.int64,
-    np.dtype(np.int32): torch.int32,
-    np.dtype(np.float32): torch.float32,
-}
 
 
 @dataclass
@@ -88,12 +83,12 @@ class GraphInputs:
         self.t = Fields(**self._views(self.buffer, torch_views=True))  # what the graphs read
         pin = device.type == "cuda"  # a CPU "device" (tests) needs, and may have, no pinning
         # each mirror: the buffer's bytes, then room for a step's tables at their own width
-        self._pinned = [torch.zeros(2 * self.nbytes, dtype=torch.uint8) for _ in range(2)]
-        if pin:
-            self._pinned = [p.pin_memory() for p in self._pinned]
+        self._pinned = [host_buffer(2 * self.nbytes, pin) for _ in range(2)]
+        self._pinned_np = [p.numpy() for p in self._pinned]
         self._host = [Fields(**self._views(p[: self.nbytes], torch_views=False)) for p in self._pinned]
+        self._identity = np.arange(bs)
         for h in self._host:
-            _pad(h, 0)
+            self._pad(h, 0)
         self._padded_from = [0, 0]  # per mirror: the rows from here on hold their padding values
         self._turn = 0
         self._sends: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
@@ -120,10 +115,7 @@ class GraphInputs:
         h.positions[:n] = step.positions
         h.slot_mapping[:n] = step.slot_mapping
         h.seq_lens[:n] = step.seq_lens
-        if order is not None:
-            h.order[:n] = order
-        else:
-            h.order[:n] = _IDENTITY[:n] if n <= len(_IDENTITY) else np.arange(n)
+        h.order[:n] = order if order is not None else self._identity[:n]
         h.fill[:n] = NO_FILL
         if step.fill_rows is not None:
             h.fill[step.fill_rows] = step.fill_src
@@ -140,7 +132,7 @@ class GraphInputs:
             h.sample_params[:, :n] = 0.0
             h.draw_scale[:n] = 0.0
         if n < self._padded_from[turn]:  # rows a larger step wrote: pad them again
-            _pad(h, n)
+            self._pad(h, n)
         self._padded_from[turn] = n
         tables = step.block_tables  # (n, width)
         width = tables.shape[1]
@@ -153,9 +145,20 @@ class GraphInputs:
         if not inline:
             compact = np.ascontiguousarray(tables, dtype=np.int32)
             start, end = self.nbytes, self.nbytes + compact.nbytes
-            self._pinned[turn].numpy()[start:end] = compact.view(np.uint8).reshape(-1)
+            self._pinned_np[turn][start:end] = compact.view(np.uint8).reshape(-1)
             src = self._pinned[turn][start:end].view(torch.int32).view(n, width)
             self.t.block_tables[:n, :width].copy_(src, non_blocking=True)
+
+    def _pad(self, h: Fields, n: int) -> None:
+        """Give a mirror's rows from ``n`` on their padding values (module docstring)."""
+        for name, _, lead in FIELDS:
+            arr = getattr(h, name)
+            value = _PAD.get(name, 0)
+            if lead:
+                arr[:, n:] = value
+            else:
+                arr[n:] = value
+        h.order[n:] = self._identity[n:]
 
     def _send(self, turn: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The device and host byte ranges a step sends (kept: a view is a torch call each time)."""
@@ -165,29 +168,13 @@ class GraphInputs:
         return pair
 
 
-def _pad(h: Fields, n: int) -> None:
-    """Give the rows from ``n`` on their padding values (module docstring)."""
-    for name, _, lead in FIELDS:
-        arr = getattr(h, name)
-        value = _PAD.get(name, 0)
-        if lead:
-            arr[:, n:] = value
-        else:
-            arr[n:] = value
-    bs = len(h.order)
-    h.order[n:] = np.arange(n, bs)
-
-
 def _aligned(nbytes: int) -> int:
-    return -(-nbytes // _ALIGN) * _ALIGN
+    return -(-nbytes // ALIGN) * ALIGN
 
 
 def _field(raw, offset: int, dtype, shape: tuple[int, ...], torch_views: bool):
     size = int(np.prod(shape)) * np.dtype(dtype).itemsize
     chunk = raw[offset : offset + size]
     if torch_views:
-        return chunk.view(_TORCH[np.dtype(dtype)]).view(shape)
+        return chunk.view(TORCH_DTYPES[np.dtype(dtype)]).view(shape)
     return chunk.view(dtype).reshape(shape)
-
-
-_IDENTITY = np.arange(1024, dtype=np.int64)

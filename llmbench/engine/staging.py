@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-_ALIGN = 16
+ALIGN = 16  # bytes: where every array (field) of an upload starts
 
 
 class Staging:
@@ -35,12 +35,12 @@ class Staging:
         offsets, total = [], 0
         for a in arrays:
             offsets.append(total)
-            total += -(-a.nbytes // _ALIGN) * _ALIGN
-        total = max(total, _ALIGN)
+            total += -(-a.nbytes // ALIGN) * ALIGN
+        total = max(total, ALIGN)
         if not self._host or self._host[0].numel() < total:
             size = max(total, 2 * self._host[0].numel() if self._host else 1 << 16)
             pin = self.device.type == "cuda"  # a CPU "device" (tests) needs, and may have, no pinning
-            self._host = [_host_buffer(size, pin) for _ in range(2)]
+            self._host = [host_buffer(size, pin) for _ in range(2)]
             self._dev = torch.empty(size, dtype=torch.uint8, device=self.device)
         host = self._host[self._turn]
         self._turn ^= 1
@@ -49,8 +49,8 @@ class Staging:
             packed[off : off + a.nbytes] = np.ascontiguousarray(a).view(np.uint8).reshape(-1)
         if self.separate:
             return [
-                torch.empty(a.shape, dtype=_TORCH_DTYPES[a.dtype], device=self.device).copy_(
-                    host[off : off + a.nbytes].view(_TORCH_DTYPES[a.dtype]).view(a.shape), non_blocking=True
+                torch.empty(a.shape, dtype=TORCH_DTYPES[a.dtype], device=self.device).copy_(
+                    host[off : off + a.nbytes].view(TORCH_DTYPES[a.dtype]).view(a.shape), non_blocking=True
                 )
                 for a, off in zip(arrays, offsets, strict=True)
             ]
@@ -58,17 +58,18 @@ class Staging:
         dev = self._dev
         dev[:total].copy_(host[:total], non_blocking=True)
         return [
-            dev[off : off + a.nbytes].view(_TORCH_DTYPES[a.dtype]).view(a.shape)
+            dev[off : off + a.nbytes].view(TORCH_DTYPES[a.dtype]).view(a.shape)
             for a, off in zip(arrays, offsets, strict=True)
         ]
 
 
-def _host_buffer(size: int, pin: bool) -> torch.Tensor:
-    buf = torch.empty(size, dtype=torch.uint8)
+def host_buffer(size: int, pin: bool) -> torch.Tensor:
+    """``size`` bytes of host memory, zeroed, pinned if ``pin`` (an asynchronous copy needs it)."""
+    buf = torch.zeros(size, dtype=torch.uint8)
     return buf.pin_memory() if pin else buf
 
 
-_TORCH_DTYPES = {
+TORCH_DTYPES = {
     np.dtype(np.int64): torch.int64,
     np.dtype(np.int32): torch.int32,
     np.dtype(np.float32): torch.float32,

@@ -77,7 +77,7 @@ class StepUploader:
         if step.sample_params is not None and step.sample_keys is not None:
             arrays += [step.sample_params, step.sample_keys]
         if ordered_rows:  # last: the decode rows by context length, longest first (ties in batch order)
-            arrays.append(np.argsort(-step.seq_lens[:ordered_rows], kind="stable"))
+            arrays.append(longest_first(step.seq_lens, ordered_rows))
         return arrays
 
     def _decode_rows(self, step: StepArrays) -> int:
@@ -97,7 +97,7 @@ class StepUploader:
     def decode_order(self, step: StepArrays) -> np.ndarray | None:
         """A decode-only step's rows longest first (ties in batch order) where that pays, else None."""
         n = len(step.query_lens)
-        return np.argsort(-step.seq_lens[:n], kind="stable") if self._orders(n) else None
+        return longest_first(step.seq_lens, n) if self._orders(n) else None
 
     def order_pays(self, batch: int) -> bool:
         """Whether a decode batch of this size takes its rows longest first (where that pays)."""
@@ -162,3 +162,8 @@ class StepUploader:
             num_decodes=decodes,
         )
         return StepInputs(input_ids, positions, meta, logits_indices, sample_rows)
+
+
+def longest_first(seq_lens: np.ndarray, rows: int) -> np.ndarray:
+    """The first ``rows`` rows by context length, longest first (ties in batch order)."""
+    return np.argsort(-seq_lens[:rows], kind="stable")
