@@ -56,6 +56,9 @@ bench-check:  # the GPU-only tests, the machine's peaks, the kernels at real siz
 	PYTHONPATH=. $(PYTHON) devtools/bench_kernels.py --tune decode-slices --tune-only --json $(BENCH_OUT)/kernels-slices.json
 	PYTHONPATH=. $(PYTHON) devtools/bench_kernels.py --tune decode-balanced --tune-only --json $(BENCH_OUT)/kernels-balanced.json
 	PYTHONPATH=. $(PYTHON) devtools/bench_kernels.py --tune prefill-lengths --tune-only --json $(BENCH_OUT)/kernels-prefill-lengths.json
+	PYTHONPATH=. $(PYTHON) devtools/bench_kernels.py --tune decode-ceiling --tune-only --json $(BENCH_OUT)/kernels-ceiling.json
+	PYTHONPATH=. $(PYTHON) devtools/bench_kernels.py --tune decode-rows --tune-only --json $(BENCH_OUT)/kernels-rows.json
+	PYTHONPATH=. $(PYTHON) devtools/splitk_matmul.py --json $(BENCH_OUT)/splitk.json
 
 bench-runs:  # every scenario under scenarios/bench/ at the defaults
 	for f in scenarios/bench/*.yaml; do $(LLMBENCH) run $$f --out $(BENCH_OUT) || exit 1; done

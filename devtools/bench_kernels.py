@@ -47,6 +47,13 @@ from balanced_decode import (  # noqa: E402  (devtools/)
     balanced_decode_attention,
     balanced_programs,
 )
+from register_decode import (  # noqa: E402  (devtools/)
+    paged_read,
+    paged_read_ref,
+    paged_read_rows,
+    register_decode_attention,
+    rows_decode_attention,
+)
 
 from llmbench.kernels._triton import jit, num_sms, tl  # noqa: E402
 from llmbench.kernels.activation import silu_and_mul, silu_and_mul_ref  # noqa: E402
@@ -452,6 +459,51 @@ def decode_case(
     return rows
 
 
+CEILING_KINDS = ("paged read", "register decode", "paged read by sequence", "decode by sequence")
+
+
+def ceiling_case(
+    env: Env, B: int, context: int, kind: str, block_n: int, num_warps: int, num_stages: int,
+    evict: bool = False, splits: int = 1, check_it: bool = True,
+) -> list[Row]:  # fmt: skip
+    """The batches a run drains through (contexts in [context/10, context], longest first, 16/8 heads of
+    128, pages of 16), one of ``CEILING_KINDS`` (devtools/register_decode.py): the pool read as the decode
+    kernel reads it and only summed (``paged_read``), the register decode, the pool read a sequence (in
+    ``splits`` slices) with all its heads a program (``paged_read_rows``), and the decode built on that
+    (``rows_decode_attention``)."""
+    gen = torch.Generator().manual_seed(B)
+    lens = torch.randint(max(1, context // 10), context + 1, (B,), generator=gen)
+    read = "read" in kind
+
+    def make() -> tuple[tuple, Callable[[], torch.Tensor]]:
+        k_cache, v_cache, block_tables, _ = paged_cache(env, B, context, 16, 8, 128)
+        seq_lens = lens.to(device=env.device, dtype=torch.int32)
+        order = longest_first(seq_lens)
+        cache = (k_cache, v_cache, block_tables, seq_lens)
+        args = cache if read else (env.t(B, 16, 128), *cache, 128**-0.5)
+        tiles = (order, block_n, num_warps, num_stages)
+        runs = {
+            "paged read": lambda: paged_read(*args, *tiles, evict),
+            "register decode": lambda: register_decode_attention(*args, *tiles),
+            "paged read by sequence": lambda: paged_read_rows(*args, *tiles, splits),
+            "decode by sequence": lambda: rows_decode_attention(*args, *tiles, splits),
+        }
+        return args, runs[kind]
+
+    args, run = make()
+    name = f"{kind} n{block_n}w{num_warps}s{num_stages}"
+    name += " evict first" if evict else ""
+    name += f" splits {splits}" if "sequence" in kind else ""
+    rel = None
+    if check_it:
+        ref = paged_read_ref(*args) if read else paged_attention_decode_ref(*args)
+        rel = check(f"{name} B={B}", run(), ref, 2e-2)
+    kv_bytes = 2 * int(lens.sum()) * 8 * 128 * env.t(1).element_size()
+    more = [make()[1] for _ in range(rotations(kv_bytes) - 1)]
+    shape = f"B={B} ctx {context // 10}-{context} 16/8x128 page 16 longest first"
+    return [row(name, shape, time_us(env, run, more=more), kv_bytes, rel)]
+
+
 def prefill_case(
     env: Env, T: int, context: int, block_size: int, Hq: int, Hk: int, D: int,
     config: PrefillConfig | None = None, check_it: bool = True, kv_dtype: torch.dtype | None = None,
@@ -569,6 +621,41 @@ def tune(env: Env, kinds: list[str]) -> list[Row]:
         for tiling in [None, *tilings]:  # uniform long contexts
             attempt(f"decode-balanced uniform {tiling}", decode_case, B, ctx, 16, 16, 8, 128,
                     balanced=tiling and BalancedConfig(*tiling), check_it=False)  # fmt: skip
+    if "decode-ceiling" in kinds:  # the paged read's ceiling, the engine's tiles and the register decode
+        for batch in (5, 9) if env.smoke else (64, 128, 192, 256):
+            attempt("decode-ceiling default", decode_case, batch, ctx // 2, 16, 16, 8, 128, mixed=True,
+                    ordered=True)  # fmt: skip
+            for block_n, num_warps, num_stages in itertools.product((32, 64), (4, 8), (1, 2, 4)):
+                cfg = DecodeConfig(block_n, num_warps, num_stages)
+                attempt(f"decode-ceiling {cfg}", decode_case, batch, ctx // 2, 16, 16, 8, 128, config=cfg,
+                        mixed=True, ordered=True)  # fmt: skip
+            for (block_n, num_warps, num_stages), evict in itertools.product(
+                ((64, 4, 1), (64, 8, 1), (128, 8, 1), (32, 4, 1), (64, 4, 3), (128, 16, 1)), (False, True)
+            ):
+                attempt("decode-ceiling read", ceiling_case, batch, ctx // 2, "paged read", block_n, num_warps,
+                        num_stages, evict, check_it=not evict)  # fmt: skip
+            for block_n, num_warps, num_stages in (
+                (16, 4, 1),
+                (32, 4, 1),
+                (32, 8, 1),
+                (64, 8, 1),
+                (32, 4, 2),
+            ):
+                attempt("decode-ceiling register", ceiling_case, batch, ctx // 2, "register decode", block_n,
+                        num_warps, num_stages)  # fmt: skip
+    if "decode-rows" in kinds:  # a program per sequence (slice), all its heads: the read and the decode
+        for batch in (5, 9) if env.smoke else (64, 128, 192, 256):
+            attempt(
+                "decode-rows default", decode_case, batch, ctx // 2, 16, 16, 8, 128, mixed=True, ordered=True
+            )
+            tilings = [(8, 4, 1), (8, 4, 3), (16, 4, 1), (16, 8, 1), (16, 8, 2), (8, 8, 3)]
+            for (block_n, num_warps, num_stages), splits in itertools.product(tilings, (1, 2, 4)):
+                attempt("decode-rows read", ceiling_case, batch, ctx // 2, "paged read by sequence", block_n,
+                        num_warps, num_stages, splits=splits, check_it=splits == 2)  # fmt: skip
+            tilings = [(8, 4, 2), (8, 4, 3), (8, 8, 3), (16, 4, 2), (16, 8, 2)]
+            for (block_n, num_warps, num_stages), splits in itertools.product(tilings, (1, 2, 4, 8)):
+                attempt("decode-rows decode", ceiling_case, batch, ctx // 2, "decode by sequence", block_n,
+                        num_warps, num_stages, splits=splits, check_it=splits <= 2)  # fmt: skip
     if "decode-layout" in kinds:  # bf16 pages by token (the pool's) or by head, at the batches a run drains
         for batch, page, heads_first in itertools.product((64, 128, 192, 256), (16, 64), (False, True)):
             for cfg in (None, DecodeConfig(64, 2, 3), DecodeConfig(128, 4, 3), DecodeConfig(64, 4, 4)):
@@ -666,9 +753,9 @@ def main() -> None:
     )
     parser.add_argument("--json", type=Path, help="write the result rows to this JSON file")
     parser.add_argument(
-        "--tune", action="append", default=[], choices=["decode", "decode-balanced", "decode-fp8", "decode-fp8-mixed", "decode-batches", "decode-layout", "decode-fp8-tails", "decode-fp8-spread", "splits", "prefill", "prefill-fp8", "prefill-prompts", "prefill-lengths", "decode-slices"],
+        "--tune", action="append", default=[], choices=["decode", "decode-balanced", "decode-fp8", "decode-fp8-mixed", "decode-batches", "decode-layout", "decode-ceiling", "decode-rows", "decode-fp8-tails", "decode-fp8-spread", "splits", "prefill", "prefill-fp8", "prefill-prompts", "prefill-lengths", "decode-slices"],
         help="first sweep tile configs (decode; over a float8 cache, decode-fp8 at the headline shape and "
-        "decode-fp8-mixed at 256 mixed lengths, decode-batches at 16-256 with split counts, decode-layout: pages by token or by head; prefill, prefill-fp8, prefill-prompts: a step of whole 100-1024-token prompts; prefill-lengths: default against small tiles by prompt length; decode-slices: slices sized per batch; decode-balanced: devtools/balanced_decode.py against the default) or split-KV counts (splits); "
+        "decode-fp8-mixed at 256 mixed lengths, decode-batches at 16-256 with split counts, decode-layout: pages by token or by head; decode-ceiling: the pool read and only summed, against the engine's tiles and devtools/register_decode.py; decode-rows: a program per sequence with all its heads, the read and the decode; prefill, prefill-fp8, prefill-prompts: a step of whole 100-1024-token prompts; prefill-lengths: default against small tiles by prompt length; decode-slices: slices sized per batch; decode-balanced: devtools/balanced_decode.py against the default) or split-KV counts (splits); "
         "repeatable, a few minutes each",
     )  # fmt: skip
     parser.add_argument(

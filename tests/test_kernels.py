@@ -594,6 +594,55 @@ def test_the_balanced_decode_kernel_matches_reference_across_program_bounds(
     assert torch.equal(again, out)
 
 
+def test_the_pool_read_and_the_register_decode_match_their_references(setting: Setting, monkeypatch) -> None:
+    # devtools/register_decode.py, measured against the engine's kernel (BENCHMARKS.md, "What the pool's
+    # pages allow"): rows of length 0, contexts within a tile, across pages and across tiles, longest first.
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "devtools"))
+    from register_decode import (
+        paged_read,
+        paged_read_ref,
+        paged_read_rows,
+        register_decode_attention,
+        rows_decode_attention,
+    )
+
+    q, k_cache, v_cache, block_tables, sl, ref = mixed_decode_batch(setting, [3, 70, 0, 17, 130, 8, 64])
+    order = longest_first(sl)
+    summed_ref = paged_read_ref(k_cache, v_cache, block_tables, sl)
+    for block_n in (16, 32):
+        out = register_decode_attention(q, k_cache, v_cache, block_tables, sl, 0.125, order, block_n=block_n)
+        check(f"register decode, {block_n}-token tiles", out, ref, setting)
+        summed = paged_read(k_cache, v_cache, block_tables, sl, order, block_n=block_n)
+        check(f"pool read, {block_n}-token tiles", summed, summed_ref, setting)
+    # a program per sequence (in slices, empty ones too), every KV head of a page at once; pages of 8
+    for block_n, splits in ((8, 1), (8, 3)):  # 8 tokens x 2 KV heads: the tensor cores' 16 rows
+        out = rows_decode_attention(
+            q, k_cache, v_cache, block_tables, sl, 0.125, order, block_n=block_n, num_splits=splits
+        )
+        check(f"decode by sequence, {splits} slices", out, ref, setting)
+        summed = paged_read_rows(
+            k_cache, v_cache, block_tables, sl, order, block_n=block_n, num_splits=splits
+        )
+        check(f"pool read by sequence, {splits} slices", summed, summed_ref, setting)
+    with pytest.raises(ValueError, match="one or two query heads a KV head"):
+        register_decode_attention(q.repeat(1, 2, 1), k_cache, v_cache, block_tables, sl, 0.125, order)
+
+
+@pytest.mark.parametrize("split", [1, 2, 4])
+def test_the_split_k_products_sum_to_the_matmul(setting: Setting, split: int, monkeypatch) -> None:
+    # devtools/splitk_matmul.py: each part of the input features' partial sums; rows fewer than a tile.
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "devtools"))
+    from splitk_matmul import splitk_matmul
+
+    x = torch.randn(5, 128, device=setting.device, dtype=setting.dtype)
+    w = torch.randn(64, 128, device=setting.device, dtype=setting.dtype) / 128**0.5
+    parts = splitk_matmul(x, w, split, block_m=16, block_n=32, block_k=32, num_stages=2)
+    assert parts.shape == (split, 5, 64) and parts.dtype == torch.float32
+    check(f"split-K in {split}", parts.sum(0), x.float() @ w.float().T, setting)
+    with pytest.raises(ValueError, match="must be a multiple"):
+        splitk_matmul(x, w, 3, block_m=16, block_n=32, block_k=32)
+
+
 @pytest.mark.parametrize("num_splits", [1, 3])
 def test_paged_decode_in_any_order_matches_reference(setting: Setting, num_splits: int) -> None:
     # Programs take the rows in a given order (longest first, the reverse, shuffled): the same output.

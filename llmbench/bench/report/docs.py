@@ -186,6 +186,7 @@ def _kernels(args: list[str], root: Path) -> str:
         "`python devtools/bench_sampler.py --tune --json FILE` for the sampler, "
         "`python devtools/bench_linear.py --json FILE` for the linear layers, "
         "`python devtools/bench_gemv.py --json FILE` for the skinny matmul, "
+        "`python devtools/splitk_matmul.py --json FILE` for products cut along their inputs, "
         "`python devtools/bench_overlap.py --json FILE` for a decode step's layers on two streams, "
         "`python devtools/bench_host.py --json FILE` for the host's part of a step).",
         "",
