@@ -17,6 +17,8 @@ such as decode attention can pass 100% of the copy ceiling.
     python devtools/bench_kernels.py --tune decode-fp8-mixed  # the same at 256 mixed lengths, longest first
     python devtools/bench_kernels.py --tune decode-fp8-tails  # float8 tilings with a narrow tail, mixed and uniform
     python devtools/bench_kernels.py --tune decode-balanced  # devtools/balanced_decode.py against the default
+    python devtools/bench_kernels.py --tune decode-ceiling   # the pool read and only summed, the register decode
+    python devtools/bench_kernels.py --tune decode-rows      # a program per sequence, all its heads
     python devtools/bench_kernels.py --tune prefill-fp8  # the prefill sweep over a float8 cache
     python devtools/bench_kernels.py --tune decode-fp8 --tune-only --json FILE   # that sweep alone
     python devtools/bench_kernels.py --smoke          # tiny shapes on CPU (TRITON_INTERPRET=1): tests the script
@@ -459,18 +461,14 @@ def decode_case(
     return rows
 
 
-CEILING_KINDS = ("paged read", "register decode", "paged read by sequence", "decode by sequence")
-
-
 def ceiling_case(
     env: Env, B: int, context: int, kind: str, block_n: int, num_warps: int, num_stages: int,
     evict: bool = False, splits: int = 1, check_it: bool = True,
 ) -> list[Row]:  # fmt: skip
     """The batches a run drains through (contexts in [context/10, context], longest first, 16/8 heads of
-    128, pages of 16), one of ``CEILING_KINDS`` (devtools/register_decode.py): the pool read as the decode
-    kernel reads it and only summed (``paged_read``), the register decode, the pool read a sequence (in
-    ``splits`` slices) with all its heads a program (``paged_read_rows``), and the decode built on that
-    (``rows_decode_attention``)."""
+    128, pages of 16), through devtools/register_decode.py's ``kind``: "paged read", the pool read as the
+    decode kernel reads it and only summed; "register decode"; "paged read by sequence", each program a
+    sequence (in ``splits`` slices) with all its heads; "decode by sequence", the decode built on that."""
     gen = torch.Generator().manual_seed(B)
     lens = torch.randint(max(1, context // 10), context + 1, (B,), generator=gen)
     read = "read" in kind
