@@ -65,6 +65,7 @@ bench-runs:  # every scenario under scenarios/bench/ at the defaults
 
 bench-ablations:  # what sampling, the float8 KV cache, CUDA Graphs, torch.compile and prefix caching are worth
 	$(ABLATE) scenarios/bench/throughput.yaml --toggle sampling.temperature=0,0.6
+	$(ABLATE) scenarios/bench/throughput_greedy.yaml --toggle tuning.split_k_rows=0,256
 	$(ABLATE) scenarios/bench/throughput.yaml --toggle kv_cache_dtype --quality
 	$(ABLATE) scenarios/bench/fixed_64_0.6b.yaml --toggle kv_cache_dtype
 	$(ABLATE) scenarios/bench/fixed_64_0.6b.yaml --set engine.kv_cache_dtype=fp8_e4m3 --toggle tuning.decode_uniform_tiling

@@ -53,6 +53,7 @@ from llmbench.kernels.skinny_matmul import (  # noqa: E402
     skinny_norm_matmul,
     skinny_silu_matmul,
 )
+from llmbench.kernels.split_k import split_k_matmul, split_tiles  # noqa: E402
 from llmbench.kernels.triton_decode import decode_attention  # noqa: E402
 from llmbench.kernels.triton_prefill import prefill_attention  # noqa: E402
 
@@ -184,6 +185,12 @@ def engine_calls(dtype: torch.dtype = torch.bfloat16) -> None:
             addrs = t(world, dt=torch.int64)
             for residual in (None, t(rows, hidden)):
                 allreduce_norm(addrs, addrs, 1, (rows, hidden), dtype, residual, t(hidden), 1e-6)
+        for rows in (128, 256):  # wider decode steps: narrow products cut along their inputs, then summed
+            for n, k in ((hidden, hq * d), (hidden, inter)):
+                tiles = split_tiles(rows, n, k, dtype)
+                if tiles is not None:
+                    parts = split_k_matmul(t(rows, k), t(n, k), tiles)
+                    rms_norm(parts, t(hidden), 1e-6, residual=t(rows, hidden))
         qkv = (hq + 2 * hk) * d
         for rows in (1, 2, 8, 16, 64):  # decode at small batches: the skinny matmuls, plain and fused
             skinny_matmul(t(rows, hidden), t(qkv, hidden))

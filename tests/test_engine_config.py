@@ -134,13 +134,13 @@ def message(**options) -> str:
             "tuning.skinny_rows: unknown tuning knob (did you mean 'skinny_matmul_rows'?); valid: compile_mode, cuda_graph_buckets, "
             "decode_longest_first, decode_split_tokens, decode_uniform_tiling, graph_sampling, kv_cache_scale, "
             "mixed_step_decodes, prefill_graph_tokens, prefill_graphs, prefill_narrow_tiles_up_to, programmatic_launch_rows, skinny_fusion, skinny_matmul_rows, "
-            "tp_all_reduce, tp_fuse_matmul, tp_fuse_norm",
+            "split_k_rows, tp_all_reduce, tp_fuse_matmul, tp_fuse_norm",
         ),
         (
             {"tuning": 5},
             "tuning: expected a mapping of tuning knobs (cuda_graph_buckets, decode_split_tokens, decode_longest_first, "
             "decode_uniform_tiling, mixed_step_decodes, graph_sampling, prefill_graphs, prefill_graph_tokens, prefill_narrow_tiles_up_to, programmatic_launch_rows, "
-            "skinny_matmul_rows, skinny_fusion, tp_all_reduce, "
+            "skinny_matmul_rows, split_k_rows, skinny_fusion, tp_all_reduce, "
             "tp_fuse_norm, tp_fuse_matmul, compile_mode, kv_cache_scale), got 5",
         ),
         (
@@ -403,6 +403,20 @@ def test_the_cpu_at_tp2_uses_gloo_without_fusions():
             {"triton_kernels": False, "tuning": {"skinny_matmul_rows": 1}},
             "tuning.skinny_matmul_rows=1 asks for a Triton kernel: it needs triton_kernels=True "
             "(or tuning.skinny_matmul_rows=0)",
+        ),
+        (
+            CPU_INTERPRETED,
+            {"triton_kernels": False, "tuning": {"split_k_rows": 256}},
+            "tuning.split_k_rows=256 cuts products with a Triton kernel that the RMSNorm after them sums: it "
+            "needs triton_kernels=True, tp=1 and torch_compile=False, got triton_kernels=False, tp=1, "
+            "torch_compile=False (or tuning.split_k_rows=0)",
+        ),
+        (
+            CPU_INTERPRETED,
+            {"triton_kernels": True, "torch_compile": True, "tuning": {"split_k_rows": 128}},
+            "tuning.split_k_rows=128 cuts products with a Triton kernel that the RMSNorm after them sums: it "
+            "needs triton_kernels=True, tp=1 and torch_compile=False, got triton_kernels=True, tp=1, "
+            "torch_compile=True (or tuning.split_k_rows=0)",
         ),
         (
             CPU,

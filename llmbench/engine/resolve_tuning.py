@@ -49,6 +49,7 @@ class ResolvedTuning:
     prefill_narrow_tiles_up_to: int  # 0: wide tiles wherever the queries fill them
     programmatic_launch_rows: int  # 0: never
     skinny_matmul_rows: int  # 0: cuBLAS always
+    split_k_rows: int  # 0: never
     skinny_fusion: str  # "all" | "silu" | "none"
     tp_all_reduce: str  # "nccl" (gloo on the CPU) | "symm_mem" | "none" (tp=1)
     tp_fuse_norm: bool
@@ -73,6 +74,14 @@ def resolve_tuning(
         raise ConfigError(
             f"tuning.skinny_matmul_rows={skinny_rows} asks for a Triton kernel: it needs triton_kernels=True "
             "(or tuning.skinny_matmul_rows=0)"
+        )
+    split_k_rows = auto(t.split_k_rows, 0)  # off until its worth in the engine is measured (BENCHMARKS.md)
+    if split_k_rows and not (triton_kernels and config.tp == 1 and not config.torch_compile):
+        raise ConfigError(
+            f"tuning.split_k_rows={split_k_rows} cuts products with a Triton kernel that the RMSNorm after "
+            f"them sums: it needs triton_kernels=True, tp=1 and torch_compile=False, got "
+            f"triton_kernels={triton_kernels}, tp={config.tp}, torch_compile={config.torch_compile} "
+            "(or tuning.split_k_rows=0)"
         )
     for knob, kernel in (("decode_split_tokens", "decode"), ("prefill_narrow_tiles_up_to", "prefill")):
         if getattr(t, knob) not in (None, AUTO, 0) and backend != "triton":
@@ -177,6 +186,7 @@ def resolve_tuning(
         ),
         programmatic_launch_rows=programmatic_rows,
         skinny_matmul_rows=skinny_rows,
+        split_k_rows=split_k_rows,
         skinny_fusion=fusion,
         tp_all_reduce=all_reduce,
         tp_fuse_norm=fuse_norm,

@@ -4,7 +4,9 @@ Each parameter carries ``weight_loader(param, loaded, shard_id)``: the loader ha
 from the checkpoint and the layer keeps its own slice, so a rank only ever holds its shard. With one
 rank every slice is the whole tensor. An input of up to ``skinny_rows`` rows (a decode step at a small
 batch) runs the skinny Triton kernel (kernels/skinny_matmul.py), a larger one cuBLAS; ``skinny_rows`` is
-0 until the decode plan sets it (models/fused_decode.py).
+0 until the decode plan sets it (models/fused_decode.py). A narrow row-parallel product of a few hundred
+rows may instead be cut along its inputs (``split_k_rows``, kernels/split_k.py): its output is then its
+float32 partial sums, which only the RMSNorm after it reads (layers/norm.py adds them up).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import torch
 from torch import nn
 
 from llmbench.kernels.skinny_matmul import linear_into, skinny_matmul, skinny_silu_matmul
+from llmbench.kernels.split_k import split_k_matmul, split_tiles
 from llmbench.layers.parallel import SINGLE, TPGroup
 
 
@@ -146,9 +149,18 @@ class RowParallelLinear(LinearBase):
         tp: TPGroup = SINGLE,
     ) -> None:
         super().__init__(tp.split(in_features, "input features"), out_features, bias, tp)
+        self.split_k_rows = (
+            0  # inputs of more rows than skinny_rows and up to this many may be cut (the plan)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # x: (T, in / tp) -> (T, out), summed over the ranks
+        # x: (T, in / tp) -> (T, out), summed over the ranks; or, cut along its inputs at tp=1, the
+        # float32 partial sums (split, T, out) that the RMSNorm after it adds up (kernels/split_k.py)
+        T = x.shape[0]
+        if self.skinny_rows < T <= self.split_k_rows and self.tp.size == 1 and self.bias is None:
+            tiles = split_tiles(T, *self.weight.shape, x.dtype)
+            if tiles is not None:
+                return split_k_matmul(x, self.weight, tiles)
         return self.tp.all_reduce(self.partial(x))
 
     @property

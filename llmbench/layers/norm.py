@@ -2,7 +2,8 @@
 
 ``norm(x, residual)`` returns ``(rmsnorm(x + residual) * weight, x + residual)``; without a residual,
 ``(rmsnorm(x) * weight, x)``: the second is the residual stream that the next layer adds to. With
-``residual_out`` (which may be ``residual``) the sum is written there.
+``residual_out`` (which may be ``residual``) the sum is written there. ``x`` may be the float32 partial
+sums of the product before (layers/linear.py ``split_k_rows``): they are added up first.
 """
 
 from __future__ import annotations

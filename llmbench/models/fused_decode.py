@@ -55,16 +55,20 @@ class DecodePlan:
     skinny_rows: int = 0  # linear layers: inputs of up to this many rows take the skinny kernel
     silu_rows: int = 0  # the SiLU-and-multiply on the down projection's loads, up to this many rows
     norm_rows: int = 0  # the RMSNorm on the next projection's loads, up to this many rows
+    split_k_rows: int = 0  # narrow row-parallel products cut along their inputs, up to this many rows
 
     @classmethod
-    def of(cls, skinny_rows: int, skinny_fusion: str) -> DecodePlan:
+    def of(cls, skinny_rows: int, skinny_fusion: str, split_k_rows: int = 0) -> DecodePlan:
         if skinny_fusion not in SKINNY_FUSIONS:
             raise ValueError(
                 f"Unsupported skinny_fusion: {skinny_fusion!r}. Supported: {list(SKINNY_FUSIONS)}"
             )
         fused = min(skinny_rows, FUSED_ROWS)
         return cls(
-            skinny_rows, fused if skinny_fusion != "none" else 0, fused if skinny_fusion == "all" else 0
+            skinny_rows,
+            fused if skinny_fusion != "none" else 0,
+            fused if skinny_fusion == "all" else 0,
+            split_k_rows,
         )
 
 
@@ -77,11 +81,14 @@ class Seam:
 
 def fuse_decode(model: LlamaForCausalLM, plan: DecodePlan, comm: Communicator) -> nn.Module:
     """Apply ``plan`` to ``model``: every linear layer takes the skinny kernel up to ``plan.skinny_rows``
-    rows. Returns what to run: the model with its seams fused for small steps (``FusedDecode``), or the
-    model itself where nothing fuses."""
+    rows, and the row-parallel ones are cut along their inputs above that up to ``plan.split_k_rows``
+    (where their shape is one the cut pays on). Returns what to run: the model with its seams fused for
+    small steps (``FusedDecode``), or the model itself where nothing fuses."""
     for module in model.modules():
         if isinstance(module, LinearBase):
             module.skinny_rows = plan.skinny_rows
+        if isinstance(module, RowParallelLinear):
+            module.split_k_rows = plan.split_k_rows
     fused = FusedDecode(model, plan, comm)
     return fused if fused.rows else model
 
