@@ -252,6 +252,9 @@ def test_on_an_h200_the_fast_paths_are_chosen():
     assert r.tuning.skinny_matmul_rows == SKINNY_MATMUL_ROWS > 1 and r.tuning.tp_all_reduce == "none"
     assert r.tuning.prefill_narrow_tiles_up_to == PREFILL_NARROW_TILES_UP_TO > 0
     assert resolved(h200s(), tuning={"prefill_narrow_tiles_up_to": 0}).tuning.prefill_narrow_tiles_up_to == 0
+    # products cut along their inputs only when asked for (not yet measured in a run), at tp=1
+    assert r.tuning.split_k_rows == 0
+    assert resolved(h200s(), tuning={"split_k_rows": 256}).tuning.split_k_rows == 256
     # the skinny matmul past one row only over the rows programmatic launch covers, at tp=1
     assert resolved(h200s(), tuning={"programmatic_launch_rows": 16}).tuning.skinny_matmul_rows == 16
     assert resolved(h200s(), tuning={"programmatic_launch_rows": 256}).tuning.skinny_matmul_rows == 64
@@ -417,6 +420,12 @@ def test_the_cpu_at_tp2_uses_gloo_without_fusions():
             "tuning.split_k_rows=128 cuts products with a Triton kernel that the RMSNorm after them sums: it "
             "needs triton_kernels=True, tp=1 and torch_compile=False, got triton_kernels=True, tp=1, "
             "torch_compile=True (or tuning.split_k_rows=0)",
+        ),
+        (
+            h200s("qwen3-8b"),
+            {"tp": 1, "tuning": {"split_k_rows": 256}},
+            "tuning.split_k_rows=256 cuts row-parallel products of at most 1024 outputs (kernels/split_k.py), "
+            "and this model's have 4096 (its hidden size): nothing would be cut (set tuning.split_k_rows=0)",
         ),
         (
             CPU,

@@ -117,7 +117,8 @@ class Tuning:
     split_k_rows: the narrow row-parallel products (attention's output and the down projection, up to 1,024
         outputs, 16-bit, kernels/split_k.py) of inputs of more rows than skinny_matmul_rows and up to this
         many (0..256) are cut along their input features into float32 partial sums that the RMSNorm after
-        them adds up; cuBLAS otherwise. Needs triton_kernels, tp=1 and torch_compile off. 0: never. auto: 0
+        them adds up; cuBLAS otherwise. Needs triton_kernels, tp=1, torch_compile off and a hidden size up to
+        1,024 (else nothing would be cut: an error). 0: never. auto: 0
         (measured faster per product, not yet in a run: BENCHMARKS.md).
     skinny_fusion: what the skinny matmul does on its input's loads at one-row steps (more rows take its
         tensor-core products with nothing fused, which measured faster): 'all' (the RMSNorm before it,

@@ -10,6 +10,7 @@ from typing import Any
 from llmbench.engine.config import DEFAULT_COMPILE_MODE, ConfigError, EngineConfig, Tuning
 from llmbench.engine.facts import Facts
 from llmbench.engine.option_checks import AUTO
+from llmbench.kernels.split_k import NARROW as SPLIT_K_NARROW
 
 # The skinny matmul by default: at one row wherever Triton kernels run (it beat cuBLAS on every layer of
 # the H200 sweep); up to as many rows as programmatic launch covers, at most SKINNY_MATMUL_ROWS, at tp=1
@@ -82,6 +83,12 @@ def resolve_tuning(
             f"them sums: it needs triton_kernels=True, tp=1 and torch_compile=False, got "
             f"triton_kernels={triton_kernels}, tp={config.tp}, torch_compile={config.torch_compile} "
             "(or tuning.split_k_rows=0)"
+        )
+    if split_k_rows and facts.model.hidden_size > SPLIT_K_NARROW:
+        raise ConfigError(
+            f"tuning.split_k_rows={split_k_rows} cuts row-parallel products of at most {SPLIT_K_NARROW} outputs "
+            f"(kernels/split_k.py), and this model's have {facts.model.hidden_size} (its hidden size): nothing "
+            "would be cut (set tuning.split_k_rows=0)"
         )
     for knob, kernel in (("decode_split_tokens", "decode"), ("prefill_narrow_tiles_up_to", "prefill")):
         if getattr(t, knob) not in (None, AUTO, 0) and backend != "triton":
