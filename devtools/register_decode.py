@@ -15,13 +15,10 @@ cores' operand path. Two questions, asked by ``python devtools/bench_kernels.py 
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from llmbench.kernels._triton import jit, out_like, require_triton, tl
-
-LOG2E = math.log2(math.e)
+from llmbench.kernels.triton_decode import LOG2E, _decode_reduce_kernel, _slice_len
 
 
 @jit
@@ -185,8 +182,8 @@ def register_decode_attention(
 
 @jit
 def _slice(seq_len, num_splits, split, BLOCK_N: tl.constexpr):
-    # [start, end) of a sequence's slice ``split`` of ``num_splits``, whole tiles but the last
-    slice_len = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
+    # [start, end) of a sequence's slice ``split`` of ``num_splits``, cut as the engine's decode cuts it
+    slice_len = _slice_len(seq_len, num_splits, 0, BLOCK_N)
     start = split * slice_len
     return start, tl.minimum(start + slice_len, seq_len)
 
@@ -294,8 +291,6 @@ def rows_decode_attention(
 ) -> torch.Tensor:  # fmt: skip
     """(B, Hq, D): ``paged_attention_decode_ref``, each program a slice of a sequence with all its heads;
     slices merged by the engine's merge kernel."""
-    from llmbench.kernels.triton_decode import _decode_reduce_kernel
-
     require_triton("rows_decode_attention")
     b, hq, d = q.shape
     _, page_size, hk, _ = k_cache.shape
