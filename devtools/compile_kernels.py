@@ -35,7 +35,7 @@ try:
 except ImportError:  # pragma: no cover - the CLI says so below
     triton = None
 
-from llmbench.kernels import _triton, triton_decode  # noqa: E402
+from llmbench.kernels import _triton, prefetch, triton_decode  # noqa: E402
 from llmbench.kernels import sample as sample_module  # noqa: E402
 from llmbench.kernels._triton import runs_ptx  # noqa: E402
 from llmbench.kernels.activation import silu_and_mul  # noqa: E402
@@ -154,7 +154,7 @@ def capture(calls: Callable[[], None], programmatic: bool = False) -> list[Launc
     it launched with programmatic dependent launch."""
     launches: list[Launch] = []
     original = JITFunction.run
-    wrappers = (sample_module, triton_decode, _triton)
+    wrappers = (sample_module, triton_decode, _triton, prefetch)
 
     def record(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> None:
         launches.append(Launch(self, args, kwargs))
@@ -185,13 +185,16 @@ def engine_calls(dtype: torch.dtype = torch.bfloat16) -> None:
             addrs = t(world, dt=torch.int64)
             for residual in (None, t(rows, hidden)):
                 allreduce_norm(addrs, addrs, 1, (rows, hidden), dtype, residual, t(hidden), 1e-6)
+        qkv = (hq + 2 * hk) * d
+        for rows in (1, 256):  # the next product's weights asked into L2 by the kernels before it
+            rms_norm(t(rows, hidden), t(hidden), 1e-6, residual=t(rows, hidden), prefetch=t(qkv, hidden))
+            silu_and_mul(t(rows, 2 * inter), prefetch=t(hidden, inter))
         for rows in (128, 256):  # wider decode steps: narrow products cut along their inputs, then summed
             for n, k in ((hidden, hq * d), (hidden, inter)):
                 tiles = split_tiles(rows, n, k, dtype)
                 if tiles is not None:
                     parts = split_k_matmul(t(rows, k), t(n, k), tiles)
                     rms_norm(parts, t(hidden), 1e-6, residual=t(rows, hidden))
-        qkv = (hq + 2 * hk) * d
         for rows in (1, 2, 8, 16, 64):  # decode at small batches: the skinny matmuls, plain and fused
             skinny_matmul(t(rows, hidden), t(qkv, hidden))
             skinny_silu_matmul(t(rows, 2 * inter), t(hidden, inter))

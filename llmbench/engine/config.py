@@ -120,6 +120,11 @@ class Tuning:
         them adds up; cuBLAS otherwise. Needs triton_kernels, tp=1, torch_compile off and a hidden size up to
         1,024 (else nothing would be cut: an error). 0: never. auto: 0
         (measured faster per product, not yet in a run: BENCHMARKS.md).
+    weight_prefetch_rows: in steps of up to this many rows the RMSNorm before q/k/v and gate/up and the
+        SiLU-and-multiply before the down projection ask that product's weight into L2 before they wait
+        on their inputs (kernels/prefetch.py), where it is at most half the L2. Needs an NVIDIA GPU of
+        compute capability 9.0 or later, triton_kernels, tp=1, torch_compile off and a weight that fits
+        (else nothing would be prefetched: an error). 0: never. auto: 0 (not yet measured: BENCHMARKS.md).
     skinny_fusion: what the skinny matmul does on its input's loads at one-row steps (more rows take its
         tensor-core products with nothing fused, which measured faster): 'all' (the RMSNorm before it,
         with the residual add, and the SiLU-and-multiply before the down projection), 'silu' (the latter
@@ -150,6 +155,7 @@ class Tuning:
     programmatic_launch_rows: int | None = None
     skinny_matmul_rows: int | None = None
     split_k_rows: int | None = None
+    weight_prefetch_rows: int | None = None
     skinny_fusion: str = AUTO
     tp_all_reduce: str = AUTO
     tp_fuse_norm: bool | None = None

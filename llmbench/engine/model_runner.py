@@ -108,7 +108,12 @@ class ModelRunner:
         self.model.eval()
         # decode steps' kernels and fusions as resolved: the model, or it with fused seams (models/fused_decode.py)
         tuning = config.tuning
-        self.decode_plan = DecodePlan.of(tuning.skinny_matmul_rows, tuning.skinny_fusion, tuning.split_k_rows)
+        self.decode_plan = DecodePlan.of(
+            tuning.skinny_matmul_rows,
+            tuning.skinny_fusion,
+            tuning.split_k_rows,
+            tuning.weight_prefetch_rows,
+        )
         self.runnable = fuse_decode(self.model, self.decode_plan, comm)
         self.startup.weights_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
         if self.device.type == "cuda":

@@ -177,6 +177,7 @@ TUNING_CHECKS: dict[str, Check] = {
     "programmatic_launch_rows": _integer(0, auto=True),
     "skinny_matmul_rows": _integer(0, SKINNY_MATMUL_MAX_ROWS, auto=True),
     "split_k_rows": _integer(0, SPLIT_K_MAX_ROWS, auto=True),
+    "weight_prefetch_rows": _integer(0, auto=True),
     "skinny_fusion": _choice(SKINNY_FUSIONS, auto=True),
     "tp_all_reduce": _choice(TP_ALL_REDUCE, auto=True),
     "tp_fuse_norm": _boolean(auto=True),

@@ -114,6 +114,7 @@ def resolve(config: EngineConfig, facts: Facts) -> ResolvedConfig:
         backend=backend,
         triton_kernels=triton_kernels,
         cuda_graph=cuda_graph,
+        dtype=dtype,
     )
     return ResolvedConfig(
         model=config.model,

@@ -10,6 +10,7 @@ from typing import Any
 from llmbench.engine.config import DEFAULT_COMPILE_MODE, ConfigError, EngineConfig, Tuning
 from llmbench.engine.facts import Facts
 from llmbench.engine.option_checks import AUTO
+from llmbench.kernels.prefetch import fits_l2
 from llmbench.kernels.split_k import NARROW as SPLIT_K_NARROW
 
 # The skinny matmul by default: at one row wherever Triton kernels run (it beat cuBLAS on every layer of
@@ -51,6 +52,7 @@ class ResolvedTuning:
     programmatic_launch_rows: int  # 0: never
     skinny_matmul_rows: int  # 0: cuBLAS always
     split_k_rows: int  # 0: never
+    weight_prefetch_rows: int  # 0: never
     skinny_fusion: str  # "all" | "silu" | "none"
     tp_all_reduce: str  # "nccl" (gloo on the CPU) | "symm_mem" | "none" (tp=1)
     tp_fuse_norm: bool
@@ -62,7 +64,14 @@ class ResolvedTuning:
 
 
 def resolve_tuning(
-    config: EngineConfig, facts: Facts, *, device: str, backend: str, triton_kernels: bool, cuda_graph: bool
+    config: EngineConfig,
+    facts: Facts,
+    *,
+    device: str,
+    backend: str,
+    triton_kernels: bool,
+    cuda_graph: bool,
+    dtype: str,
 ) -> ResolvedTuning:
     """The tuning knobs, given the toggles they tune."""
     t: Tuning = config.tuning
@@ -90,6 +99,7 @@ def resolve_tuning(
             f"(kernels/split_k.py), and this model's have {facts.model.hidden_size} (its hidden size): nothing "
             "would be cut (set tuning.split_k_rows=0)"
         )
+    prefetch_rows = _weight_prefetch(t.weight_prefetch_rows, config, facts, cuda, triton_kernels, dtype)
     for knob, kernel in (("decode_split_tokens", "decode"), ("prefill_narrow_tiles_up_to", "prefill")):
         if getattr(t, knob) not in (None, AUTO, 0) and backend != "triton":
             raise ConfigError(
@@ -194,6 +204,7 @@ def resolve_tuning(
         programmatic_launch_rows=programmatic_rows,
         skinny_matmul_rows=skinny_rows,
         split_k_rows=split_k_rows,
+        weight_prefetch_rows=prefetch_rows,
         skinny_fusion=fusion,
         tp_all_reduce=all_reduce,
         tp_fuse_norm=fuse_norm,
@@ -256,6 +267,40 @@ def _programmatic_rows(
         ("a Triton with grid dependency control (3.4 or later)", facts.triton_gdc),
     )
     return auto(asked, PROGRAMMATIC_LAUNCH_ROWS) if on else 0
+
+
+def _weight_prefetch(
+    asked: int | None, config: EngineConfig, facts: Facts, cuda: bool, triton_kernels: bool, dtype: str
+) -> int:
+    """The rows of the weight prefetch into L2: off unless asked for (not yet measured in a run); asked
+    for where it cannot apply, or where no product's weight fits (kernels/prefetch.py ``fits_l2``), an
+    error naming why."""
+    rows = auto(asked, 0)
+    if not rows:
+        return 0
+    switch(
+        True,
+        f"tuning.weight_prefetch_rows={rows} asks the products' weights into L2 from Triton kernels",
+        (
+            "an NVIDIA GPU of compute capability 9.0 or later (its bulk prefetch)",
+            cuda and not facts.rocm and (facts.capability or (0, 0)) >= (9, 0),
+        ),
+        ("triton_kernels=True", triton_kernels),
+        ("tp=1", config.tp == 1),
+        ("torch_compile=False", not config.torch_compile),
+    )
+    m = facts.model
+    size = 4 if dtype == "float32" else 2
+    qkv = (m.num_attention_heads + 2 * m.num_key_value_heads) * m.head_dim * m.hidden_size * size
+    gate_up, down = 2 * m.intermediate_size * m.hidden_size * size, m.intermediate_size * m.hidden_size * size
+    if not any(fits_l2(n, facts.l2_bytes) for n in (qkv, gate_up, down)):
+        mb = lambda n: f"{n / 2**20:.1f} MiB"  # noqa: E731
+        raise ConfigError(
+            f"tuning.weight_prefetch_rows={rows} prefetches weights of at most half the L2 "
+            f"({mb(facts.l2_bytes // 2)}), and this model's q/k/v, gate/up and down weights take {mb(qkv)}, "
+            f"{mb(gate_up)} and {mb(down)}: nothing would be prefetched (set tuning.weight_prefetch_rows=0)"
+        )
+    return rows
 
 
 def _all_reduce(asked: str, tp: int, device: str, facts: Facts) -> str:

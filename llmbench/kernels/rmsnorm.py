@@ -11,6 +11,9 @@ instead, which may be ``residual`` itself: the residual stream updated in place.
 ``x`` may instead be the float32 partial sums (S, T, H) of a product cut along its input features
 (kernels/split_k.py): they are added up first and rounded to the residual's dtype, as the product's own
 output would have been, then added to ``residual``, which they need.
+
+``prefetch``: the weight of the product after the norm, asked into L2 by extra programs of the kernel
+(kernels/prefetch.py); a hint that changes no value (the reference ignores it).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from llmbench.kernels._triton import jit, next_power_of_2, programmatic, require_triton, tl, wait_for_inputs
+from llmbench.kernels.prefetch import prefetch_l2, prefetch_launch
 
 
 def rms_norm_ref(
@@ -26,6 +30,7 @@ def rms_norm_ref(
     eps: float,
     residual: torch.Tensor | None = None,
     h_out: torch.Tensor | None = None,
+    prefetch: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     # x, residual: (T, H) (or x: (S, T, H) partial sums); weight: (H,)
     # The add happens in the model dtype, as in Hugging Face's decoder layer.
@@ -64,18 +69,25 @@ def _summed(x: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
     return x.sum(dim=0).to(residual.dtype)
 
 
-@jit
+@jit(do_not_specialize=("T",))
 def _rms_norm_kernel(
     x_ptr, res_ptr, w_ptr, out_ptr, h_ptr,
-    H, stride_x, stride_r, stride_o, stride_h, eps, stride_part,
+    H, stride_x, stride_r, stride_o, stride_h, eps, stride_part, T, pf_ptr, pf_bytes,
     HAS_RESIDUAL: tl.constexpr, BLOCK_H: tl.constexpr, PARTS: tl.constexpr = 0,
+    PREFETCH: tl.constexpr = False, PF_CHUNK: tl.constexpr = 0, PF_LANES: tl.constexpr = 0,
     PDL: tl.constexpr = False,
 ):  # fmt: skip
-    wait_for_inputs(PDL)
-    # One program per row: a whole hidden vector fits in registers (H <= 16K).
+    # One program per row: a whole hidden vector fits in registers (H <= 16K); with PREFETCH, programs
+    # from T on ask the next product's weight into L2 first, and their rows are masked out.
     row = tl.program_id(0).to(tl.int64)
+    if PREFETCH:
+        if row >= T:
+            prefetch_l2(pf_ptr, pf_bytes, row - T, PF_CHUNK, PF_LANES)
+    wait_for_inputs(PDL)
     cols = tl.arange(0, BLOCK_H)
     mask = cols < H
+    if PREFETCH:  # the prefetching programs' rows are past the end
+        mask = mask & (row < T)
     if PARTS > 0:  # float32 partial sums, stride_part apart: added up, rounded as the product's output
         acc = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
         for part in tl.static_range(1, PARTS):
@@ -101,6 +113,7 @@ def rms_norm(
     eps: float,
     residual: torch.Tensor | None = None,
     h_out: torch.Tensor | None = None,
+    prefetch: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Triton version of ``rms_norm_ref``: one read of x (and residual), one write of out (and h)."""
     require_triton("rms_norm")
@@ -140,11 +153,12 @@ def rms_norm(
     # 16 bf16 elements (two 16-byte loads) per thread at H=4096; more warps would only add reductions.
     num_warps = min(16, max(1, BLOCK_H // 512))
     if T > 0:
-        _rms_norm_kernel[(T,)](
+        programs, pf = prefetch_launch(prefetch, out, num_warps)
+        _rms_norm_kernel[(T + programs,)](
             x2, r2, weight.contiguous(), out, h,
-            H, x2.stride(-2), r2.stride(0), out.stride(0), h.stride(0), eps, x2.stride(0),
+            H, x2.stride(-2), r2.stride(0), out.stride(0), h.stride(0), eps, x2.stride(0), T,
             HAS_RESIDUAL=residual is not None, BLOCK_H=BLOCK_H, PARTS=0 if parts is None else parts.shape[0],
-            num_warps=num_warps, **programmatic(out, T),
+            num_warps=num_warps, **pf, **programmatic(out, T),
         )  # fmt: skip
     out = out.view(x.shape)
     return out, (None if residual is None else h.view(x.shape))

@@ -30,6 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from llmbench.distributed import Communicator, Product
+from llmbench.kernels.prefetch import prefetchable
 from llmbench.kernels.skinny_matmul import skinny_norm_matmul
 from llmbench.layers.attention.metadata import AttentionMetadata
 from llmbench.layers.linear import ColumnParallelLinear, LinearBase, RowParallelLinear
@@ -56,9 +57,16 @@ class DecodePlan:
     silu_rows: int = 0  # the SiLU-and-multiply on the down projection's loads, up to this many rows
     norm_rows: int = 0  # the RMSNorm on the next projection's loads, up to this many rows
     split_k_rows: int = 0  # narrow row-parallel products cut along their inputs, up to this many rows
+    prefetch_rows: int = 0  # the kernels before q/k/v, gate/up and down prefetch their weights, up to here
 
     @classmethod
-    def of(cls, skinny_rows: int, skinny_fusion: str, split_k_rows: int = 0) -> DecodePlan:
+    def of(
+        cls,
+        skinny_rows: int,
+        skinny_fusion: str,
+        split_k_rows: int = 0,
+        prefetch_rows: int = 0,
+    ) -> DecodePlan:
         if skinny_fusion not in SKINNY_FUSIONS:
             raise ValueError(
                 f"Unsupported skinny_fusion: {skinny_fusion!r}. Supported: {list(SKINNY_FUSIONS)}"
@@ -69,6 +77,7 @@ class DecodePlan:
             fused if skinny_fusion != "none" else 0,
             fused if skinny_fusion == "all" else 0,
             split_k_rows,
+            prefetch_rows,
         )
 
 
@@ -82,13 +91,22 @@ class Seam:
 def fuse_decode(model: LlamaForCausalLM, plan: DecodePlan, comm: Communicator) -> nn.Module:
     """Apply ``plan`` to ``model``: every linear layer takes the skinny kernel up to ``plan.skinny_rows``
     rows, and the row-parallel ones are cut along their inputs above that up to ``plan.split_k_rows``
-    (where their shape is one the cut pays on). Returns what to run: the model with its seams fused for
-    small steps (``FusedDecode``), or the model itself where nothing fuses."""
+    (where their shape is one the cut pays on), and the kernel before each product of a layer asks its
+    weight into L2 up to ``plan.prefetch_rows`` rows (where it fits). Returns what to run: the model with
+    its seams fused for small steps (``FusedDecode``), or the model itself where nothing fuses."""
     for module in model.modules():
         if isinstance(module, LinearBase):
             module.skinny_rows = plan.skinny_rows
         if isinstance(module, RowParallelLinear):
             module.split_k_rows = plan.split_k_rows
+    for layer in model.model.layers if plan.prefetch_rows else ():
+        for kernel, product in (
+            (layer.input_layernorm, layer.self_attn.qkv_proj),
+            (layer.post_attention_layernorm, layer.mlp.gate_up_proj),
+            (layer.mlp.act, layer.mlp.down_proj),
+        ):
+            weight = prefetchable(product.weight.detach())
+            kernel.prefetch, kernel.prefetch_rows = weight, plan.prefetch_rows if weight is not None else 0
     fused = FusedDecode(model, plan, comm)
     return fused if fused.rows else model
 
