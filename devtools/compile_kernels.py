@@ -230,6 +230,10 @@ def engine_calls(dtype: torch.dtype = torch.bfloat16) -> None:
                 decode_attention(
                     t(256, hq, d), cache, cache, tables, lens, d**-0.5, order=t(256, dt=torch.int64)
                 )
+                decode_attention(  # ... its last programs asking the output projection's weight into L2
+                    t(256, hq, d), cache, cache, tables, lens, d**-0.5, order=t(256, dt=torch.int64),
+                    prefetch=t(hidden, hq * d),
+                )  # fmt: skip
             decode_attention(t(8, hq, d), cache, cache, t(8, 4096 // page, dt=torch.int32), t(8, dt=torch.int64),
                              d**-0.5, split_tokens=256)  # fmt: skip
             for B, query_len in ((1, 2048), (4, 256), (64, 1)):  # a long prompt, chunks, a decode-only batch

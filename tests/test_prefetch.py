@@ -21,6 +21,7 @@ from llmbench.kernels._triton import HAS_TRITON, cdiv
 from llmbench.kernels.activation import silu_and_mul
 from llmbench.kernels.prefetch import CHUNK, fits_l2, prefetch_launch, prefetch_spans
 from llmbench.kernels.rmsnorm import rms_norm
+from llmbench.kernels.triton_decode import decode_attention
 from llmbench.layers.attention.backends import make_backend
 from llmbench.layers.parallel import TPGroup
 from llmbench.models import fused_decode
@@ -105,21 +106,48 @@ def test_the_norm_and_the_activation_give_the_same_values_with_a_prefetch(rows):
     assert torch.equal(silu_and_mul(gate_up), silu_and_mul(gate_up, prefetch=rand(hidden, inter)))
 
 
-def _tiny_model() -> LlamaForCausalLM:
+@needs_kernels
+@pytest.mark.parametrize("batch", [1, 6])
+def test_attention_gives_the_same_values_with_a_prefetch(batch):
+    # the decode kernel's extra grid rows (after the batch's) prefetch and return: the batch's rows are
+    # the same, one slice or several
+    dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float16
+    hq, hk, d, page = 4, 2, 32, 8
+    g = torch.Generator(device="cpu").manual_seed(batch)
+    cache = torch.randn(32, page, hk, d, generator=g).to(DEVICE, dtype)
+    q = torch.randn(batch, hq, d, generator=g).to(DEVICE, dtype)
+    tables = torch.randperm(32, generator=g)[: batch * 4].view(batch, 4).to(DEVICE, torch.int32)
+    lens = torch.randint(1, 4 * page + 1, (batch,), generator=g).to(DEVICE)
+    weight = torch.randn(64, hq * d, generator=g).to(DEVICE, dtype)
+    for splits in (1, 2):
+        plain = decode_attention(q, cache, cache, tables, lens, d**-0.5, num_splits=splits)
+        fetched = decode_attention(q, cache, cache, tables, lens, d**-0.5, num_splits=splits, prefetch=weight)
+        assert torch.equal(plain, fetched)
+
+
+def _tiny_model(backend: str = "torch") -> LlamaForCausalLM:
     cfg = dataclasses.replace(PRESETS["qwen3-tiny"].config, num_hidden_layers=2)
-    return LlamaForCausalLM(cfg, BuildOptions(make_backend("torch", 0), 64, TPGroup()))
+    triton = backend == "triton"
+    return LlamaForCausalLM(cfg, BuildOptions(make_backend(backend, 0), 64, TPGroup(), use_triton=triton))
 
 
-def test_each_kernel_before_a_product_is_handed_that_products_weight(monkeypatch):
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_each_kernel_before_a_product_is_handed_that_products_weight(monkeypatch, backend):
     monkeypatch.setattr(fused_decode, "prefetchable", lambda w: w)  # as on a GPU where every weight fits
-    model = _tiny_model()
+    model = _tiny_model(backend)
     fuse_decode(model, DecodePlan.of(0, "none", prefetch_rows=16), single_rank())
     for layer in model.model.layers:
-        for kernel, product in (
-            (layer.input_layernorm, layer.self_attn.qkv_proj),
+        attn = layer.self_attn
+        pairs = [
+            (layer.input_layernorm, attn.qkv_proj),
             (layer.post_attention_layernorm, layer.mlp.gate_up_proj),
             (layer.mlp.act, layer.mlp.down_proj),
-        ):
+        ]
+        if backend == "triton":  # attention's decode kernel before the output projection
+            pairs.append((attn, attn.o_proj))
+        else:  # attention in torch has no kernel of ours to prefetch from
+            assert attn.prefetch is None and attn.prefetch_rows == 0
+        for kernel, product in pairs:
             assert kernel.prefetch.data_ptr() == product.weight.data_ptr()
             assert kernel.prefetch.shape == product.weight.shape and kernel.prefetch_rows == 16
     assert model.model.norm.prefetch is None  # the LM head's weight is larger than any L2

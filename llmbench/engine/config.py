@@ -120,9 +120,10 @@ class Tuning:
         them adds up; cuBLAS otherwise. Needs triton_kernels, tp=1, torch_compile off and a hidden size up to
         1,024 (else nothing would be cut: an error). 0: never. auto: 0
         (measured faster per product, not yet in a run: BENCHMARKS.md).
-    weight_prefetch_rows: in steps of up to this many rows the RMSNorm before q/k/v and gate/up and the
-        SiLU-and-multiply before the down projection ask that product's weight into L2 before they wait
-        on their inputs (kernels/prefetch.py), where it is at most half the L2. Needs an NVIDIA GPU of
+    weight_prefetch_rows: in steps of up to this many rows the RMSNorm before q/k/v and gate/up, the
+        SiLU-and-multiply before the down projection and (decode steps, attention_backend 'triton') the
+        decode kernel before the output projection ask that product's weight into L2 (kernels/prefetch.py),
+        where it is at most half the L2. Needs an NVIDIA GPU of
         compute capability 9.0 or later, triton_kernels, tp=1, torch_compile off and a weight that fits
         (else nothing would be prefetched: an error). 0: never. auto: 0 (not yet measured: BENCHMARKS.md).
     skinny_fusion: what the skinny matmul does on its input's loads at one-row steps (more rows take its

@@ -8,8 +8,9 @@ ask for them first: extra programs of their grid (``prefetch_launch``) each issu
 ``cp.async.bulk.prefetch.L2`` (Hopper's bulk prefetch: no registers, no wait, nothing returned) over
 ``CHUNK`` bytes of the weight, one span per thread, before the kernel waits on its inputs, and the product
 then finds them in L2. A prefetch is a hint: it changes no value, and a line it missed is read from memory
-as before. The attention output's projection gets none: the only kernel before it is attention, whose
-reads of the KV cache would evict what was asked for before it.
+as before. The output projection's weight is asked for by the decode attention kernel's last programs
+(kernels/triton_decode.py), which the GPU starts as attention drains: asked for earlier, it would be
+evicted by attention's reads of the KV cache.
 
 Only where it can help and cannot hurt (``prefetchable``): a CUDA GPU of compute capability 9.0 or later,
 not the interpreter; a contiguous, 16-byte aligned weight of at most half the L2 (``fits_l2``: a larger

@@ -91,8 +91,9 @@ class Seam:
 def fuse_decode(model: LlamaForCausalLM, plan: DecodePlan, comm: Communicator) -> nn.Module:
     """Apply ``plan`` to ``model``: every linear layer takes the skinny kernel up to ``plan.skinny_rows``
     rows, and the row-parallel ones are cut along their inputs above that up to ``plan.split_k_rows``
-    (where their shape is one the cut pays on), and the kernel before each product of a layer asks its
-    weight into L2 up to ``plan.prefetch_rows`` rows (where it fits). Returns what to run: the model with
+    (where their shape is one the cut pays on), and the kernel before each product of a layer (attention
+    before the output projection, where its backend can) asks its weight into L2 up to
+    ``plan.prefetch_rows`` rows (where it fits). Returns what to run: the model with
     its seams fused for small steps (``FusedDecode``), or the model itself where nothing fuses."""
     for module in model.modules():
         if isinstance(module, LinearBase):
@@ -100,8 +101,10 @@ def fuse_decode(model: LlamaForCausalLM, plan: DecodePlan, comm: Communicator) -
         if isinstance(module, RowParallelLinear):
             module.split_k_rows = plan.split_k_rows
     for layer in model.model.layers if plan.prefetch_rows else ():
+        attn = layer.self_attn
         for kernel, product in (
-            (layer.input_layernorm, layer.self_attn.qkv_proj),
+            (layer.input_layernorm, attn.qkv_proj),
+            *(((attn, attn.o_proj),) if attn.fused_prologue and attn.backend.prefetches else ()),
             (layer.post_attention_layernorm, layer.mlp.gate_up_proj),
             (layer.mlp.act, layer.mlp.down_proj),
         ):
