@@ -244,6 +244,38 @@ def test_on_the_cpu_everything_resolves_to_the_plain_paths():
     assert not r.tuning.tp_fuse_norm and not r.tuning.tp_fuse_matmul
 
 
+def test_the_split_k_cut_by_default_applies_only_where_it_can(monkeypatch):
+    # auto takes SPLIT_K_ROWS (0 until measured) on narrow products at tp=1 with Triton kernels, else 0
+    import llmbench.engine.resolve_tuning as rt
+
+    monkeypatch.setattr(rt, "SPLIT_K_ROWS", 256)
+    assert resolved(h200s()).tuning.split_k_rows == 256
+    for facts, options in (
+        (h200s("qwen3-8b"), {}),  # hidden size 4096: nothing narrow to cut
+        (h200s(), {"tp": 2}),
+        (h200s(), {"torch_compile": True}),
+        (CPU, {}),
+    ):
+        assert resolved(facts, **options).tuning.split_k_rows == 0, (facts, options)
+
+
+def test_the_weight_prefetch_by_default_applies_only_where_it_can(monkeypatch):
+    # auto takes WEIGHT_PREFETCH_ROWS (0 until measured) where the prefetch can apply and a weight fits,
+    # and 0 elsewhere without an error
+    import llmbench.engine.resolve_tuning as rt
+
+    monkeypatch.setattr(rt, "WEIGHT_PREFETCH_ROWS", 128)
+    assert resolved(h200s()).tuning.weight_prefetch_rows == 128
+    assert resolved(h200s(), tuning={"weight_prefetch_rows": 0}).tuning.weight_prefetch_rows == 0
+    for facts, options in (
+        (h200s("qwen3-8b"), {}),  # no weight fits in half the L2
+        (h200s(), {"tp": 2}),
+        (h200s(capability=(8, 0), triton_gdc=False), {}),
+        (CPU_INTERPRETED, {"triton_kernels": True}),
+    ):
+        assert resolved(facts, **options).tuning.weight_prefetch_rows == 0, (facts, options)
+
+
 def test_on_an_h200_the_fast_paths_are_chosen():
     r = resolved(h200s("qwen3-0.6b"))
     assert (r.device, r.dtype, r.attention_backend) == ("cuda", "bfloat16", "triton")

@@ -34,6 +34,15 @@ PROGRAMMATIC_LAUNCH_ROWS = 64
 # as the 128-row ones or faster wherever the longest query is at most 1,024 tokens, slower from 4,096
 # (BENCHMARKS.md, "The prefill kernel on the workload's prompt steps").
 PREFILL_NARROW_TILES_UP_TO = 1024
+# Narrow row-parallel products cut along their inputs (kernels/split_k.py) in steps of up to this many rows,
+# where that can apply: 0 (never) until a run measures what it is worth; per product on an H200 it takes a
+# third to two fifths off cuBLAS at 64 and 128 rows (BENCHMARKS.md, "The narrow products cut along their
+# inputs").
+SPLIT_K_ROWS = 0
+# The products' weights asked into L2 by the kernels before them (kernels/prefetch.py) in steps of up to
+# this many rows, where that can apply: 0 (never) until a run on the GPU measures what it is worth
+# (BENCHMARKS.md, "Not measured yet").
+WEIGHT_PREFETCH_ROWS = 0
 
 
 @dataclass(frozen=True)
@@ -85,20 +94,7 @@ def resolve_tuning(
             f"tuning.skinny_matmul_rows={skinny_rows} asks for a Triton kernel: it needs triton_kernels=True "
             "(or tuning.skinny_matmul_rows=0)"
         )
-    split_k_rows = auto(t.split_k_rows, 0)  # off until its worth in the engine is measured (BENCHMARKS.md)
-    if split_k_rows and not (triton_kernels and config.tp == 1 and not config.torch_compile):
-        raise ConfigError(
-            f"tuning.split_k_rows={split_k_rows} cuts products with a Triton kernel that the RMSNorm after "
-            f"them sums: it needs triton_kernels=True, tp=1 and torch_compile=False, got "
-            f"triton_kernels={triton_kernels}, tp={config.tp}, torch_compile={config.torch_compile} "
-            "(or tuning.split_k_rows=0)"
-        )
-    if split_k_rows and facts.model.hidden_size > SPLIT_K_NARROW:
-        raise ConfigError(
-            f"tuning.split_k_rows={split_k_rows} cuts row-parallel products of at most {SPLIT_K_NARROW} outputs "
-            f"(kernels/split_k.py), and this model's have {facts.model.hidden_size} (its hidden size): nothing "
-            "would be cut (set tuning.split_k_rows=0)"
-        )
+    split_k_rows = _split_k_rows(t.split_k_rows, config, facts, triton_kernels)
     prefetch_rows = _weight_prefetch(t.weight_prefetch_rows, config, facts, cuda, triton_kernels, dtype)
     for knob, kernel in (("decode_split_tokens", "decode"), ("prefill_narrow_tiles_up_to", "prefill")):
         if getattr(t, knob) not in (None, AUTO, 0) and backend != "triton":
@@ -269,17 +265,41 @@ def _programmatic_rows(
     return auto(asked, PROGRAMMATIC_LAUNCH_ROWS) if on else 0
 
 
+def _split_k_rows(asked: int | None, config: EngineConfig, facts: Facts, triton_kernels: bool) -> int:
+    """The rows up to which narrow products are cut along their inputs: SPLIT_K_ROWS where that can apply,
+    else 0; asked for where it cannot, an error naming why."""
+    by_default = asked is None or asked == AUTO
+    rows = auto(asked, SPLIT_K_ROWS)
+    runs = triton_kernels and config.tp == 1 and not config.torch_compile
+    narrow = facts.model.hidden_size <= SPLIT_K_NARROW
+    if not rows or (by_default and not (runs and narrow)):
+        return 0
+    if not runs:
+        raise ConfigError(
+            f"tuning.split_k_rows={rows} cuts products with a Triton kernel that the RMSNorm after "
+            f"them sums: it needs triton_kernels=True, tp=1 and torch_compile=False, got "
+            f"triton_kernels={triton_kernels}, tp={config.tp}, torch_compile={config.torch_compile} "
+            "(or tuning.split_k_rows=0)"
+        )
+    if not narrow:
+        raise ConfigError(
+            f"tuning.split_k_rows={rows} cuts row-parallel products of at most {SPLIT_K_NARROW} outputs "
+            f"(kernels/split_k.py), and this model's have {facts.model.hidden_size} (its hidden size): nothing "
+            "would be cut (set tuning.split_k_rows=0)"
+        )
+    return rows
+
+
 def _weight_prefetch(
     asked: int | None, config: EngineConfig, facts: Facts, cuda: bool, triton_kernels: bool, dtype: str
 ) -> int:
-    """The rows of the weight prefetch into L2: off unless asked for (not yet measured in a run); asked
-    for where it cannot apply, or where no product's weight fits (kernels/prefetch.py ``fits_l2``), an
-    error naming why."""
-    rows = auto(asked, 0)
-    if not rows:
+    """The rows of the weight prefetch into L2: WEIGHT_PREFETCH_ROWS where it can apply and some product's
+    weight fits (kernels/prefetch.py ``fits_l2``), else 0; asked for where it cannot, an error naming why."""
+    if asked == 0:
         return 0
-    switch(
-        True,
+    rows = auto(asked, WEIGHT_PREFETCH_ROWS)
+    applies = switch(
+        None if asked is None or asked == AUTO else True,
         f"tuning.weight_prefetch_rows={rows} asks the products' weights into L2 from Triton kernels",
         (
             "an NVIDIA GPU of compute capability 9.0 or later (its bulk prefetch)",
@@ -289,11 +309,15 @@ def _weight_prefetch(
         ("tp=1", config.tp == 1),
         ("torch_compile=False", not config.torch_compile),
     )
+    if not (applies and rows):
+        return 0
     m = facts.model
     size = 4 if dtype == "float32" else 2
     qkv = (m.num_attention_heads + 2 * m.num_key_value_heads) * m.head_dim * m.hidden_size * size
     gate_up, down = 2 * m.intermediate_size * m.hidden_size * size, m.intermediate_size * m.hidden_size * size
     if not any(fits_l2(n, facts.l2_bytes) for n in (qkv, gate_up, down)):
+        if asked is None or asked == AUTO:
+            return 0
         mb = lambda n: f"{n / 2**20:.1f} MiB"  # noqa: E731
         raise ConfigError(
             f"tuning.weight_prefetch_rows={rows} prefetches weights of at most half the L2 "
