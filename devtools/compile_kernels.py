@@ -200,6 +200,12 @@ def engine_calls(dtype: torch.dtype = torch.bfloat16) -> None:
             skinny_silu_matmul(t(rows, 2 * inter), t(hidden, inter))
             skinny_norm_matmul(t(rows, hidden), None, t(hidden), 1e-6, t(qkv, hidden))
             skinny_norm_matmul(t(rows, hidden), t(rows, hidden), t(hidden), 1e-6, t(2 * inter, hidden))
+            # each program asking its weight rows into L2 first (under programmatic launch only)
+            skinny_matmul(t(rows, hidden), t(qkv, hidden), prefetch=True)
+            skinny_silu_matmul(t(rows, 2 * inter), t(hidden, inter), prefetch=True)
+            skinny_norm_matmul(
+                t(rows, hidden), t(rows, hidden), t(hidden), 1e-6, t(2 * inter, hidden), prefetch=True
+            )
             for world in (2, 4):  # tp decode: o_proj, down_proj with the all-reduce; the next product normed
                 addrs = t(world, dt=torch.int64)
                 for residual in (None, t(rows, hidden)):

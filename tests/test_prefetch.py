@@ -17,10 +17,11 @@ import torch
 
 from llmbench.distributed import single_rank
 from llmbench.kernels import prefetch as prefetch_mod
-from llmbench.kernels._triton import HAS_TRITON, cdiv
+from llmbench.kernels._triton import HAS_TRITON, cdiv, set_programmatic_launch
 from llmbench.kernels.activation import silu_and_mul
 from llmbench.kernels.prefetch import CHUNK, fits_l2, prefetch_launch, prefetch_spans
 from llmbench.kernels.rmsnorm import rms_norm
+from llmbench.kernels.skinny_matmul import skinny_matmul, skinny_norm_matmul, skinny_silu_matmul
 from llmbench.kernels.triton_decode import decode_attention
 from llmbench.layers.attention.backends import make_backend
 from llmbench.layers.parallel import TPGroup
@@ -40,10 +41,10 @@ if HAS_TRITON:
     import triton.language as tl
 
     @triton.jit
-    def _spans_kernel(starts_ptr, sizes_ptr, nbytes, CHUNK: tl.constexpr, LANES: tl.constexpr):
+    def _spans_kernel(starts_ptr, sizes_ptr, nbytes, chunk, LANES: tl.constexpr):
         # program q writes the spans its LANES threads would prefetch
         q = tl.program_id(0)
-        start, size = prefetch_spans(q, nbytes, CHUNK, LANES)
+        start, size = prefetch_spans(q, nbytes, chunk, LANES)
         lanes = q * LANES + tl.arange(0, LANES)
         tl.store(starts_ptr + lanes, start)
         tl.store(sizes_ptr + lanes, size)
@@ -51,12 +52,13 @@ if HAS_TRITON:
 
 @needs_kernels
 @pytest.mark.parametrize("nbytes", [16, 240, 256, 272, 1024, 4096 + 48, 3 * 256 - 16])
-def test_the_prefetching_programs_ask_for_every_byte_of_the_weight_once(nbytes):
-    chunk, lanes = 256, 8  # 32 bytes a thread, as CHUNK / 32 x num_warps is in the kernels
+@pytest.mark.parametrize("chunk", [256, 48, 4096])  # 32, 16 and 512 bytes a thread of 8
+def test_the_prefetching_programs_ask_for_every_byte_of_the_weight_once(nbytes, chunk):
+    lanes = 8
     programs = cdiv(nbytes, chunk)
     starts = torch.full((programs * lanes,), -1, dtype=torch.int64, device=DEVICE)
     sizes = torch.full((programs * lanes,), -1, dtype=torch.int32, device=DEVICE)
-    _spans_kernel[(programs,)](starts, sizes, nbytes, CHUNK=chunk, LANES=lanes)
+    _spans_kernel[(programs,)](starts, sizes, nbytes, chunk, LANES=lanes)
     spans = sorted((s, n) for s, n in zip(starts.tolist(), sizes.tolist(), strict=True) if n > 0)
     covered = 0
     for start, size in spans:
@@ -125,6 +127,31 @@ def test_attention_gives_the_same_values_with_a_prefetch(batch):
         assert torch.equal(plain, fetched)
 
 
+@needs_kernels
+@pytest.mark.parametrize("rows", [1, 3, 16])
+def test_the_skinny_products_give_the_same_values_asking_for_their_own_weight(rows):
+    # under programmatic launch (a GPU's) each program prefetches its weight rows before it waits
+    dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float16
+    g = torch.Generator(device="cpu").manual_seed(rows)
+    rand = lambda *shape: (torch.randn(*shape, generator=g) / 8).to(DEVICE, dtype)  # noqa: E731
+    x, w, norm = rand(rows, 256), rand(384, 256), rand(256)
+    gate_up, down = rand(rows, 512), rand(320, 256)  # the down projection of a 256-wide MLP
+
+    def products(prefetch: bool) -> tuple[torch.Tensor, ...]:
+        return (
+            skinny_matmul(x, w, prefetch=prefetch),
+            skinny_silu_matmul(gate_up, down, prefetch=prefetch),
+            skinny_norm_matmul(x, x, norm, 1e-6, w, prefetch=prefetch)[0],
+        )
+
+    set_programmatic_launch(64)
+    try:
+        for plain, fetched in zip(products(False), products(True), strict=True):
+            assert torch.equal(plain, fetched)
+    finally:
+        set_programmatic_launch(0)
+
+
 def _tiny_model(backend: str = "torch") -> LlamaForCausalLM:
     cfg = dataclasses.replace(PRESETS["qwen3-tiny"].config, num_hidden_layers=2)
     triton = backend == "triton"
@@ -150,6 +177,7 @@ def test_each_kernel_before_a_product_is_handed_that_products_weight(monkeypatch
         for kernel, product in pairs:
             assert kernel.prefetch.data_ptr() == product.weight.data_ptr()
             assert kernel.prefetch.shape == product.weight.shape and kernel.prefetch_rows == 16
+            assert product.prefetch_rows == 16  # the skinny kernel asks for its own weight too
     assert model.model.norm.prefetch is None  # the LM head's weight is larger than any L2
     # handed as plain tensors: no parameter counted twice
     assert len(list(model.parameters())) == len({p.data_ptr() for p in model.parameters()})
@@ -173,5 +201,20 @@ def test_the_kernels_prefetch_for_steps_of_up_to_the_plans_rows_only(monkeypatch
 
 def test_nothing_is_prefetched_where_the_plan_says_none():
     model = _tiny_model()
-    fuse_decode(model, DecodePlan.of(0, "none"), single_rank())
+    fuse_decode(model, DecodePlan.of(8, "none"), single_rank())
     assert all(getattr(m, "prefetch", None) is None for m in model.modules())
+    assert all(getattr(m, "prefetch_rows", 0) == 0 for m in model.modules())
+
+
+def test_a_linear_layer_asks_its_skinny_kernel_to_prefetch_up_to_its_rows_only(monkeypatch):
+    from llmbench.layers import linear
+
+    asked = []
+    monkeypatch.setattr(
+        linear, "skinny_matmul", lambda x, w, b, out=None, prefetch=False: asked.append(prefetch)
+    )
+    layer = linear.ReplicatedLinear(8, 4, bias=False, tp=TPGroup())
+    layer.skinny_rows, layer.prefetch_rows = 16, 4
+    for rows in (1, 4, 5, 16):
+        layer(torch.zeros(rows, 8))
+    assert asked == [True, True, False, False]

@@ -10,7 +10,9 @@ ask for them first: extra programs of their grid (``prefetch_launch``) each issu
 then finds them in L2. A prefetch is a hint: it changes no value, and a line it missed is read from memory
 as before. The output projection's weight is asked for by the decode attention kernel's last programs
 (kernels/triton_decode.py), which the GPU starts as attention drains: asked for earlier, it would be
-evicted by attention's reads of the KV cache.
+evicted by attention's reads of the KV cache. The skinny matmul (kernels/skinny_matmul.py), launched
+before the kernel ahead of it has finished (programmatic dependent launch), asks for its own weight
+rows the same way before it waits on its inputs.
 
 Only where it can help and cannot hurt (``prefetchable``): a CUDA GPU of compute capability 9.0 or later,
 not the interpreter; a contiguous, 16-byte aligned weight of at most half the L2 (``fits_l2``: a larger
@@ -70,21 +72,24 @@ def prefetch_launch(weight: torch.Tensor | None, out: torch.Tensor, num_warps: i
 
 
 @jit
-def prefetch_spans(q, nbytes, CHUNK: tl.constexpr, LANES: tl.constexpr):
-    # Prefetching program q (0-based) of cdiv(nbytes, CHUNK): each of its LANES threads takes CHUNK / LANES
-    # bytes of [q CHUNK, (q + 1) CHUNK); -> (byte offsets (LANES,) int64, sizes (LANES,) int32, 0 past the
-    # end). Sizes stay multiples of 16 where nbytes and CHUNK / LANES are.
-    per: tl.constexpr = CHUNK // LANES
-    start = q.to(tl.int64) * CHUNK + tl.arange(0, LANES) * per
-    size = tl.minimum(tl.maximum(nbytes - start, 0), per).to(tl.int32)
+def prefetch_spans(q, nbytes, chunk, LANES: tl.constexpr):
+    # Chunk q (0-based) of the cdiv(nbytes, chunk) chunks of `chunk` bytes (a multiple of 16): each of LANES
+    # threads takes the next cdiv(chunk, 16 LANES) x 16 bytes of [q chunk, min((q + 1) chunk, nbytes));
+    # -> (byte offsets (LANES,) int64, sizes (LANES,) int32, 0 for a thread with nothing left). Offsets
+    # and sizes stay multiples of 16 where nbytes is one.
+    per = tl.cdiv(chunk, 16 * LANES) * 16
+    first = q.to(tl.int64) * chunk
+    start = first + tl.arange(0, LANES) * per
+    end = tl.minimum(first + chunk, nbytes)
+    size = tl.minimum(tl.maximum(end - start, 0), per).to(tl.int32)
     return start, size
 
 
 @jit
-def prefetch_l2(w_ptr, nbytes, q, CHUNK: tl.constexpr, LANES: tl.constexpr):
-    # Program q's share of the weight at w_ptr (nbytes long) asked into L2; returns at once. LANES must be
-    # the kernel's threads (32 x num_warps), so that each thread issues one span.
-    start, size = prefetch_spans(q, nbytes, CHUNK, LANES)
+def prefetch_l2(w_ptr, nbytes, q, chunk, LANES: tl.constexpr):
+    # Chunk q of the weight at w_ptr (nbytes long) asked into L2; returns at once. LANES must be the
+    # kernel's threads (32 x num_warps), so that each thread issues one span.
+    start, size = prefetch_spans(q, nbytes, chunk, LANES)
     tl.inline_asm_elementwise(
         "{ .reg .pred p; setp.gt.s32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
         "=r,l,r",

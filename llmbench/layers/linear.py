@@ -24,6 +24,9 @@ class LinearBase(nn.Module):
         super().__init__()
         self.tp = tp
         self.skinny_rows = 0  # inputs of up to this many rows go to the skinny Triton kernel
+        self.prefetch_rows = (
+            0  # ... which asks its weight into L2 first up to this many (kernels/prefetch.py)
+        )
         self.weight = nn.Parameter(torch.empty(out_features, in_features), requires_grad=False)
         self.weight.weight_loader = self.weight_loader
         if bias:
@@ -39,7 +42,7 @@ class LinearBase(nn.Module):
         self, x: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor | None = None
     ) -> torch.Tensor:
         if x.shape[0] <= self.skinny_rows:  # x: (T, in) -> (T, out)
-            return skinny_matmul(x, self.weight, bias, out=out)
+            return skinny_matmul(x, self.weight, bias, out=out, prefetch=x.shape[0] <= self.prefetch_rows)
         return linear_into(x, self.weight, bias, out)
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
@@ -173,7 +176,8 @@ class RowParallelLinear(LinearBase):
         ``gated``: x is the gated MLP's gate | up (T, 2 in / tp), its SiLU-and-multiply done on the skinny
         kernel's loads."""
         if gated:
-            return skinny_silu_matmul(x, self.weight, self.rank_bias, out=out)
+            prefetch = x.shape[0] <= self.prefetch_rows
+            return skinny_silu_matmul(x, self.weight, self.rank_bias, out=out, prefetch=prefetch)
         return self._matmul(x, self.rank_bias, out)
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:

@@ -93,11 +93,14 @@ def fuse_decode(model: LlamaForCausalLM, plan: DecodePlan, comm: Communicator) -
     rows, and the row-parallel ones are cut along their inputs above that up to ``plan.split_k_rows``
     (where their shape is one the cut pays on), and the kernel before each product of a layer (attention
     before the output projection, where its backend can) asks its weight into L2 up to
-    ``plan.prefetch_rows`` rows (where it fits). Returns what to run: the model with
+    ``plan.prefetch_rows`` rows (where it fits), as does the skinny kernel for its own weight where it is
+    launched before the kernel ahead of it has finished. Returns what to run: the model with
     its seams fused for small steps (``FusedDecode``), or the model itself where nothing fuses."""
     for module in model.modules():
         if isinstance(module, LinearBase):
             module.skinny_rows = plan.skinny_rows
+            fits = plan.prefetch_rows and prefetchable(module.weight.detach()) is not None
+            module.prefetch_rows = plan.prefetch_rows if fits else 0
         if isinstance(module, RowParallelLinear):
             module.split_k_rows = plan.split_k_rows
     for layer in model.model.layers if plan.prefetch_rows else ():
@@ -180,7 +183,16 @@ class FusedDecode(nn.Module):
             if seam.next is None:
                 return seam.norm(h)[0], h
             nxt, norm = seam.next, seam.norm
-            out, _ = skinny_norm_matmul(h, None, norm.weight, norm.eps, nxt.weight, nxt.bias, squares=squares)
+            out, _ = skinny_norm_matmul(
+                h,
+                None,
+                norm.weight,
+                norm.eps,
+                nxt.weight,
+                nxt.bias,
+                squares=squares,
+                prefetch=T <= nxt.prefetch_rows,
+            )
             return out, h
         return self._reduce_norm(seam, T, x.dtype, lambda out: linear.partial(x, out, gated), residual)
 
@@ -203,6 +215,9 @@ class FusedDecode(nn.Module):
             h = self.comm.all_reduce(partial(None))
             if seam.next is not None and rows <= self.plan.norm_rows:  # the norm on the next one's loads
                 nxt = seam.next
-                return skinny_norm_matmul(h, residual, norm.weight, norm.eps, nxt.weight, nxt.bias)
+                prefetch = rows <= nxt.prefetch_rows
+                return skinny_norm_matmul(
+                    h, residual, norm.weight, norm.eps, nxt.weight, nxt.bias, prefetch=prefetch
+                )
             normed, h = norm(h, residual)
         return (normed if seam.next is None else seam.next(normed)), h
