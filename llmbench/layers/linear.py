@@ -24,9 +24,8 @@ class LinearBase(nn.Module):
         super().__init__()
         self.tp = tp
         self.skinny_rows = 0  # inputs of up to this many rows go to the skinny Triton kernel
-        self.prefetch_rows = (
-            0  # ... which asks its weight into L2 first up to this many (kernels/prefetch.py)
-        )
+        # ... which asks for its weight into L2 first on inputs of up to this many (kernels/prefetch.py)
+        self.prefetch_rows = 0
         self.weight = nn.Parameter(torch.empty(out_features, in_features), requires_grad=False)
         self.weight.weight_loader = self.weight_loader
         if bias:

@@ -15,6 +15,10 @@ tokens seam by seam instead, each seam with the fewest kernels the plan and the 
 - the row-parallel product, the sum and the residual add in one kernel, the norm then on the next
   projection's loads (``Communicator.takes_product``: ``tuning.tp_fuse_matmul``).
 
+``fuse_decode`` also sets, for the model's own forward and the seams alike, which products take the
+skinny kernel or are cut along their inputs (``skinny_rows``, ``split_k_rows``) and which kernel asks each
+product's weight into L2 ahead of it (``prefetch_rows``, kernels/prefetch.py).
+
 What a seam cannot fuse it runs as the model does, and a larger step is the model's own forward; the
 values between seams are plain tensors. Which fusions apply is decided by engine/resolve.py: this module
 reads the resolved values (``DecodePlan``) and the communicator's limits. The parameters are the model's:
@@ -57,7 +61,7 @@ class DecodePlan:
     silu_rows: int = 0  # the SiLU-and-multiply on the down projection's loads, up to this many rows
     norm_rows: int = 0  # the RMSNorm on the next projection's loads, up to this many rows
     split_k_rows: int = 0  # narrow row-parallel products cut along their inputs, up to this many rows
-    prefetch_rows: int = 0  # the kernels before q/k/v, gate/up and down prefetch their weights, up to here
+    prefetch_rows: int = 0  # products' weights asked into L2 ahead of them (kernels/prefetch.py), up to here
 
     @classmethod
     def of(
@@ -183,16 +187,7 @@ class FusedDecode(nn.Module):
             if seam.next is None:
                 return seam.norm(h)[0], h
             nxt, norm = seam.next, seam.norm
-            out, _ = skinny_norm_matmul(
-                h,
-                None,
-                norm.weight,
-                norm.eps,
-                nxt.weight,
-                nxt.bias,
-                squares=squares,
-                prefetch=T <= nxt.prefetch_rows,
-            )
+            out, _ = skinny_norm_matmul(h, None, norm.weight, norm.eps, nxt.weight, nxt.bias, squares=squares)
             return out, h
         return self._reduce_norm(seam, T, x.dtype, lambda out: linear.partial(x, out, gated), residual)
 
