@@ -45,6 +45,7 @@ from llmbench.kernels.activation import silu_and_mul  # noqa: E402
 from llmbench.kernels.decode_config import longest_first  # noqa: E402
 from llmbench.kernels.prefetch import prefetchable  # noqa: E402
 from llmbench.kernels.rmsnorm import rms_norm  # noqa: E402
+from llmbench.kernels.skinny_matmul import skinny_matmul  # noqa: E402
 from llmbench.kernels.triton_decode import decode_attention  # noqa: E402
 
 from bench_kernels import Env, Row, check, time_us  # noqa: E402  (this script's folder)
@@ -98,15 +99,26 @@ class Layers:
         self.lens = lens.to(env.device, torch.int32)
 
 
+PRODUCTS = ("qkv", "o", "gate_up", "down")
+
+
 class Rows:
-    """A set of the batch's rows and their hidden states, run through the layers; with ``prefetch``, the
-    kernel before each product asks its weight into L2 (kernels/prefetch.py, bench_prefetch.py)."""
+    """A set of the batch's rows and their hidden states, run through the layers. For bench_prefetch.py:
+    the products named in ``prefetch`` get their weights asked into L2 by the kernel before them
+    (kernels/prefetch.py), and inputs of up to ``skinny_rows`` rows take the engine's skinny matmul (which
+    asks for its own weight first where ``prefetch`` holds "self")."""
 
     def __init__(
-        self, layers: Layers, idx: torch.Tensor, x: torch.Tensor, res: torch.Tensor, prefetch: bool = False
+        self,
+        layers: Layers,
+        idx: torch.Tensor,
+        x: torch.Tensor,
+        res: torch.Tensor,
+        prefetch: frozenset[str] = frozenset(),
+        skinny_rows: int = 0,
     ) -> None:
         self.m = layers
-        self.prefetch = prefetch
+        self.prefetch, self.skinny_rows = prefetch, skinny_rows
         self.tables, self.lens = layers.tables[idx].contiguous(), layers.lens[idx].contiguous()
         self.order = longest_first(self.lens)
         self.x0, self.res0 = x[idx].clone(), res[idx].clone()
@@ -119,9 +131,9 @@ class Rows:
         self, i: int, before: Callable[[], object] | None = None, after: Callable[[], object] | None = None
     ):
         d, p = self.m.d, self.m.weights[i]
-        pf = {k: prefetchable(p[k]) if self.prefetch else None for k in ("qkv", "o", "gate_up", "down")}
+        pf = {k: prefetchable(p[k]) if k in self.prefetch else None for k in PRODUCTS}
         h, res = rms_norm(self.x, p["norm1"], 1e-6, self.res, prefetch=pf["qkv"])
-        q = F.linear(h, p["qkv"])[:, : d.heads * d.head_dim].reshape(-1, d.heads, d.head_dim)
+        q = self.product(h, p["qkv"])[:, : d.heads * d.head_dim].reshape(-1, d.heads, d.head_dim)
         if before:
             before()
         a = decode_attention(
@@ -129,10 +141,15 @@ class Rows:
         )
         if after:
             after()
-        o = F.linear(a.reshape(len(q), -1), p["o"])
+        o = self.product(a.reshape(len(q), -1), p["o"])
         h, res = rms_norm(o, p["norm2"], 1e-6, res, prefetch=pf["gate_up"])
-        self.x = F.linear(silu_and_mul(F.linear(h, p["gate_up"]), prefetch=pf["down"]), p["down"])
+        self.x = self.product(silu_and_mul(self.product(h, p["gate_up"]), prefetch=pf["down"]), p["down"])
         self.res = res
+
+    def product(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        if len(x) <= self.skinny_rows:
+            return skinny_matmul(x, w, prefetch="self" in self.prefetch)
+        return F.linear(x, w)
 
 
 def ways(env: Env, layers: Layers, full: Rows, a: Rows, b: Rows) -> dict[str, Callable[[], None]]:
