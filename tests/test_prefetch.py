@@ -116,9 +116,9 @@ def test_attention_gives_the_same_values_with_a_prefetch(batch):
     dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float16
     hq, hk, d, page = 4, 2, 32, 8
     g = torch.Generator(device="cpu").manual_seed(batch)
-    cache = torch.randn(32, page, hk, d, generator=g).to(DEVICE, dtype)
+    cache = torch.randn(4 * batch, page, hk, d, generator=g).to(DEVICE, dtype)
     q = torch.randn(batch, hq, d, generator=g).to(DEVICE, dtype)
-    tables = torch.randperm(32, generator=g)[: batch * 4].view(batch, 4).to(DEVICE, torch.int32)
+    tables = torch.randperm(4 * batch, generator=g).view(batch, 4).to(DEVICE, torch.int32)
     lens = torch.randint(1, 4 * page + 1, (batch,), generator=g).to(DEVICE)
     weight = torch.randn(64, hq * d, generator=g).to(DEVICE, dtype)
     for splits in (1, 2):
@@ -218,3 +218,14 @@ def test_a_linear_layer_asks_its_skinny_kernel_to_prefetch_up_to_its_rows_only(m
     for rows in (1, 4, 5, 16):
         layer(torch.zeros(rows, 8))
     assert asked == [True, True, False, False]
+
+
+@pytest.mark.gpu  # `pytest -m gpu` (make bench-check): the tests above with their prefetching programs live
+def test_on_the_gpu_the_prefetching_kernels_change_no_value():
+    test_a_gpu_launch_adds_a_program_per_chunk_and_a_thread_per_lane()
+    for rows in (1, 64, 256):
+        test_the_norm_and_the_activation_give_the_same_values_with_a_prefetch(rows)
+    for batch in (1, 256):
+        test_attention_gives_the_same_values_with_a_prefetch(batch)
+    for rows in (1, 16, 64):
+        test_the_skinny_products_give_the_same_values_asking_for_their_own_weight(rows)
