@@ -120,12 +120,11 @@ class Tuning:
         them adds up; cuBLAS otherwise. Needs triton_kernels, tp=1, torch_compile off and a hidden size up to
         1,024 (else nothing would be cut: an error). 0: never. auto: SPLIT_K_ROWS (engine/resolve_tuning.py:
         0, measured faster per product, not yet in a run: BENCHMARKS.md) where it can apply, else 0.
-    weight_prefetch_rows: in steps of up to this many rows the RMSNorm before q/k/v and gate/up, the
-        SiLU-and-multiply before the down projection and (decode steps, attention_backend 'triton') the
-        decode kernel before the output projection ask that product's weight into L2, as does the skinny
-        matmul for its own under programmatic launch (kernels/prefetch.py), where it is at most half the L2. Needs an NVIDIA GPU of
-        compute capability 9.0 or later, triton_kernels, tp=1, torch_compile off and a weight that fits
-        (else nothing would be prefetched: an error). 0: never. auto: WEIGHT_PREFETCH_ROWS
+    weight_prefetch_rows: in steps of up to this many rows the kernel before each product (the RMSNorms,
+        the SiLU-and-multiply, Triton decode attention) asks its weight into L2, and the skinny matmul its
+        own under programmatic launch (kernels/prefetch.py), where it takes at most half the L2. Needs an
+        NVIDIA GPU of compute capability 9.0 or later, triton_kernels, tp=1, torch_compile off and a weight
+        that fits (else nothing would be prefetched: an error). 0: never. auto: WEIGHT_PREFETCH_ROWS
         (engine/resolve_tuning.py: 0, not yet measured in a run: BENCHMARKS.md) where it can apply, else 0.
     skinny_fusion: what the skinny matmul does on its input's loads at one-row steps (more rows take its
         tensor-core products with nothing fused, which measured faster): 'all' (the RMSNorm before it,

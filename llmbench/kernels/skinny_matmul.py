@@ -365,9 +365,11 @@ def launch(
         )
     red = reduce or Reduce(y, 0, None, y, squares if squares is not None else y, 1)
     launch_pdl = programmatic(x, M if reduce is None else 0)  # not the summing form: it spins on the others
-    row_bytes = K * weight.element_size()
-    aligned = weight.is_contiguous() and row_bytes % ALIGN == 0 and weight.data_ptr() % ALIGN == 0
-    prefetch = prefetch and launch_pdl["PDL"] and aligned
+    # each program's rows must start on the prefetch's granularity (the weight itself was checked where the
+    # layer was given the prefetch: kernels/prefetch.py prefetchable)
+    prefetch = (
+        prefetch and launch_pdl["PDL"] and weight.is_contiguous() and K * weight.element_size() % ALIGN == 0
+    )
     _skinny_matmul_kernel[(grid, cdiv(M, rows_tile))](
         x, residual if residual is not None else x, norm[0] if norm is not None else x,
         h if h is not None else x, weight, bias if bias is not None else y, y,

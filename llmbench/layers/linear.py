@@ -151,9 +151,8 @@ class RowParallelLinear(LinearBase):
         tp: TPGroup = SINGLE,
     ) -> None:
         super().__init__(tp.split(in_features, "input features"), out_features, bias, tp)
-        self.split_k_rows = (
-            0  # inputs of more rows than skinny_rows and up to this many may be cut (the plan)
-        )
+        # inputs of more rows than skinny_rows and up to this many may be cut (the plan)
+        self.split_k_rows = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: (T, in / tp) -> (T, out), summed over the ranks; or, cut along its inputs at tp=1, the

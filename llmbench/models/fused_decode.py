@@ -109,14 +109,14 @@ def fuse_decode(model: LlamaForCausalLM, plan: DecodePlan, comm: Communicator) -
             module.split_k_rows = plan.split_k_rows
     for layer in model.model.layers if plan.prefetch_rows else ():
         attn = layer.self_attn
-        for kernel, product in (
+        for kernel, product in (  # the kernel before each product asks for the weights the product may
             (layer.input_layernorm, attn.qkv_proj),
             *(((attn, attn.o_proj),) if attn.fused_prologue and attn.backend.prefetches else ()),
             (layer.post_attention_layernorm, layer.mlp.gate_up_proj),
             (layer.mlp.act, layer.mlp.down_proj),
         ):
-            weight = prefetchable(product.weight.detach())
-            kernel.prefetch, kernel.prefetch_rows = weight, plan.prefetch_rows if weight is not None else 0
+            kernel.prefetch = product.weight.detach() if product.prefetch_rows else None
+            kernel.prefetch_rows = product.prefetch_rows
     fused = FusedDecode(model, plan, comm)
     return fused if fused.rows else model
 
