@@ -609,6 +609,16 @@ def test_compare_warns_when_a_scenario_ran_different_models_or_one_side_has_more
     assert res.exit_code == 0, res.output
     assert "rep: BASE ran qwen3-tiny, NEW ran qwen3-0.6b" in res.stderr
     assert "only in BASE, not compared: extra" in res.stderr
+    # one hub id, two snapshots: two models; the same folder on both sides: one
+    for side, revision in ((base / "rep", "aaa"), (new, "bbb")):
+        edit_json(
+            side / "meta.json",
+            lambda m, r=revision: m.update(model_info={"name": "o/m", "folder": f"/c/{r}"}),
+        )
+    res = invoke("compare", base, new)
+    assert "rep: BASE ran o/m from /c/aaa, NEW ran o/m from /c/bbb" in res.stderr
+    edit_json(new / "meta.json", lambda m: m.update(model_info={"name": "o/m", "folder": "/c/aaa"}))
+    assert "BASE ran" not in invoke("compare", base, new).stderr
 
 
 def test_a_profile_record_of_the_wrong_shape_is_named_not_shown(runs, tmp_path):

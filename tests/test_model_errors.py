@@ -14,8 +14,9 @@ import yaml
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
-from llmbench import LLM
+from llmbench import LLM, SamplingParams
 from llmbench.cli.app import app
+from llmbench.engine.config import ConfigError
 from llmbench.models.errors import ModelError
 from llmbench.models.loader import read_model_config
 
@@ -326,3 +327,75 @@ def test_a_tokenizer_with_more_ids_than_the_model_is_a_model_error(tmp_path):
         ModelError, match=r"its tokenizer has 10\d\d ids but the model's vocabulary .* has 300"
     ):
         LLM(str(tmp_path), device="cpu", num_kv_blocks=16)
+
+
+def hub_cache(root: Path, repo_id: str, model: Path) -> Path:
+    """``model`` laid out as the Hugging Face hub's cache holds a downloaded repository (refs/main names the
+    snapshot); returns the snapshot's folder."""
+    repo = root / f"models--{repo_id.replace('/', '--')}"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("0123abcd")
+    snapshot = repo / "snapshots" / "0123abcd"
+    shutil.copytree(model, snapshot)
+    return snapshot
+
+
+def test_a_hub_id_in_the_local_cache_runs_that_snapshot(qwen3, tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    snapshot = hub_cache(tmp_path / "hub", "someone/tiny-qwen3", qwen3)
+    prompts = [[5, 6, 7, 8], [9, 10]]
+    with LLM(str(qwen3), device="cpu", num_kv_blocks=16) as llm:
+        direct = [o.token_ids for o in llm.generate(prompts, SamplingParams(max_tokens=6))]
+    with LLM("someone/tiny-qwen3", device="cpu", num_kv_blocks=16) as llm:
+        assert (llm.engine.model_info.name, llm.engine.model_info.folder) == (
+            "someone/tiny-qwen3",
+            str(snapshot),
+        )
+        assert [o.token_ids for o in llm.generate(prompts, SamplingParams(max_tokens=6))] == direct
+
+
+def test_a_hub_id_not_in_the_cache_says_how_to_fetch_it(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    (tmp_path / "hub" / "models--someone--other" / "refs").mkdir(parents=True)  # begun, never downloaded
+    scenario = tmp_path / "s.yaml"
+    workload = {"num_requests": 1, "input_len": 4, "output_len": 2}
+    scenario.write_text(
+        yaml.safe_dump(
+            {"name": "s", "model": "Qwen/Qwen3-0.6B", "engine": {"device": "cpu"}, "workload": workload}
+        )
+    )
+    res = CliRunner().invoke(app, ["run", str(scenario), "--out", str(tmp_path / "r"), "-q"])
+    assert res.exit_code == 2, res.output
+    assert res.stderr == (
+        f"error: engine options: model 'Qwen/Qwen3-0.6B' is not a preset, not a folder, and not in the local "
+        f"Hugging Face cache ({tmp_path / 'hub'}); llmbench does not download: fetch it first with "
+        "`hf download Qwen/Qwen3-0.6B` (or `huggingface-cli download Qwen/Qwen3-0.6B`), or give its folder, "
+        "or use the preset 'qwen3-0.6b' (its shapes, random weights)\n"
+    )
+    with pytest.raises(
+        ConfigError, match="^model 'someone/other' is not a preset, .* `hf download someone/other`"
+    ):
+        LLM("someone/other", device="cpu")
+
+
+def test_models_lists_the_caches_checkpoints_and_why_one_cannot_run(qwen3, tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    hub_cache(tmp_path / "hub", "someone/tiny-qwen3", qwen3)
+    edit_config(hub_cache(tmp_path / "hub", "someone/gpt", qwen3), lambda c: c.update(architectures=["GPT2"]))
+    (hub_cache(tmp_path / "hub", "someone/config-only", qwen3) / "model.safetensors").unlink()
+    (tmp_path / "hub" / "models--someone--begun" / "refs").mkdir(parents=True)
+    res = CliRunner().invoke(app, ["models"], terminal_width=400)
+    assert res.exit_code == 0, res.output
+    cells = [[c.strip() for c in line.split("│")] for line in res.stdout.splitlines() if "someone/" in line]
+    rows = {c[0]: c[1:] for c in cells}
+    assert rows.keys() == {"someone/tiny-qwen3", "someone/gpt", "someone/config-only"}
+    params = read_model_config(qwen3).num_params() / 1e6
+    assert rows["someone/tiny-qwen3"] == ["Qwen3ForCausalLM", f"{params:,.1f} M", ""]
+    assert rows["someone/gpt"][2] == f"cannot run: Unsupported architecture: 'GPT2'. Supported: {SUPPORTED}"
+    assert rows["someone/config-only"][2].startswith("cannot run: no *.safetensors in its snapshot")

@@ -107,7 +107,7 @@ class LLMEngine:
         self._last_resolved = 0.0
         self._counters = step_counters.StepCounters(self.runner.device, self.runner.recompiles)
         self._since = self._counters.read()  # asynchronous scheduling: the counters at the last delivery
-        self.model_info = ModelInfo.of(config, model_config, self.runner)
+        self.model_info = ModelInfo.of(config, model_config, self.runner, folder)
         collector.freeze_startup()  # no full collection walks the model and its modules during steps
 
     # -- requests ---------------------------------------------------------------------------------

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from llmbench.engine.model_runner import ModelRunner
     from llmbench.engine.resolve import ResolvedConfig
     from llmbench.engine.work import RankWeights
@@ -130,11 +132,17 @@ class ModelInfo:
     kv_bytes_per_token: int  # in the KV pool's element type (a float8 cache's: one byte an element)
     max_model_len: int
     rank_weights: RankWeights | None = None  # rank 0's parameters by kind (every rank holds the same shapes)
+    # the folder the weights were read from (a cached hub id's snapshot, whose name is its revision); None:
+    # a preset's random weights
+    folder: str | None = None
 
     @classmethod
-    def of(cls, config: ResolvedConfig, model_config: ModelConfig, runner: ModelRunner) -> ModelInfo:
+    def of(
+        cls, config: ResolvedConfig, model_config: ModelConfig, runner: ModelRunner, folder: Path | None
+    ) -> ModelInfo:
         return cls(
             name=config.model,
+            folder=None if folder is None else str(folder.resolve()),
             architecture=model_config.architecture,
             num_params=model_config.num_params(),
             num_layers=model_config.num_hidden_layers,

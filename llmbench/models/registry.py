@@ -1,5 +1,6 @@
 """Supported architectures, keyed by the ``architectures`` entry of config.json, and how a model name
-is found: a preset's shapes or a local folder's config.json.
+is found: a preset's shapes, a local folder's config.json, or a Hugging Face repository id already in the
+local Hugging Face cache (llmbench never downloads).
 
 ``resolve_model`` needs neither the engine nor torch's model code, so the peer backends (transformers,
 an OpenAI-compatible server) can use it without loading the engine.
@@ -7,6 +8,8 @@ an OpenAI-compatible server) can use it without loading the engine.
 
 from __future__ import annotations
 
+import difflib
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,15 +30,69 @@ ARCHITECTURES: dict[str, dict[str, bool]] = {
 }
 
 
+# "org/name": what the Hugging Face hub calls a model repository.
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
 class UnknownModelError(ModelConfigError):
-    """A model name that is neither a preset nor a folder."""
+    """A model name that is neither a preset, a folder, nor a repository in the local Hugging Face cache."""
 
 
-def resolve_model(model: str) -> tuple[ModelConfig, Path | None]:
-    """A preset's config (and None), or a folder's config.json (and the folder)."""
+def hub_snapshot(repo_id: str, cache_dir: str | Path | None = None) -> Path | None:
+    """The folder of ``repo_id``'s cached snapshot (its ``main`` revision) holding config.json, or None
+    when the local Hugging Face cache (``HF_HUB_CACHE``, or ``cache_dir``) does not hold one."""
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(repo_id, "config.json", cache_dir=cache_dir)
+    return Path(found).parent if isinstance(found, str) else None
+
+
+def cached_models(cache_dir: str | Path | None = None) -> dict[str, ModelConfig | str]:
+    """Each model repository in the local Hugging Face cache that has a snapshot: its config, or why
+    llmbench cannot run it (an architecture it lacks, a broken config.json)."""
+    from huggingface_hub import constants
+
+    from llmbench.models.loader import read_model_config
+
+    root = Path(cache_dir or constants.HF_HUB_CACHE)
+    found: dict[str, ModelConfig | str] = {}
+    for repo in sorted(root.glob("models--*--*")):
+        repo_id = repo.name.removeprefix("models--").replace("--", "/", 1)
+        snapshot = hub_snapshot(repo_id, root)
+        if snapshot is None:
+            continue
+        try:
+            found[repo_id] = read_model_config(snapshot)
+        except ModelConfigError as exc:
+            found[repo_id] = str(exc).removeprefix(f"{snapshot / 'config.json'}: ")
+        if not any(snapshot.glob("*.safetensors")):
+            found[repo_id] = "no *.safetensors in its snapshot (the weights were not downloaded)"
+    return found
+
+
+def _not_cached(model: str) -> UnknownModelError:
+    from huggingface_hub import constants
+
+    preset = difflib.get_close_matches(model.rsplit("/", 1)[-1].lower(), list(PRESETS), n=1, cutoff=0.75)
+    same_shapes = f", or use the preset {preset[0]!r} (its shapes, random weights)" if preset else ""
+    return UnknownModelError(
+        f"model {model!r} is not a preset, not a folder, and not in the local Hugging Face cache "
+        f"({constants.HF_HUB_CACHE}); llmbench does not download: fetch it first with `hf download {model}` "
+        f"(or `huggingface-cli download {model}`), or give its folder{same_shapes}"
+    )
+
+
+def resolve_model(model: str, hub_cache: str | Path | None = None) -> tuple[ModelConfig, Path | None]:
+    """A preset's config (and None), or the config.json of a folder or of a cached hub repository's
+    snapshot (and that folder)."""
     if model in PRESETS:
         return PRESETS[model].config, None
     folder = Path(model).expanduser()
+    if not folder.exists() and HUB_ID.fullmatch(model):
+        snapshot = hub_snapshot(model, hub_cache)
+        if snapshot is None:
+            raise _not_cached(model)
+        folder = snapshot
     if folder.is_dir():
         from llmbench.models.loader import read_model_config  # (the loader imports ARCHITECTURES from here)
 
@@ -46,8 +103,8 @@ def resolve_model(model: str) -> tuple[ModelConfig, Path | None]:
             f"*.safetensors (here perhaps {str(folder.parent)!r})"
         )
     raise UnknownModelError(
-        f"Unknown model {model!r}{did_you_mean(model, PRESETS)}: not a preset ({', '.join(PRESETS)}) nor a "
-        "folder holding config.json"
+        f"Unknown model {model!r}{did_you_mean(model, PRESETS)}: not a preset ({', '.join(PRESETS)}), a "
+        "folder holding config.json, nor a Hugging Face repository id (org/name) in the local cache"
     )
 
 

@@ -3,9 +3,9 @@
 Each request is a streamed ``POST /v1/completions`` with the workload's exact prompt token ids (a list of
 ints, which vLLM and SGLang take as is), ``max_tokens``, and -- when the scenario ignores EOS -- vLLM's
 ``ignore_eos``/``min_tokens`` so every request produces exactly the tokens asked for. The scenario's
-``model`` (a preset or a local folder of the served model) gives the vocabulary that random prompt ids
-are drawn from and the tokenizer for text workloads; ``backend_options.openai.model`` is the name the
-server serves. ``start()`` asks the server for ``/v1/models`` first, so a dead server or a wrong model name
+``model`` (a preset, a local folder of the served model, or its hub id where the local Hugging Face cache
+holds it) gives the vocabulary that random prompt ids are drawn from and the tokenizer for text workloads;
+``backend_options.openai.model`` is the name the server serves. ``start()`` asks the server for ``/v1/models`` first, so a dead server or a wrong model name
 fails before anything is measured.
 
 What the client cannot see is unavailable, with the reason: the server's own queue (only the client's is
@@ -90,8 +90,8 @@ class OpenAIBackend:
             self.tokenizer: Any = load_tokenizer(folder, self.vocab_size)
         elif opts.vocab_size is None:
             raise BenchError(
-                f"backend_options.openai.vocab_size: needed because model {scenario.model!r} is neither a "
-                "preset nor a local folder (random prompt ids must lie in the served model's vocabulary); "
+                f"backend_options.openai.vocab_size: needed because model {scenario.model!r} is not a preset, "
+                "a local folder, nor a repository in the local Hugging Face cache (random prompt ids must lie in the served model's vocabulary); "
                 "or set model to the served model's local folder"
             )
         elif scenario.workload.source in _TEXT_SOURCES or opts.prompt == "text":

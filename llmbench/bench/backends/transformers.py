@@ -241,6 +241,7 @@ class TransformersBackend:
             "weight_bytes": sum(p.numel() * p.element_size() for p in self.model.parameters()),
             "vocab_size": self.vocab_size,
             "max_model_len": self.max_model_len,
+            "folder": None if self.folder is None else str(self.folder.resolve()),
         }
         self.eos = self._eos()
         self.generation_config = self._generation_config()
