@@ -5,6 +5,7 @@ torchrun job across hosts...), so the GPU's decisions are checked on any machine
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -69,12 +70,14 @@ def message(**options) -> str:
         ({"block_size": 10**8}, "block_size: expected an integer in 1..65536, got 100000000"),
         ({"max_num_seqs": 10**11}, "max_num_seqs: expected an integer in 1..1048576, got 100000000000"),
         ({"tp": 0}, "tp: expected an integer >= 1, got 0"),
-        ({"seed": -1}, "seed: expected an integer >= 0, got -1"),
+        ({"seed": -1}, "seed: expected an integer in 0..9223372036854775807, got -1"),
+        ({"seed": 2**63}, "seed: expected an integer in 0..9223372036854775807, got 9223372036854775808"),
         ({"max_model_len": 1}, "max_model_len: expected an integer >= 2 or auto, got 1"),
         ({"num_kv_blocks": "many"}, "num_kv_blocks: expected an integer >= 1 or auto, got 'many'"),
         (
-            {"kv_cache_memory": "1GB"},
-            "kv_cache_memory: expected a number of bytes (an integer >= 1) or auto, got '1GB'",
+            {"kv_cache_memory": "1 GB of it"},
+            "kv_cache_memory: expected a number of bytes (an integer >= 1, or a size such as 512MiB or 4GB) or "
+            "auto, got '1 GB of it'",
         ),
         ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization: expected a number in (0, 1], got 1.5"),
         ({"gpu_memory_utilization": 0}, "gpu_memory_utilization: expected a number in (0, 1], got 0"),
@@ -721,6 +724,53 @@ def test_a_kv_pool_the_device_cannot_hold_names_the_options_that_size_it():
         allocate(2, 10**13, 16, 2, 64, torch.bfloat16, "cpu")
     pool = allocate(2, 4, 16, 2, 64, torch.bfloat16, "cpu")
     assert pool.layers[1].k.shape == (4, 16, 2, 64) and pool.layers[1].k.is_contiguous()
+
+
+@pytest.mark.parametrize("kv_dtype", ["auto", "fp8_e4m3"])
+def test_a_cpu_kv_budget_must_hold_one_full_length_sequence(kv_dtype):
+    """As on a GPU: a pool that could never hold one max_model_len request is refused at start-up with
+    the sizes, not made larger than asked or left to refuse every long request later."""
+    from llmbench import LLM
+    from llmbench.engine.kv_cache import KVCacheError
+
+    options = dict(device="cpu", max_model_len=256, block_size=16, kv_cache_dtype=kv_dtype)
+    per_block = LLM("qwen3-tiny", **options, num_kv_blocks=1).engine.runner.block_bytes
+    one_sequence = 16 * per_block
+    llm = LLM("qwen3-tiny", **options, kv_cache_memory=one_sequence)
+    assert llm.engine.startup.kv_num_blocks == 16
+    with pytest.raises(KVCacheError) as info:
+        LLM("qwen3-tiny", **options, kv_cache_memory=one_sequence - 1)
+    assert str(info.value) == (
+        f"kv_cache_memory={one_sequence - 1:,} bytes holds 15 blocks of 16 tokens ({per_block:,} bytes each), "
+        f"fewer than one max_model_len=256 sequence needs (16, {one_sequence:,} bytes): raise kv_cache_memory "
+        "or lower max_model_len"
+    )
+
+
+@pytest.mark.parametrize(
+    "size,count",
+    [
+        ("512MiB", 512 << 20),
+        ("4 GiB", 4 << 30),
+        ("1.5GB", 1_500_000_000),
+        ("2kb", 2000),
+        ("3 KiB", 3072),
+        ("1e9", 10**9),
+        ("100B", 100),
+        ("2048", 2048),
+        (1e9, 10**9),
+    ],
+)
+def test_a_byte_budget_takes_a_size_with_its_unit(size, count):
+    assert EngineConfig.from_options("qwen3-tiny", kv_cache_memory=size).kv_cache_memory == count
+
+
+@pytest.mark.parametrize("size", ["0", "0.5B", "-1GB", "1.5", "4 GB RAM", "GB", 1.5, True])
+def test_a_byte_budget_that_is_no_whole_positive_count_is_refused(size):
+    with pytest.raises(
+        ConfigError, match=rf"^kv_cache_memory: expected a number of bytes .*, got {re.escape(repr(size))}$"
+    ):
+        EngineConfig.from_options("qwen3-tiny", kv_cache_memory=size)
 
 
 def test_a_whole_number_written_with_an_exponent_is_an_integer():

@@ -92,7 +92,12 @@ def test_a_float8_pool_holds_twice_the_blocks_of_bf16_in_the_same_memory() -> No
     pools = {}
     for kv_dtype in ("auto", "fp8_e4m3"):
         llm = LLM(
-            "qwen3-tiny", device="cpu", dtype="bfloat16", kv_cache_memory=budget, kv_cache_dtype=kv_dtype
+            "qwen3-tiny",
+            device="cpu",
+            dtype="bfloat16",
+            kv_cache_memory=budget,
+            kv_cache_dtype=kv_dtype,
+            max_model_len=1024,
         )
         pools[kv_dtype] = llm.engine.startup
         assert llm.engine.runner.kv_pool.nbytes <= budget

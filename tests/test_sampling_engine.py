@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from llmbench import LLM, SamplingParams
+from llmbench.engine.config import ConfigError
 from llmbench.engine.facts import triton_usable
 from llmbench.engine.sampler import Sampler
 
@@ -119,3 +120,15 @@ def test_the_graphs_draw_the_tokens_the_sampler_draws(with_cut):
         assert outside[1] == outside[0]
     else:  # only steps that are not replayed (prefills) sample outside the graphs
         assert outside[1] < outside[0] / 2
+
+
+def test_every_allowed_engine_seed_builds_and_samples():
+    """The engine's seed reaches the preset's random weights and the requests' derived seeds, both held in
+    signed 64-bit integers: the largest allowed seed works and repeats; the next is refused."""
+    params = SamplingParams(temperature=1.0, max_tokens=5, ignore_eos=True)
+    largest = 2**63 - 1
+    a = [o.token_ids for o in _llm(seed=largest).generate(OTHERS, params)]
+    assert a == [o.token_ids for o in _llm(seed=largest).generate(OTHERS, params)]
+    assert a != [o.token_ids for o in _llm(seed=largest - 1).generate(OTHERS, params)]
+    with pytest.raises(ConfigError, match=r"^seed: expected an integer in 0\.\.9223372036854775807"):
+        _llm(seed=largest + 1)

@@ -202,8 +202,8 @@ class EngineConfig:
     Memory and batch knobs:
     gpu_memory_utilization: the share of the GPU's memory the engine may use (0 < x <= 1); the KV pool
         gets what weights, activations and graphs leave.
-    kv_cache_memory: bytes of the CPU's KV pool. auto: what max_num_seqs full-length sequences need, at
-        most 1 GiB.
+    kv_cache_memory: bytes of the CPU's KV pool (a count, or a size: 512MiB, 4GB), at least one
+        max_model_len sequence's. auto: what max_num_seqs full-length sequences need, at most 1 GiB.
     num_kv_blocks: the KV pool's size in blocks, overriding both budgets. auto: from the budget.
     block_size: tokens per KV block (a power of two with the triton and flash_attn backends).
     max_num_seqs: sequences in one batch at most.

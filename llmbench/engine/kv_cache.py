@@ -66,7 +66,15 @@ def num_blocks_for(config: ResolvedConfig, max_model_len: int, bytes_per_block: 
         return n
     want = config.max_num_seqs * blocks_per_seq
     if config.kv_cache_memory is not None:
-        return max(1, int(config.kv_cache_memory // bytes_per_block))
+        n = int(config.kv_cache_memory // bytes_per_block)
+        if n < blocks_per_seq:
+            raise KVCacheError(
+                f"kv_cache_memory={config.kv_cache_memory:,} bytes holds {n} blocks of {config.block_size} tokens "
+                f"({bytes_per_block:,} bytes each), fewer than one max_model_len={max_model_len} sequence needs "
+                f"({blocks_per_seq}, {blocks_per_seq * bytes_per_block:,} bytes): raise kv_cache_memory or lower "
+                "max_model_len"
+            )
+        return n
     return max(blocks_per_seq, min(want, _CPU_DEFAULT_CAP // bytes_per_block))
 
 

@@ -75,6 +75,28 @@ def _integer(low: int, high: int | None = None, auto: bool = False, unit: str = 
     return check
 
 
+_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?(?:e\d+)?)\s*([kmgt]i?)?b?\s*", re.IGNORECASE)
+
+
+def _byte_size(value: Any) -> Any:
+    """Bytes as a count (1e9 too) or a size with its unit: ``512MiB``, ``4 GiB``, ``1.5GB`` (KB, MB, GB, TB
+    are powers of 1000; KiB, MiB, GiB, TiB of 1024)."""
+    if _is_auto(value):
+        return None
+    count = value
+    if isinstance(value, str) and (m := _SIZE.fullmatch(value)):
+        unit = (m[2] or "").lower()
+        scale = (1024 if unit.endswith("i") else 1000) ** ("kmgt".index(unit[0]) + 1) if unit else 1
+        count = float(m[1]) * scale
+    if isinstance(count, float) and count.is_integer():
+        count = int(count)
+    if not _is_int(count) or count < 1:
+        raise Invalid(
+            f"expected a number of bytes (an integer >= 1, or a size such as 512MiB or 4GB) or auto, got {value!r}"
+        )
+    return count
+
+
 def _fraction(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
         raise Invalid(f"expected a number in (0, 1], got {value!r}")
@@ -143,7 +165,7 @@ def _sizes(what: str) -> Check:
 ENGINE_CHECKS: dict[str, Check] = {
     "device": _device,
     "dtype": _choice(DTYPES, auto=True),
-    "seed": _integer(0),
+    "seed": _integer(0, 2**63 - 1),  # packed into a signed 64-bit integer on the device
     "paged_kv": _boolean(),
     "prefix_cache": _boolean(auto=True),
     "continuous_batching": _boolean(),
@@ -156,7 +178,7 @@ ENGINE_CHECKS: dict[str, Check] = {
     "tp": _integer(1),
     "kv_cache_dtype": _choice(KV_CACHE_DTYPES, auto=True),
     "gpu_memory_utilization": _fraction,
-    "kv_cache_memory": _integer(1, auto=True, unit="a number of bytes"),
+    "kv_cache_memory": _byte_size,
     "num_kv_blocks": _integer(1, auto=True),
     "block_size": _integer(1, MAX_BLOCK_SIZE),
     "max_num_seqs": _integer(1, MAX_NUM_SEQS),

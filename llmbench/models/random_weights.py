@@ -52,7 +52,10 @@ def checkpoint_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 def draw(name: str, shape: tuple[int, ...], seed: int, device: torch.device | str) -> torch.Tensor:
     """One float32 tensor, a function of (seed, name, shape) only."""
-    gen = torch.Generator(device=device).manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+    # manual_seed takes a signed 64-bit integer: any engine seed (0 .. 2**63 - 1) folded into one
+    gen = torch.Generator(device=device).manual_seed(
+        (seed * 1_000_003 + zlib.crc32(name.encode())) % (1 << 63)
+    )
     t = torch.empty(shape, dtype=torch.float32, device=device)
     if name.endswith("norm.weight"):
         return t.fill_(1.0)
