@@ -101,6 +101,11 @@ def test_html_report_is_self_contained_with_plots(runs, tmp_path):
     target = tmp_path / "kept.html"
     assert invoke("report", kept, "--format", "html", "--out", target).exit_code == 0
     assert target.read_text().count("data:image/png;base64,") == 2
+    # every figure begun is closed, drawn or not: a report over many kept scenarios neither warns of
+    # "more than 20 figures" nor holds them all in memory
+    import matplotlib.pyplot as plt
+
+    assert plt.get_fignums() == []
 
 
 def mark_incomplete(run: Path) -> None:

@@ -83,9 +83,11 @@ def latency_cdfs(groups: list[Group]) -> str:
         ax.set_xlabel("ms")
         ax.set_ylabel("fraction of requests")
         ax.grid(alpha=0.3)
-    if plotted:
-        axes[0].legend(fontsize="small")
-    return _png(fig) if plotted else ""
+    if not plotted:
+        plt.close(fig)
+        return ""
+    axes[0].legend(fontsize="small")
+    return _png(fig)
 
 
 def throughput_bars(groups: list[Group]) -> str:
