@@ -82,14 +82,14 @@ def _not_cached(model: str) -> UnknownModelError:
     )
 
 
-def resolve_model(model: str, hub_cache: str | Path | None = None) -> tuple[ModelConfig, Path | None]:
+def resolve_model(model: str) -> tuple[ModelConfig, Path | None]:
     """A preset's config (and None), or the config.json of a folder or of a cached hub repository's
     snapshot (and that folder)."""
     if model in PRESETS:
         return PRESETS[model].config, None
     folder = Path(model).expanduser()
     if not folder.exists() and HUB_ID.fullmatch(model):
-        snapshot = hub_snapshot(model, hub_cache)
+        snapshot = hub_snapshot(model)
         if snapshot is None:
             raise _not_cached(model)
         folder = snapshot
