@@ -24,15 +24,7 @@ from llmbench.engine.sampling_params import SamplingParams
 from llmbench.engine.scheduler import ScheduledBatch, Scheduler, step_kind
 from llmbench.engine.sequence import Sequence, SequenceStatus
 from llmbench.engine.step_inputs import BlockTables, StepArrays, build_step
-from llmbench.engine.tp import (
-    LaunchedRanks,
-    TPWorkers,
-    init_group,
-    init_launched_group,
-    launched_config,
-    launched_rank,
-    rank_config,
-)
+from llmbench.engine.tp import LaunchedRanks, TPWorkers
 from llmbench.engine.work import step_work
 from llmbench.models.tokenizer import load_tokenizer
 
@@ -53,29 +45,7 @@ class LLMEngine:
         if config.tp == 1:
             self.runner = ModelRunner(config, model_config, folder, max_len)
         else:
-            tp_lifecycle.check_free()
-            # Under torchrun ranks > 0 serve rank 0's steps and never return.
-            launched = launched_rank()
-            own = launched_config(config, launched) if launched is not None else rank_config(config, 0)
-            if launched is not None and launched.rank > 0:
-                from llmbench.engine.tp_worker import serve_launched
-
-                serve_launched(config, model_config, folder, max_len, launched)
-            tp_lifecycle.hold(self)
-            try:
-                if launched is not None:  # torchrun's rank 0
-                    group, control = init_launched_group(own, launched)
-                    self.workers = LaunchedRanks(control)
-                else:
-                    self.workers = TPWorkers(config, model_config, folder, max_len)
-                    group = init_group(own, 0, self.workers.port)
-                self.runner = ModelRunner(own, model_config, folder, max_len, group)
-            except ConfigError:
-                raise
-            except BaseException as e:
-                if self.workers is None:
-                    raise
-                tp_lifecycle.fail(self, e)
+            self.runner = tp_lifecycle.start_ranks(self, config, model_config, folder, max_len)
         self.startup = self.runner.startup
         bs = config.block_size
         if config.paged_kv:

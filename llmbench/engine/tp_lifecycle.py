@@ -14,16 +14,31 @@ import atexit
 import gc
 import time
 import weakref
+from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 import torch.distributed as dist
 
-from llmbench.engine.tp import TPError, close_group, teardown_guard
+from llmbench.engine.config import ConfigError
+from llmbench.engine.model_runner import ModelRunner
+from llmbench.engine.resolve import ResolvedConfig
+from llmbench.engine.tp import (
+    LaunchedRanks,
+    TPError,
+    TPWorkers,
+    close_group,
+    init_group,
+    init_launched_group,
+    launched_config,
+    launched_rank,
+    rank_config,
+    teardown_guard,
+)
+from llmbench.models.config import ModelConfig
 from llmbench.models.errors import ModelError
 
 if TYPE_CHECKING:
     from llmbench.engine.llm_engine import LLMEngine
-    from llmbench.engine.tp import LaunchedRanks, TPWorkers
 
 
 class EngineConflictError(RuntimeError):
@@ -51,6 +66,35 @@ def check_free() -> None:
         "Shut the other down first (llm.shutdown(), or build it in `with LLM(...) as llm:`), or start this "
         "engine in another process"
     )
+
+
+def start_ranks(
+    engine: LLMEngine, config: ResolvedConfig, model_config: ModelConfig, folder: Path | None, max_len: int
+) -> ModelRunner:
+    """Rank 0's model runner for ``engine``, whose ranks 1..tp-1 this starts (or, under torchrun, joins)
+    and hands it as ``engine.workers``. Under torchrun a rank > 0 serves rank 0's steps and never returns."""
+    check_free()
+    launched = launched_rank()
+    own = launched_config(config, launched) if launched is not None else rank_config(config, 0)
+    if launched is not None and launched.rank > 0:
+        from llmbench.engine.tp_worker import serve_launched
+
+        serve_launched(config, model_config, folder, max_len, launched)
+    hold(engine)
+    try:
+        if launched is not None:  # torchrun's rank 0
+            group, control = init_launched_group(own, launched)
+            engine.workers = LaunchedRanks(control)
+        else:
+            engine.workers = TPWorkers(config, model_config, folder, max_len)
+            group = init_group(own, 0, engine.workers.port)
+        return ModelRunner(own, model_config, folder, max_len, group)
+    except ConfigError:
+        raise
+    except BaseException as e:
+        if engine.workers is None:
+            raise
+        fail(engine, e)
 
 
 def hold(engine: LLMEngine) -> None:
