@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmbench.bench.errors import WorkloadError
-from llmbench.bench.scenario.schema import LengthDist, Workload
+from llmbench.bench.scenario.workload_schema import LengthDist, Workload
 from llmbench.bench.workload import build_requests, check_prompt_file
 from llmbench.bench.workload.lengths import sample_lengths
 from llmbench.models.tokenizer import ByteTokenizer

@@ -1,4 +1,5 @@
-"""Scenario files: schema (``schema.py``), readable errors (``errors.py``), loading (``loader.py``)."""
+"""Scenario files: schema (``schema.py``; its workload section in ``workload_schema.py``, what every
+section shares in ``fields.py``), readable errors (``errors.py``), loading (``loader.py``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from llmbench.bench.scenario.loader import (
     load_scenario,
     scenario_dict,
 )
-from llmbench.bench.scenario.schema import SLO, Arrival, LengthDist, Sampling, Scenario, Workload
+from llmbench.bench.scenario.schema import SLO, Arrival, Sampling, Scenario
+from llmbench.bench.scenario.workload_schema import LengthDist, Workload
 
 __all__ = [
     "AUTO",

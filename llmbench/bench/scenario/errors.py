@@ -13,7 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from llmbench.bench.scenario.schema import FieldIssue, FieldIssues, Scenario
+from llmbench.bench.scenario.fields import FieldIssue, FieldIssues
+from llmbench.bench.scenario.schema import Scenario
 from llmbench.suggest import did_you_mean
 
 

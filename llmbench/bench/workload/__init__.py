@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from llmbench.bench.errors import WorkloadError
-from llmbench.bench.scenario.schema import Workload
+from llmbench.bench.scenario.workload_schema import Workload
 from llmbench.bench.workload.files import (
     check_prompt_file,
     prompt_file_requests,

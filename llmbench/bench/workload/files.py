@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from llmbench.bench.errors import WorkloadError
-from llmbench.bench.scenario.schema import Workload
+from llmbench.bench.scenario.workload_schema import Workload
 from llmbench.bench.workload.lengths import sample_lengths
 from llmbench.bench.workload.spec import Encoder, RequestSpec
 from llmbench.bench.workload.synthetic import Fits

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from llmbench.bench.scenario.schema import LengthDist
+from llmbench.bench.scenario.workload_schema import LengthDist
 
 
 def lognormal_params(mean: float, std: float) -> tuple[float, float]:

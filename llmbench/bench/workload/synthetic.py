@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from llmbench.bench.errors import WorkloadError
-from llmbench.bench.scenario.schema import Workload
+from llmbench.bench.scenario.workload_schema import Workload
 from llmbench.bench.workload.lengths import sample_lengths
 from llmbench.bench.workload.spec import RequestSpec
 

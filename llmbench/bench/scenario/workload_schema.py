@@ -1,0 +1,129 @@
+"""The ``workload:`` section of a scenario: which requests are sent (a source and its token lengths)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from pydantic import Field, model_validator
+
+from llmbench.bench.scenario.fields import FieldIssue, StrictModel
+
+Dist = Literal["fixed", "uniform", "normal", "lognormal"]
+MAX_LENGTH = 10_000_000  # tokens: past any model's context; a typo's length would exhaust memory first
+MAX_REQUESTS = 1_000_000  # a workload is built in memory before it runs
+_DIST_FIELDS: dict[str, tuple[set[str], set[str]]] = {  # dist -> (required, optional)
+    "fixed": ({"value"}, set()),
+    "uniform": ({"min", "max"}, set()),
+    "normal": ({"mean", "std"}, {"min", "max"}),
+    "lognormal": ({"mean", "std"}, {"min", "max"}),
+}
+
+
+class LengthDist(StrictModel):
+    """A token-length distribution. A bare integer means ``{dist: fixed, value: N}``: exactly N tokens.
+
+    normal and lognormal take the mean and standard deviation of the lengths themselves (lognormal's
+    underlying mu/sigma are derived), are rounded to integers and clipped to [min, max] (min defaults
+    to 1).
+    """
+
+    dist: Dist = "fixed"
+    value: int | None = Field(default=None, ge=1, le=MAX_LENGTH)
+    min: int | None = Field(default=None, ge=1, le=MAX_LENGTH)
+    max: int | None = Field(default=None, ge=1, le=MAX_LENGTH)
+    mean: float | None = Field(default=None, gt=0, le=MAX_LENGTH)
+    std: float | None = Field(default=None, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        if isinstance(data, int) and not isinstance(data, bool):
+            return {"dist": "fixed", "value": data}
+        if not isinstance(data, dict | LengthDist):
+            raise ValueError(
+                f"expected a length in tokens (an integer) or a distribution such as {{dist: uniform, min: "
+                f"100, max: 1024}}; dists: {', '.join(get_args(Dist))}; got {data!r}"
+            )
+        return data
+
+    @model_validator(mode="after")
+    def _fields_fit_dist(self) -> LengthDist:
+        self._fields_fit("dist", *_DIST_FIELDS[self.dist])
+        if self.min is not None and self.max is not None and self.max < self.min:
+            raise FieldIssue("max", f"must be >= min ({self.min}), got {self.max}")
+        return self
+
+    @property
+    def upper_bound(self) -> int | None:
+        """The largest length this distribution can produce, when it is bounded."""
+        if self.dist == "fixed":
+            return self.value
+        return self.max
+
+
+class TokenRange(StrictModel):
+    """Where random prompt token ids are drawn from: uniformly in [min, max) (max excluded)."""
+
+    min: int = Field(default=0, ge=0)
+    max: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> TokenRange:
+        if self.max <= self.min:
+            raise FieldIssue(
+                "max", f"must be > min ({self.min}): ids are drawn from [min, max), got {self.max}"
+            )
+        return self
+
+
+Source = Literal["synthetic", "shared_prefix", "file", "sharegpt", "trace"]
+_SOURCE_FIELDS: dict[str, tuple[set[str], set[str]]] = {  # source -> (required, optional)
+    "synthetic": ({"num_requests", "input_len", "output_len"}, {"token_ids"}),
+    "shared_prefix": (
+        {"num_requests", "input_len", "output_len", "prefix_len", "num_prefixes"},
+        {"token_ids"},
+    ),
+    "file": ({"path"}, {"num_requests", "output_len"}),
+    "sharegpt": ({"path"}, {"num_requests", "output_len"}),
+    "trace": ({"path"}, {"num_requests", "time_scale"}),
+}
+
+
+class Workload(StrictModel):
+    """Which requests are sent.
+
+    - synthetic: random token ids, ``input_len`` / ``output_len`` distributions (exact token counts).
+    - shared_prefix: ``num_prefixes`` random prefixes of ``prefix_len`` tokens; each request is one of
+      them (round-robin) followed by a unique suffix of ``input_len`` tokens.
+    - file: JSONL (one object a line: ``prompt`` text or token-id list, or ``prompt_token_ids``;
+      optional ``output_len``) or plain text (one prompt a line). ``output_len`` fills in what a record
+      does not say.
+    - sharegpt: ShareGPT-style JSON (``conversations`` of ``from``/``value`` turns, or ``messages`` of
+      ``role``/``content``); prompt = first user turn, output length = the first reply's token count
+      unless ``output_len`` is given.
+    - trace: CSV or JSONL with ``timestamp`` (seconds), ``input_len``, ``output_len``; replayed with
+      its own arrival times (``arrival.kind: trace``), stretched by ``time_scale``.
+    ``num_requests`` on a file-based source samples that many records (cycling when it asks for more).
+    ``token_ids`` (synthetic, shared_prefix): the range random prompt ids come from; default: the whole
+    vocabulary.
+    """
+
+    source: Source = "synthetic"
+    num_requests: int | None = Field(default=None, ge=1, le=MAX_REQUESTS)
+    input_len: LengthDist | None = None
+    output_len: LengthDist | None = None
+    prefix_len: LengthDist | None = None
+    num_prefixes: int | None = Field(default=None, ge=1)
+    path: str | None = None
+    time_scale: float | None = Field(default=None, gt=0)
+    token_ids: TokenRange | None = None
+
+    @model_validator(mode="after")
+    def _fields_fit_source(self) -> Workload:
+        self._fields_fit("source", *_SOURCE_FIELDS[self.source])
+        if self.path is not None and Path(self.path).is_dir():
+            raise FieldIssue("path", f"{self.path} is a folder; give the file in it to read")
+        if self.path is not None and not Path(self.path).is_file():
+            raise FieldIssue("path", f"file not found: {self.path}")
+        return self
