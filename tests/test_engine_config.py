@@ -753,6 +753,8 @@ def test_a_cpu_kv_budget_must_hold_one_full_length_sequence(kv_dtype):
         ("512MiB", 512 << 20),
         ("4 GiB", 4 << 30),
         ("1.5GB", 1_500_000_000),
+        ("4.1GB", 4_100_000_000),
+        ("0.7GiB", 751_619_277),
         ("2kb", 2000),
         ("3 KiB", 3072),
         ("1e9", 10**9),

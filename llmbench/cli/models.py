@@ -31,11 +31,11 @@ def models() -> None:
     from huggingface_hub import constants
 
     cached = cached_models()
-    title = f"in the local Hugging Face cache ({constants.HF_HUB_CACHE}): give the hub id as the model"
+    where = f"in the local Hugging Face cache ({constants.HF_HUB_CACHE})"
     if not cached:
-        console.print(f"\nnothing {title.split(':')[0]}", highlight=False)
+        console.print(f"\nnothing {where}", highlight=False)
         return
-    table = Table(title=title, title_justify="left", show_edge=False)
+    table = Table(title=f"{where}: give the hub id as the model", title_justify="left", show_edge=False)
     table.add_column("hub id", no_wrap=True)
     table.add_column("architecture", no_wrap=True)
     table.add_column("params", justify="right", no_wrap=True)

@@ -57,9 +57,8 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _integer(low: int, high: int | None = None, auto: bool = False, unit: str = "") -> Check:
+def _integer(low: int, high: int | None = None, auto: bool = False) -> Check:
     allowed = f"an integer >= {low}" if high is None else f"an integer in {low}..{high}"
-    allowed = f"{unit} ({allowed})" if unit else allowed
     if auto:
         allowed += " or auto"
 
@@ -86,8 +85,10 @@ def _byte_size(value: Any) -> Any:
     count = value
     if isinstance(value, str) and (m := _SIZE.fullmatch(value)):
         unit = (m[2] or "").lower()
-        scale = (1024 if unit.endswith("i") else 1000) ** ("kmgt".index(unit[0]) + 1) if unit else 1
-        count = float(m[1]) * scale
+        if unit:  # a size: the nearest byte (4.1GB is 4.1 * 1e9 to the float's last bit)
+            count = round(float(m[1]) * (1024 if unit.endswith("i") else 1000) ** ("kmgt".index(unit[0]) + 1))
+        else:
+            count = float(m[1])
     if isinstance(count, float) and count.is_integer():
         count = int(count)
     if not _is_int(count) or count < 1:

@@ -5,8 +5,8 @@ ints, which vLLM and SGLang take as is), ``max_tokens``, and -- when the scenari
 ``ignore_eos``/``min_tokens`` so every request produces exactly the tokens asked for. The scenario's
 ``model`` (a preset, a local folder of the served model, or its hub id where the local Hugging Face cache
 holds it) gives the vocabulary that random prompt ids are drawn from and the tokenizer for text workloads;
-``backend_options.openai.model`` is the name the server serves. ``start()`` asks the server for ``/v1/models`` first, so a dead server or a wrong model name
-fails before anything is measured.
+``backend_options.openai.model`` is the name the server serves. ``start()`` asks the server for
+``/v1/models`` first, so a dead server or a wrong model name fails before anything is measured.
 
 What the client cannot see is unavailable, with the reason: the server's own queue (only the client's is
 measured), its GPUs and memory, and everything the engine reports per step.
@@ -91,8 +91,8 @@ class OpenAIBackend:
         elif opts.vocab_size is None:
             raise BenchError(
                 f"backend_options.openai.vocab_size: needed because model {scenario.model!r} is not a preset, "
-                "a local folder, nor a repository in the local Hugging Face cache (random prompt ids must lie in the served model's vocabulary); "
-                "or set model to the served model's local folder"
+                "a local folder, nor a repository in the local Hugging Face cache (random prompt ids must lie in "
+                "the served model's vocabulary); or set model to the served model's local folder"
             )
         elif scenario.workload.source in _TEXT_SOURCES or opts.prompt == "text":
             raise BenchError(
