@@ -159,12 +159,15 @@ def main() -> int:
         return 0
     if not args.rev:
         parser.error("give the commit to compare with")
+    if unknown := set(args.dtype.split(",")) - {"bf16", "fp32", "fp16"}:
+        parser.error(f"--dtype takes bf16, fp32 or fp16, comma-separated; got {', '.join(sorted(unknown))}")
     repo = HERE.parents[1]
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp) / "tree"
-        subprocess.run(
-            ["git", "worktree", "add", "--detach", "-q", str(tree), args.rev], cwd=repo, check=True
-        )
+        git = ["git", "worktree", "add", "--detach", "-q", str(tree), args.rev]
+        added = subprocess.run(git, cwd=repo, capture_output=True, text=True)
+        if added.returncode != 0:
+            parser.error(f"cannot check out {args.rev!r}: {added.stderr.strip()}")
         try:
             _emit(tree, args.dtype, Path(tmp) / "old.json")
         finally:
