@@ -152,7 +152,7 @@ def test_run_stores_engine_only_figures_as_unavailable(tmp_path, monkeypatch):
     from llmbench.bench.peaks import PeakChoice, PeakUsed
 
     fake = PeakUsed(1e12, 1e15, "bfloat16", "datasheet", None, None, None)
-    monkeypatch.setattr("llmbench.bench.runner.choose_peak", lambda device: PeakChoice(fake, None, None))
+    monkeypatch.setattr("llmbench.bench.run_record.choose_peak", lambda device: PeakChoice(fake, None, None))
     path = tmp_path / "tf.yaml"
     path.write_text(yaml.safe_dump({**BASE, "arrival": {"kind": "poisson", "rate": 40}, "warmup": 1}))
     outcome = execute_run(RunRequest(load_scenario(path), tmp_path / "r"))

@@ -83,7 +83,7 @@ def test_find_runs_walks_nested_folders_and_reports_every_broken_one(tmp_path):
     assert "meta.json is unreadable" in reasons["empty_run"]
     assert "summary.json is unreadable" in reasons["corrupt"]
     assert "lacks its 'points' list" in reasons["no_points"]
-    assert "died before writing" in reasons[leftover.tmp.name]
+    assert reasons[leftover.tmp.name] == "left over by a run that died before it measured a repeat"
     assert reasons["missing"] == "no such file or directory"
 
 
@@ -113,3 +113,43 @@ def test_a_folder_given_twice_or_inside_another_given_is_read_once(tmp_path):
     run = finish(RunWriter(tmp_path, "scen", "v"))
     runs, problems = find_runs([tmp_path, tmp_path, run, tmp_path / "scen"])
     assert [r.path for r in runs] == [run] and problems == []
+
+
+def checkpointed(tmp_path, pid: int, host: str) -> RunWriter:
+    """A working folder holding a checkpoint written by process ``pid`` on machine ``host``."""
+    writer = RunWriter(tmp_path, "scen", "v")
+    meta = {**META, "status": "incomplete", "stop_reason": "died", "pid": pid, "machine": {"hostname": host}}
+    writer.checkpoint(meta, {**SUMMARY, "status": "incomplete"}, {"requests": pd.DataFrame({"a": [7]})})
+    return writer
+
+
+def test_a_checkpoint_left_by_a_dead_process_is_an_incomplete_run(tmp_path):
+    import platform
+    import subprocess
+    import sys
+
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    writer = checkpointed(tmp_path, int(gone.stdout), platform.node())
+    assert sorted(p.name for p in writer.tmp.iterdir()) == ["meta.json", "requests.parquet", "summary.json"]
+    runs, problems = find_runs([tmp_path])
+    assert problems == [] and [r.path for r in runs] == [writer.tmp]
+    assert not runs[0].complete and runs[0].meta["stop_reason"] == "died"
+    assert runs[0].table("requests")["a"].tolist() == [7]
+    # the run that writes it finishes: its own record replaces the checkpoint, moved into place
+    final = finish(writer)
+    assert [r.path for r in find_runs([tmp_path])[0]] == [final] and load_run(final).complete
+
+
+def test_a_checkpoint_whose_process_still_runs_is_being_written(tmp_path):
+    import os
+    import platform
+
+    here = checkpointed(tmp_path / "here", os.getpid(), platform.node())
+    elsewhere = checkpointed(tmp_path / "elsewhere", os.getpid(), "another-host")  # copied from a GPU host
+    runs, problems = find_runs([tmp_path])
+    assert [r.path for r in runs] == [elsewhere.tmp]
+    assert [(p.path, p.reason) for p in problems] == [
+        (here.tmp, f"being written by process {os.getpid()}, which is still running")
+    ]

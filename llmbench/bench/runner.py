@@ -5,19 +5,18 @@ Order: check the backend's options -> open the result folder -> start telemetry 
 build the requests, serve them -> write the store. A ``sweep`` arrival's fraction points get their rate
 from what its throughput point measured, just before they run. Ctrl-C or a backend error stops the
 measuring; what was measured is written with status "incomplete" and the reason, then the error goes up
-to the caller.
+to the caller. After each repeat but the last, what is measured so far is written as a checkpoint
+(``run_record.py``): a process killed outright keeps the repeats it finished.
 Every backend's records go through the same metrics, tables and store. Nothing here prints: progress
 and messages go through a :class:`RunEvents` the caller supplies.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
-import math
-import os
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
@@ -26,33 +25,15 @@ import numpy as np
 from llmbench.bench.arrivals import arrival_offsets, at_measured_rate, point_label
 from llmbench.bench.backends import Backend, make_backend
 from llmbench.bench.backends.engine import engine_config, sampling_params
-from llmbench.bench.derived import step_utilisation
 from llmbench.bench.driver import DriveResult, Progress
-from llmbench.bench.errors import RunFailed
-from llmbench.bench.hardware import (
-    busy_warning,
-    command_line,
-    git_commit,
-    machine,
-    oversubscribed_warning,
-    set_torch_threads,
-    versions,
-)
-from llmbench.bench.memory import memory_summary
-from llmbench.bench.peaks import choose_peak, derived_labels, peak_meta
+from llmbench.bench.errors import RunFailed, StoreError
+from llmbench.bench.hardware import busy_warning, oversubscribed_warning, set_torch_threads
 from llmbench.bench.repeat_warnings import repeat_warnings
-from llmbench.bench.scenario.loader import ResolvedScenario, scenario_dict
-from llmbench.bench.slow_steps import SLOW_FACTOR, find_slow_steps, slow_step_warning
+from llmbench.bench.run_record import DIED, DIED_ERROR, RunContext, assemble, run_meta
+from llmbench.bench.scenario.loader import ResolvedScenario
+from llmbench.bench.slow_steps import SLOW_FACTOR
 from llmbench.bench.store import RunWriter
-from llmbench.bench.summary import Measured, build_summary, repeat_metrics, unavailable_reasons
-from llmbench.bench.tables import (
-    REQUEST_COLUMNS,
-    STEP_COLUMNS,
-    frame,
-    request_rows,
-    step_rows,
-    telemetry_frame,
-)
+from llmbench.bench.summary import Measured
 from llmbench.bench.telemetry import TelemetrySampler
 from llmbench.bench.workload import RequestSpec, build_requests, check_prompt_file, context_check
 
@@ -117,6 +98,18 @@ class _Measuring:
         self.warnings: list[str] = []
         self.stop_reason: str | None = None
         self.error: str | None = None
+        self.checkpoint: Callable[[], None] | None = None  # writes what is measured so far
+
+    def repeat_done(self, last: bool) -> None:
+        """After each repeat but the run's last: a checkpoint, so that a process that dies keeps what it
+        finished (run_record.py); one that cannot be written is a warning, and the run goes on."""
+        if last or self.checkpoint is None:
+            return
+        try:
+            self.checkpoint()
+        except (OSError, StoreError) as exc:
+            self.warnings.append(f"no checkpoint of the repeats measured so far could be written: {exc}")
+            self.checkpoint = None
 
 
 def _measure(req: RunRequest, backend: Backend, events: RunEvents, state: _Measuring) -> None:
@@ -192,6 +185,7 @@ def _measure(req: RunRequest, backend: Backend, events: RunEvents, state: _Measu
             elif result.status != "complete":
                 state.stop_reason, state.error = result.status, result.error
                 return
+            state.repeat_done(last=pi == len(points) - 1 and r == repeats[-1])
 
 
 def execute_run(req: RunRequest, events: RunEvents | None = None) -> RunOutcome:
@@ -232,6 +226,11 @@ def _execute(req: RunRequest, backend: Backend, events: RunEvents) -> RunOutcome
         started_backend = True
         backend.start()
         init_time = time.perf_counter() - t0
+        base = {**run_meta(req, backend), "cpu_threads": threads}
+        ctx = RunContext(req, backend, telemetry, origin, started, init_time, base)
+        state.checkpoint = lambda: writer.checkpoint(
+            *assemble(ctx, state.measured, state.warnings, DIED, DIED_ERROR)
+        )
         try:
             _measure(req, backend, events, state)
         except KeyboardInterrupt:
@@ -245,115 +244,20 @@ def _execute(req: RunRequest, backend: Backend, events: RunEvents) -> RunOutcome
         writer.discard()  # nothing was measured
         raise
     _stop(telemetry, backend)
-    state.warnings += backend.warnings
     if not state.measured and state.stop_reason is not None:
         writer.discard()
         if state.stop_reason == "interrupted":
             raise KeyboardInterrupt
         raise RunFailed(f"the run failed before anything was measured:\n{_last_line(state.error)}")
 
-    rows = telemetry.rows() if telemetry is not None else []
-    samples = telemetry.sample_intervals() if telemetry is not None else []
-    peak = choose_peak(backend.device)  # measured on this machine, else the datasheet's, else none
-    if peak.warning:
-        state.warnings.append(peak.warning)
-    per_repeat, req_rows, step_rows_, slow = [], [], [], []
-    engine_options = backend.describe() if backend.name == "engine" else None
-    for m in state.measured:
-        slow_here = find_slow_steps(m.drive.steps, req.slow_factor, samples)
-        slow += slow_here
-        util = step_utilisation(m.drive.steps, backend.model_info, peak.peak)
-        metrics = repeat_metrics(m, scenario.slo, rows, util)
-        metrics.update(
-            memory_summary(
-                m.drive.steps, m.drive.requests, backend.startup, engine_options, backend.max_model_len
-            )
-        )
-        for name in metrics:  # what this backend cannot know is NaN, not the 0 a sum of nothing gives
-            if name in backend.unavailable:
-                metrics[name] = math.nan
-        per_repeat.append(metrics)
-        req_rows += request_rows(m.point_label, m.repeat, m.drive.requests, scenario.slo, origin)
-        step_rows_ += step_rows(m.point_label, m.repeat, m.drive.steps, util, origin, slow_here)
-    if line := slow_step_warning(slow, req.slow_factor):
-        state.warnings.append(f"{line} (steps.parquet: slow, slow_causes)")
-
-    status = "complete" if state.stop_reason is None else "incomplete"
-    unavailable = {
-        **unavailable_reasons(telemetry, scenario, peak, backend.device),
-        **backend.unavailable,
-    }
-    meta = {
-        **_meta(req, backend, state, status),
-        "startup": {**backend.startup, "engine_init_time": init_time},
-        "peak": peak_meta(peak),
-        "cpu_threads": threads,
-        "telemetry": {
-            "enabled": scenario.telemetry.enabled,
-            "period_ms": scenario.telemetry.period_ms,
-            "nvml": bool(telemetry and telemetry.nvml_available),
-        },
-        "unavailable": unavailable,
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-    summary = {
-        "status": status,
-        "stop_reason": state.stop_reason,
-        "scenario": scenario.name,
-        "variant": req.variant,
-        "backend": backend.name,
-        "model": scenario.model,
-        "points": build_summary(state.measured, per_repeat, origin),
-        "warnings": state.warnings,
-        "unavailable": unavailable,
-        "labels": derived_labels(peak.peak),  # the derived figures' rows name the peak they divide by
-    }
-    tables = {
-        "requests": frame(req_rows, REQUEST_COLUMNS),
-        "steps": frame(step_rows_, STEP_COLUMNS),
-        "telemetry": telemetry_frame(rows, origin),
-    }
+    meta, summary, tables = assemble(ctx, state.measured, state.warnings, state.stop_reason, state.error)
     run_dir = writer.finish(meta, summary, tables)
     if state.stop_reason == "failed":
         raise RunFailed(
             f"the run failed; what was measured is kept in {run_dir}:\n{_last_line(state.error)}",
             str(run_dir),
         )
-    return RunOutcome(run_dir, status, state.stop_reason, meta, summary)
-
-
-def _meta(req: RunRequest, backend: Backend, state: _Measuring, status: str) -> dict[str, Any]:
-    """What the run was: scenario as resolved, backend as resolved, versions, machine, commit, command."""
-    scenario = req.resolved.scenario
-    described = backend.describe()
-    info = backend.model_info
-    return {
-        "llmbench_version": versions().get("llmbench"),
-        "status": status,
-        "stop_reason": state.stop_reason,
-        "error": state.error,
-        "scenario_name": scenario.name,
-        "scenario_path": str(req.resolved.path),
-        "scenario": scenario_dict(scenario),
-        "overrides": list(req.resolved.overrides),
-        "profile": req.resolved.profile._asdict(),
-        "points": list({m.point_label: m.point for m in state.measured}.values()),  # with sweep rates
-        "variant": req.variant,
-        "ablation": req.ablation,
-        "repeat_index": req.repeat_index,
-        "seed": scenario.seed,
-        "backend": backend.name,
-        "backend_config": described,
-        "engine_options": scenario.engine,
-        "engine_config": described if backend.name == "engine" else None,
-        "model_info": dataclasses.asdict(info) if dataclasses.is_dataclass(info) else info,
-        "versions": versions(),
-        "machine": machine(),
-        "git": git_commit(),
-        "command_line": command_line(),
-        "pid": os.getpid(),
-    }
+    return RunOutcome(run_dir, meta["status"], state.stop_reason, meta, summary)
 
 
 def _stop(telemetry: TelemetrySampler | None, backend: Backend | None) -> None:

@@ -3,8 +3,11 @@
 Layout: ``<root>/<scenario>/<YYYYmmdd-HHMMSS>-<variant>/`` holding ``meta.json``, ``summary.json``,
 ``requests.parquet``, ``steps.parquet`` and ``telemetry.parquet``. A run is built in a hidden sibling
 ``.tmp-<name>-<pid>`` (with a ``meta.json`` saying "running" from the start) and renamed into place
-when written; a name already taken gets a ``-2``, ``-3``... suffix. A leftover ``.tmp-*`` folder is a
-process that died without writing; readers report it and move on.
+when written; a name already taken gets a ``-2``, ``-3``... suffix. While a run is measured it may write
+checkpoints there (``checkpoint``: the repeats so far, marked incomplete, stop reason "died"). A leftover
+``.tmp-*`` folder is a process that died before it wrote its run: readers show its last checkpoint as an
+incomplete run, or, with none, report it and move on; one whose process still runs on this machine is
+being written.
 
 Reading: :func:`find_runs` walks any set of paths (nested too) and returns the run folders plus a list of
 problems (broken, unreadable, leftover); :func:`load_run` raises :class:`StoreError` with the reason.
@@ -16,6 +19,7 @@ import contextlib
 import json
 import math
 import os
+import platform
 import re
 import shutil
 import time
@@ -85,14 +89,20 @@ class RunWriter:
             raise StoreError(f"cannot create a results folder under {self.parent}: {exc}") from None
         write_json(self.tmp / "meta.json", {"status": "running", "pid": os.getpid()})
 
-    def finish(self, meta: dict[str, Any], summary: dict[str, Any], tables: dict[str, Any]) -> Path:
-        """Write everything, then move the folder into place; returns its final path."""
+    def checkpoint(self, meta: dict[str, Any], summary: dict[str, Any], tables: dict[str, Any]) -> None:
+        """Write everything into the working folder, each file whole or not at all, meta.json last."""
         for name in TABLES:
             df = tables.get(name)
             if df is not None:
-                df.to_parquet(self.tmp / f"{name}.parquet", index=False)
+                part = self.tmp / f"{name}.parquet.part"
+                df.to_parquet(part, index=False)
+                os.replace(part, self.tmp / f"{name}.parquet")
         write_json(self.tmp / "summary.json", summary)
         write_json(self.tmp / "meta.json", meta)
+
+    def finish(self, meta: dict[str, Any], summary: dict[str, Any], tables: dict[str, Any]) -> Path:
+        """Write everything, then move the folder into place; returns its final path."""
+        self.checkpoint(meta, summary, tables)
         return self._rename()
 
     def _rename(self) -> Path:
@@ -172,6 +182,34 @@ def load_run(path: Path) -> Run:
     return Run(path, meta, summary)
 
 
+def _left_over(path: Path) -> Run | str:
+    """A run's working folder found by a reader: its last checkpoint as an incomplete run when its process
+    is gone, else why it is not shown."""
+    try:
+        meta = _read_json(path / "meta.json")
+    except StoreError:
+        meta = {}
+    host, pid = (meta.get("machine") or {}).get("hostname"), meta.get("pid")
+    if meta.get("status") == "running" or not meta:
+        return "left over by a run that died before it measured a repeat"
+    if host == platform.node() and isinstance(pid, int) and _alive(pid):
+        return f"being written by process {pid}, which is still running"
+    try:
+        return load_run(path)
+    except StoreError as exc:
+        return f"left over by a run that died; its checkpoint is unreadable ({exc})"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 NO_RUN = "holds no run folder (none with meta.json)"  # a path given that holds nothing to read
 
 
@@ -197,7 +235,11 @@ def find_runs(paths: list[Path]) -> tuple[list[Run], list[Problem]]:
             return
         seen.add(rp)
         if p.name.startswith(".tmp-"):
-            problems.append(Problem(p, "left over by a run that died before writing its results"))
+            left = _left_over(p)
+            if isinstance(left, Run):
+                runs.append(left)
+            else:
+                problems.append(Problem(p, left))
             return
         if (p / "meta.json").exists() or (p / "summary.json").exists():
             try:
