@@ -55,10 +55,9 @@ class RunContext(NamedTuple):
 
 
 def run_meta(req: RunRequest, backend: Backend) -> dict[str, Any]:
-    """What the run is: scenario as resolved, backend as resolved, versions, machine, commit, command."""
+    """What the run is and where it ran: scenario as resolved, versions, machine, commit, command (taken
+    once: the machine's and the commit's cost a process or a driver call)."""
     scenario = req.resolved.scenario
-    described = backend.describe()
-    info = backend.model_info
     return {
         "llmbench_version": versions().get("llmbench"),
         "scenario_name": scenario.name,
@@ -71,10 +70,7 @@ def run_meta(req: RunRequest, backend: Backend) -> dict[str, Any]:
         "repeat_index": req.repeat_index,
         "seed": scenario.seed,
         "backend": backend.name,
-        "backend_config": described,
         "engine_options": scenario.engine,
-        "engine_config": described if backend.name == "engine" else None,
-        "model_info": dataclasses.asdict(info) if dataclasses.is_dataclass(info) else info,
         "versions": versions(),
         "machine": machine(),
         "git": git_commit(),
@@ -97,7 +93,8 @@ def assemble(
     if peak.warning:
         warnings.append(peak.warning)
     per_repeat, req_rows, step_rows_, slow = [], [], [], []
-    engine_options = backend.describe() if backend.name == "engine" else None
+    described = backend.describe()  # as it ran, with what it learnt while running (the attention used...)
+    engine_options = described if backend.name == "engine" else None
     for m in measured:
         slow_here = find_slow_steps(m.drive.steps, req.slow_factor, samples)
         slow += slow_here
@@ -122,8 +119,12 @@ def assemble(
         **unavailable_reasons(telemetry, scenario, peak, backend.device),
         **backend.unavailable,
     }
+    info = backend.model_info
     meta = {
         **ctx.base_meta,
+        "backend_config": described,
+        "engine_config": described if backend.name == "engine" else None,
+        "model_info": dataclasses.asdict(info) if dataclasses.is_dataclass(info) else info,
         "status": status,
         "stop_reason": stop_reason,
         "error": error,
