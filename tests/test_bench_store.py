@@ -77,6 +77,7 @@ def test_find_runs_walks_nested_folders_and_reports_every_broken_one(tmp_path):
     (no_points / "meta.json").write_text(json.dumps(META))
     (no_points / "summary.json").write_text("{}")
     leftover = RunWriter(tmp_path, "scen", "died")  # never finished
+    edit_json_file(leftover.tmp / "meta.json", pid=dead_pid())
     runs, problems = find_runs([tmp_path, tmp_path / "missing"])
     assert [r.path for r in runs] == [good]
     reasons = {p.path.name: p.reason for p in problems}
@@ -115,6 +116,21 @@ def test_a_folder_given_twice_or_inside_another_given_is_read_once(tmp_path):
     assert [r.path for r in runs] == [run] and problems == []
 
 
+def dead_pid() -> int:
+    """The pid of a process that has ended."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    return int(done.stdout)
+
+
+def edit_json_file(path, **changes) -> None:
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
 def checkpointed(tmp_path, pid: int, host: str) -> RunWriter:
     """A working folder holding a checkpoint written by process ``pid`` on machine ``host``."""
     writer = RunWriter(tmp_path, "scen", "v")
@@ -148,8 +164,10 @@ def test_a_checkpoint_whose_process_still_runs_is_being_written(tmp_path):
 
     here = checkpointed(tmp_path / "here", os.getpid(), platform.node())
     elsewhere = checkpointed(tmp_path / "elsewhere", os.getpid(), "another-host")  # copied from a GPU host
+    starting = RunWriter(tmp_path / "starting", "scen", "v")  # this process, before its first repeat ends
     runs, problems = find_runs([tmp_path])
     assert [r.path for r in runs] == [elsewhere.tmp]
-    assert [(p.path, p.reason) for p in problems] == [
-        (here.tmp, f"being written by process {os.getpid()}, which is still running")
-    ]
+    being_written = f"being written by process {os.getpid()}, which is still running"
+    assert sorted((p.path, p.reason) for p in problems) == sorted(
+        [(here.tmp, being_written), (starting.tmp, being_written)]
+    )

@@ -87,7 +87,8 @@ class RunWriter:
             self.tmp.mkdir()
         except OSError as exc:
             raise StoreError(f"cannot create a results folder under {self.parent}: {exc}") from None
-        write_json(self.tmp / "meta.json", {"status": "running", "pid": os.getpid()})
+        here = {"status": "running", "pid": os.getpid(), "machine": {"hostname": platform.node()}}
+        write_json(self.tmp / "meta.json", here)
 
     def checkpoint(self, meta: dict[str, Any], summary: dict[str, Any], tables: dict[str, Any]) -> None:
         """Write everything into the working folder, each file whole or not at all, meta.json last."""
@@ -190,10 +191,10 @@ def _left_over(path: Path) -> Run | str:
     except StoreError:
         meta = {}
     host, pid = (meta.get("machine") or {}).get("hostname"), meta.get("pid")
-    if meta.get("status") == "running" or not meta:
-        return "left over by a run that died before it measured a repeat"
     if host == platform.node() and isinstance(pid, int) and _alive(pid):
         return f"being written by process {pid}, which is still running"
+    if meta.get("status") in ("running", None):
+        return "left over by a run that died before it measured a repeat"
     try:
         return load_run(path)
     except StoreError as exc:
