@@ -59,16 +59,12 @@ bench-check:  # the GPU-only tests, the machine's peaks, the kernels at real siz
 	PYTHONPATH=. $(PYTHON) devtools/bench_kernels.py --tune decode-ceiling --tune-only --json $(BENCH_OUT)/kernels-ceiling.json
 	PYTHONPATH=. $(PYTHON) devtools/bench_kernels.py --tune decode-rows --tune-only --json $(BENCH_OUT)/kernels-rows.json
 	PYTHONPATH=. $(PYTHON) devtools/splitk_matmul.py --json $(BENCH_OUT)/splitk.json
-	PYTHONPATH=. $(PYTHON) devtools/bench_prefetch.py --json $(BENCH_OUT)/prefetch.json
 
 bench-runs:  # every scenario under scenarios/bench/ at the defaults
 	for f in scenarios/bench/*.yaml; do $(LLMBENCH) run $$f --out $(BENCH_OUT) || exit 1; done
 
 bench-ablations:  # what sampling, the float8 KV cache, CUDA Graphs, torch.compile and prefix caching are worth
 	$(ABLATE) scenarios/bench/throughput.yaml --toggle sampling.temperature=0,0.6
-	$(ABLATE) scenarios/bench/throughput_greedy.yaml --toggle tuning.split_k_rows=0,256
-	$(ABLATE) scenarios/bench/throughput_greedy.yaml --toggle tuning.weight_prefetch_rows=0,256
-	$(ABLATE) scenarios/bench/batch8_0.6b.yaml --toggle tuning.weight_prefetch_rows=0,256
 	$(ABLATE) scenarios/bench/throughput.yaml --toggle kv_cache_dtype --quality
 	$(ABLATE) scenarios/bench/fixed_64_0.6b.yaml --toggle kv_cache_dtype
 	$(ABLATE) scenarios/bench/fixed_64_0.6b.yaml --set engine.kv_cache_dtype=fp8_e4m3 --toggle tuning.decode_uniform_tiling

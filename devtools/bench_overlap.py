@@ -43,9 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from llmbench.kernels.activation import silu_and_mul  # noqa: E402
 from llmbench.kernels.decode_config import longest_first  # noqa: E402
-from llmbench.kernels.prefetch import prefetchable  # noqa: E402
 from llmbench.kernels.rmsnorm import rms_norm  # noqa: E402
-from llmbench.kernels.skinny_matmul import skinny_matmul  # noqa: E402
 from llmbench.kernels.triton_decode import decode_attention  # noqa: E402
 
 from bench_kernels import Env, Row, check, time_us  # noqa: E402  (this script's folder)
@@ -99,26 +97,11 @@ class Layers:
         self.lens = lens.to(env.device, torch.int32)
 
 
-PRODUCTS = ("qkv", "o", "gate_up", "down")
-
-
 class Rows:
-    """A set of the batch's rows and their hidden states, run through the layers. For bench_prefetch.py:
-    the products named in ``prefetch`` get their weights asked into L2 by the kernel before them
-    (kernels/prefetch.py), and inputs of up to ``skinny_rows`` rows take the engine's skinny matmul (which
-    asks for its own weight first where ``prefetch`` holds "self")."""
+    """A set of the batch's rows and their hidden states, run through the layers."""
 
-    def __init__(
-        self,
-        layers: Layers,
-        idx: torch.Tensor,
-        x: torch.Tensor,
-        res: torch.Tensor,
-        prefetch: frozenset[str] = frozenset(),
-        skinny_rows: int = 0,
-    ) -> None:
+    def __init__(self, layers: Layers, idx: torch.Tensor, x: torch.Tensor, res: torch.Tensor) -> None:
         self.m = layers
-        self.prefetch, self.skinny_rows = prefetch, skinny_rows
         self.tables, self.lens = layers.tables[idx].contiguous(), layers.lens[idx].contiguous()
         self.order = longest_first(self.lens)
         self.x0, self.res0 = x[idx].clone(), res[idx].clone()
@@ -131,25 +114,16 @@ class Rows:
         self, i: int, before: Callable[[], object] | None = None, after: Callable[[], object] | None = None
     ):
         d, p = self.m.d, self.m.weights[i]
-        pf = {k: prefetchable(p[k]) if k in self.prefetch else None for k in PRODUCTS}
-        h, res = rms_norm(self.x, p["norm1"], 1e-6, self.res, prefetch=pf["qkv"])
-        q = self.product(h, p["qkv"])[:, : d.heads * d.head_dim].reshape(-1, d.heads, d.head_dim)
+        h, res = rms_norm(self.x, p["norm1"], 1e-6, self.res)
+        q = F.linear(h, p["qkv"])[:, : d.heads * d.head_dim].reshape(-1, d.heads, d.head_dim)
         if before:
             before()
-        a = decode_attention(
-            q, p["k"], p["v"], self.tables, self.lens, d.head_dim**-0.5, order=self.order, prefetch=pf["o"]
-        )
+        a = decode_attention(q, p["k"], p["v"], self.tables, self.lens, d.head_dim**-0.5, order=self.order)
         if after:
             after()
-        o = self.product(a.reshape(len(q), -1), p["o"])
-        h, res = rms_norm(o, p["norm2"], 1e-6, res, prefetch=pf["gate_up"])
-        self.x = self.product(silu_and_mul(self.product(h, p["gate_up"]), prefetch=pf["down"]), p["down"])
+        h, res = rms_norm(F.linear(a.reshape(len(q), -1), p["o"]), p["norm2"], 1e-6, res)
+        self.x = F.linear(silu_and_mul(F.linear(h, p["gate_up"])), p["down"])
         self.res = res
-
-    def product(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        if len(x) <= self.skinny_rows:
-            return skinny_matmul(x, w, prefetch="self" in self.prefetch)
-        return F.linear(x, w)
 
 
 def ways(env: Env, layers: Layers, full: Rows, a: Rows, b: Rows) -> dict[str, Callable[[], None]]:
@@ -231,21 +205,9 @@ def case(env: Env, model: str, d: Dims, batch: int, lo: int, hi: int) -> list[Ro
     return rows
 
 
-class Cases(NamedTuple):
-    """What the command line asks for: the environment, the model, its batches and context range."""
-
-    env: Env
-    model: str
-    dims: Dims
-    batches: list[int]
-    context: tuple[int, int]
-    json: Path | None
-
-
-def command_line(doc: str, batches: list[int]) -> Cases:
-    """The command line shared with bench_prefetch.py (``batches``: the default batch sizes)."""
-    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
-    parser.add_argument("--batch", type=int, nargs="+", default=batches)
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch", type=int, nargs="+", default=[256, 128])
     parser.add_argument("--context", type=int, nargs=2, default=[200, 1500], metavar=("SHORTEST", "LONGEST"))
     parser.add_argument("--json", type=Path, help="write the rows (kernel benchmarks' format) to this file")
     parser.add_argument(
@@ -255,24 +217,16 @@ def command_line(doc: str, batches: list[int]) -> Cases:
     if not args.smoke and not torch.cuda.is_available():
         print("error: needs a CUDA GPU (or --smoke to exercise the script on the CPU)", file=sys.stderr)
         raise SystemExit(2)
+    env = Env.pick(args.smoke)
     torch.manual_seed(0)
-    if args.smoke:
-        return Cases(Env.pick(True), "smoke", SMOKE, [6], (3, 20), args.json)
-    return Cases(Env.pick(False), "qwen3-0.6b", MODELS["0.6b"], args.batch, tuple(args.context), args.json)
-
-
-def write(rows: list[Row], path: Path | None) -> None:
-    if path:
-        path.write_text(json.dumps([asdict(r) for r in rows], indent=1))
-        print(f"wrote {path}")
-
-
-def main() -> None:
-    c = command_line(__doc__, [256, 128])
-    rows = [r for batch in c.batches for r in case(c.env, c.model, c.dims, batch, *c.context)]
+    model, d = ("smoke", SMOKE) if args.smoke else ("qwen3-0.6b", MODELS["0.6b"])
+    batches, (lo, hi) = ([6], (3, 20)) if args.smoke else (args.batch, args.context)
+    rows = [r for batch in batches for r in case(env, model, d, batch, lo, hi)]
     if any(r.max_rel_diff is not None and r.max_rel_diff > 5e-2 for r in rows):
         raise SystemExit(1)
-    write(rows, c.json)
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1))
+        print(f"wrote {args.json}")
 
 
 if __name__ == "__main__":

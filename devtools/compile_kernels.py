@@ -35,7 +35,7 @@ try:
 except ImportError:  # pragma: no cover - the CLI says so below
     triton = None
 
-from llmbench.kernels import _triton, prefetch, triton_decode  # noqa: E402
+from llmbench.kernels import _triton, triton_decode  # noqa: E402
 from llmbench.kernels import sample as sample_module  # noqa: E402
 from llmbench.kernels._triton import runs_ptx  # noqa: E402
 from llmbench.kernels.activation import silu_and_mul  # noqa: E402
@@ -53,7 +53,6 @@ from llmbench.kernels.skinny_matmul import (  # noqa: E402
     skinny_norm_matmul,
     skinny_silu_matmul,
 )
-from llmbench.kernels.split_k import split_k_matmul, split_tiles  # noqa: E402
 from llmbench.kernels.triton_decode import decode_attention  # noqa: E402
 from llmbench.kernels.triton_prefill import prefill_attention  # noqa: E402
 
@@ -154,7 +153,7 @@ def capture(calls: Callable[[], None], programmatic: bool = False) -> list[Launc
     it launched with programmatic dependent launch."""
     launches: list[Launch] = []
     original = JITFunction.run
-    wrappers = (sample_module, triton_decode, _triton, prefetch)
+    wrappers = (sample_module, triton_decode, _triton)
 
     def record(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> None:
         launches.append(Launch(self, args, kwargs))
@@ -186,26 +185,11 @@ def engine_calls(dtype: torch.dtype = torch.bfloat16) -> None:
             for residual in (None, t(rows, hidden)):
                 allreduce_norm(addrs, addrs, 1, (rows, hidden), dtype, residual, t(hidden), 1e-6)
         qkv = (hq + 2 * hk) * d
-        for rows in (1, 256):  # the next product's weights asked into L2 by the kernels before it
-            rms_norm(t(rows, hidden), t(hidden), 1e-6, residual=t(rows, hidden), prefetch=t(qkv, hidden))
-            silu_and_mul(t(rows, 2 * inter), prefetch=t(hidden, inter))
-        for rows in (128, 256):  # wider decode steps: narrow products cut along their inputs, then summed
-            for n, k in ((hidden, hq * d), (hidden, inter)):
-                tiles = split_tiles(rows, n, k, dtype)
-                if tiles is not None:
-                    parts = split_k_matmul(t(rows, k), t(n, k), tiles)
-                    rms_norm(parts, t(hidden), 1e-6, residual=t(rows, hidden))
         for rows in (1, 2, 8, 16, 64):  # decode at small batches: the skinny matmuls, plain and fused
             skinny_matmul(t(rows, hidden), t(qkv, hidden))
             skinny_silu_matmul(t(rows, 2 * inter), t(hidden, inter))
             skinny_norm_matmul(t(rows, hidden), None, t(hidden), 1e-6, t(qkv, hidden))
             skinny_norm_matmul(t(rows, hidden), t(rows, hidden), t(hidden), 1e-6, t(2 * inter, hidden))
-            # each program asking its weight rows into L2 first (under programmatic launch only)
-            skinny_matmul(t(rows, hidden), t(qkv, hidden), prefetch=True)
-            skinny_silu_matmul(t(rows, 2 * inter), t(hidden, inter), prefetch=True)
-            skinny_norm_matmul(
-                t(rows, hidden), t(rows, hidden), t(hidden), 1e-6, t(2 * inter, hidden), prefetch=True
-            )
             for world in (2, 4):  # tp decode: o_proj, down_proj with the all-reduce; the next product normed
                 addrs = t(world, dt=torch.int64)
                 for residual in (None, t(rows, hidden)):
@@ -236,10 +220,6 @@ def engine_calls(dtype: torch.dtype = torch.bfloat16) -> None:
                 decode_attention(
                     t(256, hq, d), cache, cache, tables, lens, d**-0.5, order=t(256, dt=torch.int64)
                 )
-                decode_attention(  # ... its last programs asking the output projection's weight into L2
-                    t(256, hq, d), cache, cache, tables, lens, d**-0.5, order=t(256, dt=torch.int64),
-                    prefetch=t(hidden, hq * d),
-                )  # fmt: skip
             decode_attention(t(8, hq, d), cache, cache, t(8, 4096 // page, dt=torch.int32), t(8, dt=torch.int64),
                              d**-0.5, split_tokens=256)  # fmt: skip
             for B, query_len in ((1, 2048), (4, 256), (64, 1)):  # a long prompt, chunks, a decode-only batch

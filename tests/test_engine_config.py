@@ -40,7 +40,6 @@ def h200s(model: str = "qwen3-0.6b", **facts) -> Facts:
         "capability": (9, 0),
         "triton": True,
         "triton_gdc": True,
-        "l2_bytes": 50 * 2**20,
     }
     return Facts(model=model_facts(model), **{**base, **facts})
 
@@ -138,13 +137,13 @@ def message(**options) -> str:
             "tuning.skinny_rows: unknown tuning knob (did you mean 'skinny_matmul_rows'?); valid: compile_mode, cuda_graph_buckets, "
             "decode_longest_first, decode_split_tokens, decode_uniform_tiling, graph_sampling, kv_cache_scale, "
             "mixed_step_decodes, prefill_graph_tokens, prefill_graphs, prefill_narrow_tiles_up_to, programmatic_launch_rows, skinny_fusion, skinny_matmul_rows, "
-            "split_k_rows, tp_all_reduce, tp_fuse_matmul, tp_fuse_norm, weight_prefetch_rows",
+            "tp_all_reduce, tp_fuse_matmul, tp_fuse_norm",
         ),
         (
             {"tuning": 5},
             "tuning: expected a mapping of tuning knobs (cuda_graph_buckets, decode_split_tokens, decode_longest_first, "
             "decode_uniform_tiling, mixed_step_decodes, graph_sampling, prefill_graphs, prefill_graph_tokens, prefill_narrow_tiles_up_to, programmatic_launch_rows, "
-            "skinny_matmul_rows, split_k_rows, weight_prefetch_rows, skinny_fusion, tp_all_reduce, "
+            "skinny_matmul_rows, skinny_fusion, tp_all_reduce, "
             "tp_fuse_norm, tp_fuse_matmul, compile_mode, kv_cache_scale), got 5",
         ),
         (
@@ -247,38 +246,6 @@ def test_on_the_cpu_everything_resolves_to_the_plain_paths():
     assert not r.tuning.tp_fuse_norm and not r.tuning.tp_fuse_matmul
 
 
-def test_the_split_k_cut_by_default_applies_only_where_it_can(monkeypatch):
-    # auto takes SPLIT_K_ROWS (0 until measured) on narrow products at tp=1 with Triton kernels, else 0
-    import llmbench.engine.resolve_tuning as rt
-
-    monkeypatch.setattr(rt, "SPLIT_K_ROWS", 256)
-    assert resolved(h200s()).tuning.split_k_rows == 256
-    for facts, options in (
-        (h200s("qwen3-8b"), {}),  # hidden size 4096: nothing narrow to cut
-        (h200s(), {"tp": 2}),
-        (h200s(), {"torch_compile": True}),
-        (CPU, {}),
-    ):
-        assert resolved(facts, **options).tuning.split_k_rows == 0, (facts, options)
-
-
-def test_the_weight_prefetch_by_default_applies_only_where_it_can(monkeypatch):
-    # auto takes WEIGHT_PREFETCH_ROWS (0 until measured) where the prefetch can apply and a weight fits,
-    # and 0 elsewhere without an error
-    import llmbench.engine.resolve_tuning as rt
-
-    monkeypatch.setattr(rt, "WEIGHT_PREFETCH_ROWS", 128)
-    assert resolved(h200s()).tuning.weight_prefetch_rows == 128
-    assert resolved(h200s(), tuning={"weight_prefetch_rows": 0}).tuning.weight_prefetch_rows == 0
-    for facts, options in (
-        (h200s("qwen3-8b"), {}),  # no weight fits in half the L2
-        (h200s(), {"tp": 2}),
-        (h200s(capability=(8, 0), triton_gdc=False), {}),
-        (CPU_INTERPRETED, {"triton_kernels": True}),
-    ):
-        assert resolved(facts, **options).tuning.weight_prefetch_rows == 0, (facts, options)
-
-
 def test_on_an_h200_the_fast_paths_are_chosen():
     r = resolved(h200s("qwen3-0.6b"))
     assert (r.device, r.dtype, r.attention_backend) == ("cuda", "bfloat16", "triton")
@@ -288,12 +255,6 @@ def test_on_an_h200_the_fast_paths_are_chosen():
     assert r.tuning.skinny_matmul_rows == SKINNY_MATMUL_ROWS > 1 and r.tuning.tp_all_reduce == "none"
     assert r.tuning.prefill_narrow_tiles_up_to == PREFILL_NARROW_TILES_UP_TO > 0
     assert resolved(h200s(), tuning={"prefill_narrow_tiles_up_to": 0}).tuning.prefill_narrow_tiles_up_to == 0
-    # products cut along their inputs only when asked for (not yet measured in a run), at tp=1
-    assert r.tuning.split_k_rows == 0
-    assert resolved(h200s(), tuning={"split_k_rows": 256}).tuning.split_k_rows == 256
-    # weights prefetched into L2 only when asked for (not yet measured in a run)
-    assert r.tuning.weight_prefetch_rows == 0
-    assert resolved(h200s(), tuning={"weight_prefetch_rows": 256}).tuning.weight_prefetch_rows == 256
     # the skinny matmul past one row only over the rows programmatic launch covers, at tp=1
     assert resolved(h200s(), tuning={"programmatic_launch_rows": 16}).tuning.skinny_matmul_rows == 16
     assert resolved(h200s(), tuning={"programmatic_launch_rows": 256}).tuning.skinny_matmul_rows == 64
@@ -445,51 +406,6 @@ def test_the_cpu_at_tp2_uses_gloo_without_fusions():
             {"triton_kernels": False, "tuning": {"skinny_matmul_rows": 1}},
             "tuning.skinny_matmul_rows=1 asks for a Triton kernel: it needs triton_kernels=True "
             "(or tuning.skinny_matmul_rows=0)",
-        ),
-        (
-            CPU_INTERPRETED,
-            {"triton_kernels": False, "tuning": {"split_k_rows": 256}},
-            "tuning.split_k_rows=256 cuts products with a Triton kernel that the RMSNorm after them sums: it "
-            "needs triton_kernels=True, tp=1 and torch_compile=False, got triton_kernels=False, tp=1, "
-            "torch_compile=False (or tuning.split_k_rows=0)",
-        ),
-        (
-            CPU_INTERPRETED,
-            {"triton_kernels": True, "torch_compile": True, "tuning": {"split_k_rows": 128}},
-            "tuning.split_k_rows=128 cuts products with a Triton kernel that the RMSNorm after them sums: it "
-            "needs triton_kernels=True, tp=1 and torch_compile=False, got triton_kernels=True, tp=1, "
-            "torch_compile=True (or tuning.split_k_rows=0)",
-        ),
-        (
-            h200s("qwen3-8b"),
-            {"tp": 1, "tuning": {"split_k_rows": 256}},
-            "tuning.split_k_rows=256 cuts row-parallel products of at most 1024 outputs (kernels/split_k.py), "
-            "and this model's have 4096 (its hidden size): nothing would be cut (set tuning.split_k_rows=0)",
-        ),
-        (
-            CPU_INTERPRETED,
-            {"triton_kernels": True, "tuning": {"weight_prefetch_rows": 64}},
-            "tuning.weight_prefetch_rows=64 asks the products' weights into L2 from Triton kernels: it needs an "
-            "NVIDIA GPU of compute capability 9.0 or later (its bulk prefetch)",
-        ),
-        (
-            h200s(),
-            {"tp": 2, "torch_compile": True, "tuning": {"weight_prefetch_rows": 256}},
-            "tuning.weight_prefetch_rows=256 asks the products' weights into L2 from Triton kernels: it needs "
-            "tp=1, torch_compile=False",
-        ),
-        (
-            h200s(capability=(8, 0), triton_gdc=False),
-            {"tuning": {"weight_prefetch_rows": 1}},
-            "tuning.weight_prefetch_rows=1 asks the products' weights into L2 from Triton kernels: it needs an "
-            "NVIDIA GPU of compute capability 9.0 or later (its bulk prefetch)",
-        ),
-        (
-            h200s("qwen3-8b"),
-            {"tp": 1, "tuning": {"weight_prefetch_rows": 256}},
-            "tuning.weight_prefetch_rows=256 prefetches weights of at most half the L2 (25.0 MiB), and this "
-            "model's q/k/v, gate/up and down weights take 48.0 MiB, 192.0 MiB and 96.0 MiB: nothing would be "
-            "prefetched (set tuning.weight_prefetch_rows=0)",
         ),
         (
             CPU,

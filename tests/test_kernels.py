@@ -64,14 +64,11 @@ from llmbench.kernels.skinny_matmul import (  # noqa: E402
     skinny_silu_matmul_ref,
     tiles_for,
 )
-from llmbench.kernels.split_k import SplitTiles, split_k_matmul, split_k_matmul_ref, split_tiles  # noqa: E402
 from llmbench.kernels.triton_decode import decode_attention  # noqa: E402
 from llmbench.kernels.triton_prefill import PrefillConfig, default_prefill_config, prefill_attention  # noqa: E402
 from llmbench.layers.attention.backends import TritonBackend  # noqa: E402
 from llmbench.layers.attention.flash import FlashAttnBackend  # noqa: E402
 from llmbench.layers.attention.metadata import AttentionMetadata, leading_decodes  # noqa: E402
-from llmbench.layers.linear import RowParallelLinear  # noqa: E402
-from llmbench.layers.norm import RMSNorm  # noqa: E402
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 # Under the interpreter Triton only runs on CPU tensors; compiled, only on CUDA ones.
@@ -632,71 +629,18 @@ def test_the_pool_read_and_the_register_decode_match_their_references(setting: S
 
 
 @pytest.mark.parametrize("split", [1, 2, 4])
-def test_the_split_k_products_sum_to_the_matmul(setting: Setting, split: int) -> None:
-    # kernels/split_k.py: each part of the input features' partial sums, against the reference's parts and
-    # their sum against the matmul; rows fewer than a tile and more than one.
-    for rows in (5, 40):
-        x = torch.randn(rows, 128, device=setting.device, dtype=setting.dtype)
-        w = torch.randn(64, 128, device=setting.device, dtype=setting.dtype) / 128**0.5
-        parts = split_k_matmul(x, w, SplitTiles(split, 16, 32, 32, num_stages=2))
-        assert parts.shape == (split, rows, 64) and parts.dtype == torch.float32
-        check(f"split-K in {split}, {rows} rows", parts, split_k_matmul_ref(x, w, split), setting)
-        check(f"split-K in {split} summed", parts.sum(0), x.float() @ w.float().T, setting)
-    with pytest.raises(ValueError, match="does not divide"):
-        split_k_matmul(x, w, SplitTiles(3, 16, 32, 32))
+def test_the_split_k_products_sum_to_the_matmul(setting: Setting, split: int, monkeypatch) -> None:
+    # devtools/splitk_matmul.py: each part of the input features' partial sums; rows fewer than a tile.
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "devtools"))
+    from splitk_matmul import splitk_matmul
 
-
-def test_the_split_k_tiles_cut_only_the_narrow_products_it_was_measured_on() -> None:
-    bf16 = torch.bfloat16
-    assert split_tiles(128, 1024, 2048, bf16) == SplitTiles(4, 64, 64, 128)  # qwen3-0.6b's o_proj
-    assert split_tiles(256, 1024, 3072, bf16).split == 2  # its down_proj at 256 rows
-    assert split_tiles(257, 1024, 3072, bf16) is None  # past the rows measured
-    assert split_tiles(128, 4096, 4096, bf16) is None  # a wide product: cuBLAS has tiles enough
-    assert split_tiles(128, 1024, 2048, torch.float32) is None  # no tensor-core cut for float32
-    assert split_tiles(128, 1000, 2048, bf16) is None  # does not divide into the tiles
-
-
-def test_a_row_parallel_layer_cut_along_its_inputs_feeds_the_norm_as_the_uncut_one(setting: Setting) -> None:
-    # layers/linear.py: above skinny_rows and up to split_k_rows a narrow product (outputs <= NARROW, input
-    # features a multiple of the tiles') comes back as partial sums; the RMSNorm after it gives what it
-    # gives on the uncut product. Outside those rows the layer's output is the plain (T, out) product.
-    dtype = torch.bfloat16 if setting.big else torch.float16  # 16-bit: no tensor-core cut for float32
-    layer = RowParallelLinear(512, 64).to(device=setting.device, dtype=dtype)
-    layer.weight.data.copy_(torch.randn(64, 512) / 512**0.5)
-    norm = RMSNorm(64, 1e-6, use_triton=True).to(setting.device)
-    layer.skinny_rows, layer.split_k_rows = 2, 40
-    for rows, cut in ((2, False), (3, True), (40, True), (41, False)):
-        x = torch.randn(rows, 512, device=setting.device, dtype=dtype)
-        residual = torch.randn(rows, 64, device=setting.device, dtype=dtype)
-        y = layer(x)
-        assert (y.dim() == 3 and y.dtype == torch.float32) == cut, f"{rows} rows cut: {cut}"
-        want = norm(F.linear(x, layer.weight), residual)
-        for got, ref, what in zip(norm(y, residual), want, ("normed", "residual stream"), strict=True):
-            check(
-                f"{what} after {rows} rows, cut={cut}", got, ref, Setting(setting.device, dtype, 2e-2, False)
-            )
-
-
-def test_rms_norm_adds_up_partial_sums_before_the_residual(setting: Setting) -> None:
-    # The cut product's partial sums (float32) are added up and rounded to the model dtype, then normed
-    # like the product's own output would be; the residual stream updated in place too.
-    # A 16-bit model dtype on the CPU too (float16: the interpreter computes in numpy, which has no bf16):
-    # partial sums are told apart from a float32 model's hidden states by dtype.
-    setting = Setting(setting.device, torch.bfloat16 if setting.big else torch.float16, 2e-2, setting.big)
-    T, H = 7, 96
-    parts = torch.randn(4, T, H, device=setting.device, dtype=torch.float32)
-    residual = torch.randn(T, H, device=setting.device, dtype=setting.dtype)
-    weight = torch.randn(H, device=setting.device, dtype=setting.dtype)
-    want_out, want_h = rms_norm_ref(parts.sum(0).to(setting.dtype), weight, 1e-6, residual)
-    for impl in (rms_norm_ref, rms_norm):
-        out, h = impl(parts, weight, 1e-6, residual.clone())
-        check("norm of partial sums", out, want_out, setting)
-        check("residual after partial sums", h, want_h, setting)
-        stream = residual.clone()
-        impl(parts, weight, 1e-6, stream, stream)
-        check("residual updated in place", stream, want_h, setting)
-    with pytest.raises(ValueError, match="need a residual of shape"):
-        rms_norm(parts, weight, 1e-6, residual[:3])
+    x = torch.randn(5, 128, device=setting.device, dtype=setting.dtype)
+    w = torch.randn(64, 128, device=setting.device, dtype=setting.dtype) / 128**0.5
+    parts = splitk_matmul(x, w, split, block_m=16, block_n=32, block_k=32, num_stages=2)
+    assert parts.shape == (split, 5, 64) and parts.dtype == torch.float32
+    check(f"split-K in {split}", parts.sum(0), x.float() @ w.float().T, setting)
+    with pytest.raises(ValueError, match="must be a multiple"):
+        splitk_matmul(x, w, 3, block_m=16, block_n=32, block_k=32)
 
 
 @pytest.mark.parametrize("num_splits", [1, 3])

@@ -87,7 +87,7 @@ def test_greedy_matches_transformers_per_attention_backend(arch_model, backend):
         folder,
         attention_backend=backend,
         triton_kernels=fused,
-        tuning={"skinny_matmul_rows": skinny, "split_k_rows": 0},
+        tuning={"skinny_matmul_rows": skinny},
         max_num_batched_tokens=24,
     )
     assert got == expected
@@ -258,23 +258,19 @@ def _wide_batch(folder, n: int, cuda_graph: bool, tuning: dict) -> list[list[int
     return [o.token_ids for o in llm.generate(prompts, params)]
 
 
-@pytest.mark.gpu  # programmatic dependent launch and the bulk L2 prefetch are NVIDIA GPUs' (Hopper and later)
-@pytest.mark.parametrize("knob", ["programmatic_launch_rows", "weight_prefetch_rows"])
+@pytest.mark.gpu  # programmatic dependent launch is an NVIDIA GPU's (Hopper and later)
 @pytest.mark.parametrize("cuda_graph", [False, True])
-def test_kernels_placed_early_or_prefetching_keep_tokens(arch_model, knob, cuda_graph):
-    # Each Triton kernel placed while the one before drains must still read only what that one wrote, and
-    # the kernels' extra programs that ask the next product's weight into L2 must change nothing: the
-    # greedy tokens of transformers, and of a batch wider than the GPU with the knob on and off.
+def test_programmatic_launch_keeps_tokens(arch_model, cuda_graph):
+    # Each Triton kernel placed while the one before drains must still read only what that one wrote: the
+    # greedy tokens of transformers, and of a batch wider than the GPU with the launches on and off.
     _, folder, expected = arch_model
     got, llm = _generate(
-        folder, attention_backend="triton", triton_kernels=True, cuda_graph=cuda_graph, tuning={knob: 256}
+        folder, attention_backend="triton", triton_kernels=True, cuda_graph=cuda_graph,
+        tuning={"programmatic_launch_rows": 256},
     )  # fmt: skip
     assert got == expected
-    assert getattr(llm.engine.config.tuning, knob) == 256
-    if knob == "weight_prefetch_rows":  # the model's weights fit in L2 many times: every kernel prefetches
-        layer = llm.engine.runner.model.model.layers[0]
-        assert layer.input_layernorm.prefetch is not None and layer.mlp.act.prefetch is not None
-    runs = [_wide_batch(folder, 200, cuda_graph, {knob: rows}) for rows in (0, 256)]
+    assert llm.engine.config.tuning.programmatic_launch_rows == 256
+    runs = [_wide_batch(folder, 200, cuda_graph, {"programmatic_launch_rows": rows}) for rows in (0, 256)]
     assert runs[0] == runs[1]
 
 

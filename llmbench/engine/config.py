@@ -114,18 +114,6 @@ class Tuning:
         rows in blocks of rows), cuBLAS above; 0: cuBLAS always. auto: as many rows as
         programmatic_launch_rows covers, at most SKINNY_MATMUL_ROWS (engine/resolve_tuning.py), at tp=1
         for hidden sizes up to SKINNY_ROWS_MAX_HIDDEN (1024); else 1 with triton_kernels; else 0.
-    split_k_rows: the narrow row-parallel products (attention's output and the down projection, up to 1,024
-        outputs, 16-bit, kernels/split_k.py) of inputs of more rows than skinny_matmul_rows and up to this
-        many (0..256) are cut along their input features into float32 partial sums that the RMSNorm after
-        them adds up; cuBLAS otherwise. Needs triton_kernels, tp=1, torch_compile off and a hidden size up to
-        1,024 (else nothing would be cut: an error). 0: never. auto: SPLIT_K_ROWS (engine/resolve_tuning.py:
-        0, measured faster per product, not yet in a run: BENCHMARKS.md) where it can apply, else 0.
-    weight_prefetch_rows: in steps of up to this many rows the kernel before each product (the RMSNorms,
-        the SiLU-and-multiply, Triton decode attention) asks its weight into L2, and the skinny matmul its
-        own under programmatic launch (kernels/prefetch.py), where it takes at most half the L2. Needs an
-        NVIDIA GPU of compute capability 9.0 or later, triton_kernels, tp=1, torch_compile off and a weight
-        that fits (else nothing would be prefetched: an error). 0: never. auto: WEIGHT_PREFETCH_ROWS
-        (engine/resolve_tuning.py: 0, not yet measured in a run: BENCHMARKS.md) where it can apply, else 0.
     skinny_fusion: what the skinny matmul does on its input's loads at one-row steps (more rows take its
         tensor-core products with nothing fused, which measured faster): 'all' (the RMSNorm before it,
         with the residual add, and the SiLU-and-multiply before the down projection), 'silu' (the latter
@@ -155,8 +143,6 @@ class Tuning:
     prefill_narrow_tiles_up_to: int | None = None
     programmatic_launch_rows: int | None = None
     skinny_matmul_rows: int | None = None
-    split_k_rows: int | None = None
-    weight_prefetch_rows: int | None = None
     skinny_fusion: str = AUTO
     tp_all_reduce: str = AUTO
     tp_fuse_norm: bool | None = None

@@ -27,7 +27,6 @@ class ModelFacts:
     num_key_value_heads: int
     intermediate_size: int
     max_position_embeddings: int
-    head_dim: int = 128
 
     @classmethod
     def of(cls, name: str, model: ModelConfig) -> ModelFacts:
@@ -38,7 +37,6 @@ class ModelFacts:
             model.num_key_value_heads,
             model.intermediate_size,
             model.max_position_embeddings,
-            model.head_dim,
         )
 
 
@@ -50,7 +48,6 @@ class Facts:
     cuda_devices: int = 0  # GPUs torch sees; 0: no CUDA
     device_name: str | None = None  # of the first GPU
     capability: tuple[int, int] | None = None  # its compute capability
-    l2_bytes: int = 0  # its L2 cache
     rocm: bool = False  # torch is a ROCm build (AMD GPUs behind torch.cuda)
     triton: bool = False  # the triton package is installed
     triton_gdc: bool = False  # ... with grid dependency control (programmatic dependent launch)
@@ -86,7 +83,6 @@ def read_facts(model: ModelFacts) -> Facts:
         cuda_devices=cuda_devices,
         device_name=props.name if props else None,
         capability=(props.major, props.minor) if props else None,
-        l2_bytes=props.L2_cache_size if props else 0,
         rocm=torch.version.hip is not None,
         triton=_triton_installed(),
         triton_gdc=_triton_has_gdc(),

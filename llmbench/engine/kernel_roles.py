@@ -38,7 +38,6 @@ OWN_KERNELS = {
     "_decode_reduce_kernel": ATTENTION,
     "_prefill_kernel": ATTENTION,
     "_skinny_matmul_kernel": GEMM,  # with the all-reduce fused in at tp > 1: still read-bound products
-    "_split_k_kernel": GEMM,  # a narrow product's partial sums, cut along its inputs
     "_allreduce_norm_kernel": COMMUNICATION,
     "_sample_kernel": SAMPLING,  # the Gumbel-max draw (and greedy rows' argmax)
     "_pick_kernel": SAMPLING,  # each row's winner among its split programs

@@ -107,13 +107,7 @@ class ModelRunner:
             load_weights(self.model, iter_checkpoint(folder), str(folder))
         self.model.eval()
         # decode steps' kernels and fusions as resolved: the model, or it with fused seams (models/fused_decode.py)
-        tuning = config.tuning
-        self.decode_plan = DecodePlan.of(
-            tuning.skinny_matmul_rows,
-            tuning.skinny_fusion,
-            tuning.split_k_rows,
-            tuning.weight_prefetch_rows,
-        )
+        self.decode_plan = DecodePlan.of(config.tuning.skinny_matmul_rows, config.tuning.skinny_fusion)
         self.runnable = fuse_decode(self.model, self.decode_plan, comm)
         self.startup.weights_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
         if self.device.type == "cuda":

@@ -21,7 +21,6 @@ TP_ALL_REDUCE = ("nccl", "symm_mem")
 SKINNY_FUSIONS = ("all", "silu", "none")
 KV_CACHE_DTYPES = ("fp8_e4m3", "fp8_e5m2")  # besides auto (the model's dtype): kernels/kv_quant.py
 SKINNY_MATMUL_MAX_ROWS = 256  # kernels/skinny_matmul.py MAX_ROWS: larger inputs always go to cuBLAS
-SPLIT_K_MAX_ROWS = 256  # kernels/split_k.py MAX_ROWS: larger inputs are never cut
 DECODE_SPLIT_MULTIPLE = 64  # kernels/decode_config.py: SLICE_TILE, whole tiles of 64 tokens
 
 
@@ -199,8 +198,6 @@ TUNING_CHECKS: dict[str, Check] = {
     "prefill_narrow_tiles_up_to": _integer(0, auto=True),
     "programmatic_launch_rows": _integer(0, auto=True),
     "skinny_matmul_rows": _integer(0, SKINNY_MATMUL_MAX_ROWS, auto=True),
-    "split_k_rows": _integer(0, SPLIT_K_MAX_ROWS, auto=True),
-    "weight_prefetch_rows": _integer(0, auto=True),
     "skinny_fusion": _choice(SKINNY_FUSIONS, auto=True),
     "tp_all_reduce": _choice(TP_ALL_REDUCE, auto=True),
     "tp_fuse_norm": _boolean(auto=True),

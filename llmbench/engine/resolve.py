@@ -114,7 +114,6 @@ def resolve(config: EngineConfig, facts: Facts) -> ResolvedConfig:
         backend=backend,
         triton_kernels=triton_kernels,
         cuda_graph=cuda_graph,
-        dtype=dtype,
     )
     return ResolvedConfig(
         model=config.model,

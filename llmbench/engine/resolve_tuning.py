@@ -10,8 +10,6 @@ from typing import Any
 from llmbench.engine.config import DEFAULT_COMPILE_MODE, ConfigError, EngineConfig, Tuning
 from llmbench.engine.facts import Facts
 from llmbench.engine.option_checks import AUTO
-from llmbench.kernels.prefetch import fits_l2
-from llmbench.kernels.split_k import NARROW as SPLIT_K_NARROW
 
 # The skinny matmul by default: at one row wherever Triton kernels run (it beat cuBLAS on every layer of
 # the H200 sweep); up to as many rows as programmatic launch covers, at most SKINNY_MATMUL_ROWS, at tp=1
@@ -34,15 +32,6 @@ PROGRAMMATIC_LAUNCH_ROWS = 64
 # as the 128-row ones or faster wherever the longest query is at most 1,024 tokens, slower from 4,096
 # (BENCHMARKS.md, "The prefill kernel on the workload's prompt steps").
 PREFILL_NARROW_TILES_UP_TO = 1024
-# Narrow row-parallel products cut along their inputs (kernels/split_k.py) in steps of up to this many rows,
-# where that can apply: 0 (never) until a run measures what it is worth; per product on an H200 it takes a
-# third to two fifths off cuBLAS at 64 and 128 rows (BENCHMARKS.md, "The narrow products cut along their
-# inputs").
-SPLIT_K_ROWS = 0
-# The products' weights asked into L2 by the kernels before them (kernels/prefetch.py) in steps of up to
-# this many rows, where that can apply: 0 (never) until a run on the GPU measures what it is worth
-# (BENCHMARKS.md, "Not measured yet").
-WEIGHT_PREFETCH_ROWS = 0
 
 
 @dataclass(frozen=True)
@@ -60,8 +49,6 @@ class ResolvedTuning:
     prefill_narrow_tiles_up_to: int  # 0: wide tiles wherever the queries fill them
     programmatic_launch_rows: int  # 0: never
     skinny_matmul_rows: int  # 0: cuBLAS always
-    split_k_rows: int  # 0: never
-    weight_prefetch_rows: int  # 0: never
     skinny_fusion: str  # "all" | "silu" | "none"
     tp_all_reduce: str  # "nccl" (gloo on the CPU) | "symm_mem" | "none" (tp=1)
     tp_fuse_norm: bool
@@ -73,14 +60,7 @@ class ResolvedTuning:
 
 
 def resolve_tuning(
-    config: EngineConfig,
-    facts: Facts,
-    *,
-    device: str,
-    backend: str,
-    triton_kernels: bool,
-    cuda_graph: bool,
-    dtype: str,
+    config: EngineConfig, facts: Facts, *, device: str, backend: str, triton_kernels: bool, cuda_graph: bool
 ) -> ResolvedTuning:
     """The tuning knobs, given the toggles they tune."""
     t: Tuning = config.tuning
@@ -94,8 +74,6 @@ def resolve_tuning(
             f"tuning.skinny_matmul_rows={skinny_rows} asks for a Triton kernel: it needs triton_kernels=True "
             "(or tuning.skinny_matmul_rows=0)"
         )
-    split_k_rows = _split_k_rows(t.split_k_rows, config, facts, triton_kernels)
-    prefetch_rows = _weight_prefetch(t.weight_prefetch_rows, config, facts, cuda, triton_kernels, dtype)
     for knob, kernel in (("decode_split_tokens", "decode"), ("prefill_narrow_tiles_up_to", "prefill")):
         if getattr(t, knob) not in (None, AUTO, 0) and backend != "triton":
             raise ConfigError(
@@ -199,8 +177,6 @@ def resolve_tuning(
         ),
         programmatic_launch_rows=programmatic_rows,
         skinny_matmul_rows=skinny_rows,
-        split_k_rows=split_k_rows,
-        weight_prefetch_rows=prefetch_rows,
         skinny_fusion=fusion,
         tp_all_reduce=all_reduce,
         tp_fuse_norm=fuse_norm,
@@ -263,68 +239,6 @@ def _programmatic_rows(
         ("a Triton with grid dependency control (3.4 or later)", facts.triton_gdc),
     )
     return auto(asked, PROGRAMMATIC_LAUNCH_ROWS) if on else 0
-
-
-def _split_k_rows(asked: int | None, config: EngineConfig, facts: Facts, triton_kernels: bool) -> int:
-    """The rows up to which narrow products are cut along their inputs: SPLIT_K_ROWS where that can apply,
-    else 0; asked for where it cannot, an error naming why."""
-    by_default = asked is None or asked == AUTO
-    rows = auto(asked, SPLIT_K_ROWS)
-    runs = triton_kernels and config.tp == 1 and not config.torch_compile
-    narrow = facts.model.hidden_size <= SPLIT_K_NARROW
-    if not rows or (by_default and not (runs and narrow)):
-        return 0
-    if not runs:
-        raise ConfigError(
-            f"tuning.split_k_rows={rows} cuts products with a Triton kernel that the RMSNorm after "
-            f"them sums: it needs triton_kernels=True, tp=1 and torch_compile=False, got "
-            f"triton_kernels={triton_kernels}, tp={config.tp}, torch_compile={config.torch_compile} "
-            "(or tuning.split_k_rows=0)"
-        )
-    if not narrow:
-        raise ConfigError(
-            f"tuning.split_k_rows={rows} cuts row-parallel products of at most {SPLIT_K_NARROW} outputs "
-            f"(kernels/split_k.py), and this model's have {facts.model.hidden_size} (its hidden size): nothing "
-            "would be cut (set tuning.split_k_rows=0)"
-        )
-    return rows
-
-
-def _weight_prefetch(
-    asked: int | None, config: EngineConfig, facts: Facts, cuda: bool, triton_kernels: bool, dtype: str
-) -> int:
-    """The rows of the weight prefetch into L2: WEIGHT_PREFETCH_ROWS where it can apply and some product's
-    weight fits (kernels/prefetch.py ``fits_l2``), else 0; asked for where it cannot, an error naming why."""
-    if asked == 0:
-        return 0
-    rows = auto(asked, WEIGHT_PREFETCH_ROWS)
-    applies = switch(
-        None if asked is None or asked == AUTO else True,
-        f"tuning.weight_prefetch_rows={rows} asks the products' weights into L2 from Triton kernels",
-        (
-            "an NVIDIA GPU of compute capability 9.0 or later (its bulk prefetch)",
-            cuda and not facts.rocm and (facts.capability or (0, 0)) >= (9, 0),
-        ),
-        ("triton_kernels=True", triton_kernels),
-        ("tp=1", config.tp == 1),
-        ("torch_compile=False", not config.torch_compile),
-    )
-    if not (applies and rows):
-        return 0
-    m = facts.model
-    size = 4 if dtype == "float32" else 2
-    qkv = (m.num_attention_heads + 2 * m.num_key_value_heads) * m.head_dim * m.hidden_size * size
-    gate_up, down = 2 * m.intermediate_size * m.hidden_size * size, m.intermediate_size * m.hidden_size * size
-    if not any(fits_l2(n, facts.l2_bytes) for n in (qkv, gate_up, down)):
-        if asked is None or asked == AUTO:
-            return 0
-        mb = lambda n: f"{n / 2**20:.1f} MiB"  # noqa: E731
-        raise ConfigError(
-            f"tuning.weight_prefetch_rows={rows} prefetches weights of at most half the L2 "
-            f"({mb(facts.l2_bytes // 2)}), and this model's q/k/v, gate/up and down weights take {mb(qkv)}, "
-            f"{mb(gate_up)} and {mb(down)}: nothing would be prefetched (set tuning.weight_prefetch_rows=0)"
-        )
-    return rows
 
 
 def _all_reduce(asked: str, tp: int, device: str, facts: Facts) -> str:

@@ -50,7 +50,6 @@ from llmbench.kernels._triton import (
 )
 from llmbench.kernels.activation import silu_and_mul_ref
 from llmbench.kernels.allreduce_norm import arrived_sum, no_negative_zero
-from llmbench.kernels.prefetch import ALIGN, prefetch_l2
 from llmbench.kernels.rmsnorm import rms_norm_ref
 from llmbench.kernels.skinny_tiles import Tiles, block_m, tiles_for
 
@@ -107,18 +106,12 @@ def _skinny_matmul_kernel(
     RANK: tl.constexpr, WORLD: tl.constexpr, RED_RES: tl.constexpr, BLOCK_H: tl.constexpr,
     DOT: tl.constexpr = False,  # w (BN, BK) @ x.T (BK, BM) on the tensor cores, BLOCK_M >= 16
     DOT_PRECISION: tl.constexpr = "ieee",
-    PREFETCH_W: tl.constexpr = False,  # ask this program's weight rows into L2 first (kernels/prefetch.py)
-    PF_LANES: tl.constexpr = 0,
     PDL: tl.constexpr = False,
 ):  # fmt: skip
+    wait_for_inputs(PDL)
     # Grid (cdiv(N, BLOCK_N), cdiv(M, BLOCK_M)): one program per BLOCK_N output features and BLOCK_M rows,
     # all of K.
     pid = tl.program_id(0)
-    if PREFETCH_W:  # the weight depends on no kernel before: asked for while that one drains
-        if tl.program_id(1) == 0:
-            row_bytes = K * (w_ptr.dtype.element_ty.primitive_bitwidth // 8)  # contiguous rows
-            prefetch_l2(w_ptr, N * row_bytes, pid, BLOCK_N * row_bytes, PF_LANES)
-    wait_for_inputs(PDL)
     offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)  # (BN,)
     offs_k = tl.arange(0, BLOCK_K)[None, :]  # (1, BK)
     n_mask = offs_n < N
@@ -212,15 +205,14 @@ def skinny_matmul(
     bias: torch.Tensor | None = None,
     tiles: Tiles | None = None,
     out: torch.Tensor | None = None,
-    prefetch: bool = False,
 ) -> torch.Tensor:
     require_triton("skinny_matmul")
     # x: (M, K), weight: (N, K), bias: (N,) -> (M, N), into ``out`` if given (contiguous, of x's dtype);
-    # more than MAX_ROWS rows go to torch. ``prefetch``: see ``launch``.
+    # more than MAX_ROWS rows go to torch
     if x.shape[0] > MAX_ROWS:
         _check(x, weight, x.shape[-1])
         return linear_into(x, weight, bias, out)
-    return launch(x, weight, bias, tiles, out=out, prefetch=prefetch)
+    return launch(x, weight, bias, tiles, out=out)
 
 
 def linear_into(
@@ -246,11 +238,10 @@ def skinny_silu_matmul(
     bias: torch.Tensor | None = None,
     tiles: Tiles | None = None,
     out: torch.Tensor | None = None,
-    prefetch: bool = False,
 ) -> torch.Tensor:
     """``skinny_silu_matmul_ref`` in one kernel: the SiLU-and-multiply done on the input's loads."""
     require_triton("skinny_silu_matmul")
-    return launch(x, weight, bias, tiles, gated=True, out=out, prefetch=prefetch)
+    return launch(x, weight, bias, tiles, gated=True, out=out)
 
 
 def skinny_norm_matmul_ref(
@@ -275,7 +266,6 @@ def skinny_norm_matmul(
     bias: torch.Tensor | None = None,
     tiles: Tiles | None = None,
     squares: torch.Tensor | None = None,
-    prefetch: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``skinny_norm_matmul_ref`` in one kernel: the residual add and the RMSNorm done on the input's loads
     (each program sums the row's squares itself; the first one writes ``x + residual``). ``squares``: the
@@ -288,14 +278,11 @@ def skinny_norm_matmul(
                 f"squares must be float32 ({x.shape[0]}, P), with no residual; got {tuple(squares.shape)} "
                 f"{squares.dtype}{' and a residual' if residual is not None else ''}"
             )
-        squares = squares.contiguous()
-        return launch(x, weight, bias, tiles, norm=(norm_weight, eps), squares=squares, prefetch=prefetch), x
+        return launch(x, weight, bias, tiles, norm=(norm_weight, eps), squares=squares.contiguous()), x
     if residual is None:
-        return launch(x, weight, bias, tiles, norm=(norm_weight, eps), prefetch=prefetch), x
+        return launch(x, weight, bias, tiles, norm=(norm_weight, eps)), x
     h = torch.empty_like(x)
-    return launch(
-        x, weight, bias, tiles, norm=(norm_weight, eps), residual=residual, h=h, prefetch=prefetch
-    ), h
+    return launch(x, weight, bias, tiles, norm=(norm_weight, eps), residual=residual, h=h), h
 
 
 class Reduce(NamedTuple):
@@ -327,12 +314,9 @@ def launch(
     out: torch.Tensor | None = None,
     reduce: Reduce | None = None,
     squares: torch.Tensor | None = None,
-    prefetch: bool = False,
 ) -> torch.Tensor:
     """The skinny kernel in any of its forms, checked and launched; returns the product (unwritten with
-    ``reduce``, whose outputs are the point). ``prefetch``: under programmatic dependent launch, each
-    program asks its weight rows into L2 before it waits on its inputs (the weight takes the layer's
-    word that it may: models/fused_decode.py)."""
+    ``reduce``, whose outputs are the point)."""
     M = x.shape[0]
     K = x.shape[1] // 2 if gated else x.shape[1]
     N = weight.shape[0]
@@ -364,28 +348,49 @@ def launch(
             f"{N} columns in blocks of {reduce.block} need more programs than the product's {grid}"
         )
     red = reduce or Reduce(y, 0, None, y, squares if squares is not None else y, 1)
-    launch_pdl = programmatic(x, M if reduce is None else 0)  # not the summing form: it spins on the others
-    # each program's rows must start on the prefetch's granularity (the weight itself was checked where the
-    # layer was given the prefetch: kernels/prefetch.py prefetchable)
-    prefetch = (
-        prefetch and launch_pdl["PDL"] and weight.is_contiguous() and K * weight.element_size() % ALIGN == 0
-    )
     _skinny_matmul_kernel[(grid, cdiv(M, rows_tile))](
-        x, residual if residual is not None else x, norm[0] if norm is not None else x,
-        h if h is not None else x, weight, bias if bias is not None else y, y,
-        M, N, K, x.stride(0), residual.stride(0) if residual is not None else 0,
-        h.stride(0) if h is not None else 0, weight.stride(0), y.stride(0), norm[1] if norm is not None else 0.0,
-        red.recv_addrs, red.residual if red.residual is not None else red.h, red.h, red.ss,
-        red.residual.stride(0) if red.residual is not None else 0, red.h.stride(0),
+        x,
+        residual if residual is not None else x,
+        norm[0] if norm is not None else x,
+        h if h is not None else x,
+        weight,
+        bias if bias is not None else y,
+        y,
+        M,
+        N,
+        K,
+        x.stride(0),
+        residual.stride(0) if residual is not None else 0,
+        h.stride(0) if h is not None else 0,
+        weight.stride(0),
+        y.stride(0),
+        norm[1] if norm is not None else 0.0,
+        red.recv_addrs,
+        red.residual if red.residual is not None else red.h,
+        red.h,
+        red.ss,
+        red.residual.stride(0) if red.residual is not None else 0,
+        red.h.stride(0),
         red.ss.shape[1] if reduce is not None or squares is not None else 0,
-        HAS_BIAS=bias is not None, EVEN=N % t.block_n == 0 and K % t.block_k == 0, GATED=gated,
-        NORM=norm is not None, HAS_RES=residual is not None,
-        BLOCK_M=rows_tile, BLOCK_N=t.block_n, BLOCK_K=t.block_k,
+        HAS_BIAS=bias is not None,
+        EVEN=N % t.block_n == 0 and K % t.block_k == 0,
+        GATED=gated,
+        NORM=norm is not None,
+        HAS_RES=residual is not None,
+        BLOCK_M=rows_tile,
+        BLOCK_N=t.block_n,
+        BLOCK_K=t.block_k,
         SS_BLOCK=next_power_of_2(squares.shape[1]) if squares is not None else 0,
-        REDUCE=reduce is not None, RANK=red.rank, WORLD=red.recv_addrs.numel() if reduce is not None else 1,
-        RED_RES=red.residual is not None, BLOCK_H=min(red.block, next_power_of_2(N)),
-        DOT=t.dot, DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
-        PREFETCH_W=prefetch, PF_LANES=32 * t.num_warps,
-        num_warps=t.num_warps, num_stages=t.num_stages, **launch_pdl,
-    )  # fmt: skip
+        REDUCE=reduce is not None,
+        RANK=red.rank,
+        WORLD=red.recv_addrs.numel() if reduce is not None else 1,
+        RED_RES=red.residual is not None,
+        BLOCK_H=min(red.block, next_power_of_2(N)),
+        DOT=t.dot,
+        DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+        num_warps=t.num_warps,
+        num_stages=t.num_stages,
+        # not the summing form (it spins on the other GPUs): no rows for the launch
+        **programmatic(x, M if reduce is None else 0),
+    )
     return y

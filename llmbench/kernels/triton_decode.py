@@ -29,9 +29,6 @@ Design (decode is memory bound: every K/V byte of the context is read once, ever
   tiles' products are unchanged. The float8 pool holds V by token (``kv_layout.py``: the second
   product's operand contiguous along the tokens it sums, as 8-bit tensor-core operands need); the
   kernel reads either layout.
-- ``prefetch``: the attention output projection's weight, asked into L2 (kernels/prefetch.py) by extra
-  grid rows after the batch's. The GPU starts them last, as the attention drains, so that the weight is
-  not evicted by the reads of the KV cache before the projection runs.
 """
 
 from __future__ import annotations
@@ -41,7 +38,6 @@ import math
 import torch
 
 from llmbench.kernels._triton import (
-    cdiv,
     jit,
     next_power_of_2,
     out_like,
@@ -60,7 +56,6 @@ from llmbench.kernels.decode_config import (
 from llmbench.kernels.kv_layout import by_token, load_v_by_token
 from llmbench.kernels.kv_quant import check_scales
 from llmbench.kernels.online_softmax import fold_tile
-from llmbench.kernels.prefetch import prefetch_l2, prefetch_launch
 
 LOG2E = math.log2(math.e)
 
@@ -129,26 +124,20 @@ def _slice_len(seq_len, num_splits, split_tokens, block_n):
     return n
 
 
-@jit(do_not_specialize=("num_splits", "split_tokens", "stride_bt", "B"))
+@jit(do_not_specialize=("num_splits", "split_tokens", "stride_bt"))
 def _decode_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, order_ptr,
     out_ptr, part_out_ptr, part_lse_ptr, k_scale_ptr, v_scale_ptr,
     qk_scale, num_splits, split_tokens,
     stride_qb, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_vd,
-    stride_bt, stride_ob, stride_oh, B, pf_ptr, pf_bytes,
+    stride_bt, stride_ob, stride_oh,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
     TAIL_N: tl.constexpr, SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr,
     DEQUANT: tl.constexpr, FP8_TO_F16: tl.constexpr, ORDERED: tl.constexpr,
     V_BY_TOKEN: tl.constexpr,
-    PREFETCH: tl.constexpr = False, PF_CHUNK: tl.constexpr = 0, PF_LANES: tl.constexpr = 0,
     PDL: tl.constexpr = False,
 ):  # fmt: skip
-    if PREFETCH:  # grid rows from B on: each program asks a chunk of the next product's weight into L2
-        if tl.program_id(2) >= B:
-            chunk = ((tl.program_id(2) - B) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(0)
-            prefetch_l2(pf_ptr, pf_bytes, chunk + tl.program_id(0), PF_CHUNK, PF_LANES)
-            return
     wait_for_inputs(PDL)
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
@@ -264,7 +253,6 @@ def decode_attention(
     order: torch.Tensor | None = None,
     uniform: bool = False,
     out: torch.Tensor | None = None,
-    prefetch: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``paged_attention_decode`` with the split count and tile config exposed (tests, tuning).
 
@@ -274,8 +262,7 @@ def decode_attention(
     scales of a float8 cache. ``order`` (B,) integer: a permutation of the rows, the order in which
     programs take them (``longest_first``); the output is the same whatever it is. ``uniform``: the
     contexts are about one length (``is_uniform``), which the default tiles may take into account. ``out``:
-    the (B, Hq, D) tensor to write into (default: a fresh one). ``prefetch``: the weight of the product
-    after attention, asked into L2 as the kernel drains (see the module's docstring)."""
+    the (B, Hq, D) tensor to write into (default: a fresh one)."""
     require_triton("paged_attention_decode")
     dequant = check_scales("paged_attention_decode", k_cache, k_scale, v_scale)
     # q: (B, Hq, D); caches: (num_blocks, page_size, Hk, D); block_tables: (B, max_blocks); seq_lens: (B,)
@@ -320,21 +307,21 @@ def decode_attention(
         part_out = part_lse = out  # placeholders, never touched when SPLIT is False
     if order is not None and order.shape != (B,):
         raise ValueError(f"order must be a permutation of the {B} rows, got shape {tuple(order.shape)}")
-    programs, pf = prefetch_launch(prefetch, out, config.num_warps)
-    _decode_kernel[(Hk, num_splits, B + cdiv(programs, Hk * num_splits))](  # batch rows, then prefetching
+    _decode_kernel[(Hk, num_splits, B)](
         q, k_cache, v_cache, block_tables, seq_lens,
         seq_lens if order is None else order,
         out, part_out, part_lse,
         k_scale if dequant else out, v_scale if dequant else out,  # placeholders when DEQUANT is False
         scale * LOG2E, num_splits, split_tokens or 0,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        *v_cache.stride(), block_tables.stride(0), out.stride(0), out.stride(1), B,
+        *v_cache.stride(), block_tables.stride(0), out.stride(0), out.stride(1),
         GROUP=group, HEAD_DIM=D, PAGE_SIZE=page_size,
         BLOCK_G=max(16, next_power_of_2(group)), BLOCK_D=max(16, block_d), BLOCK_N=config.block_n,
         TAIL_N=config.tail_n or config.block_n, SPLIT=split, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         num_warps=config.num_warps, num_stages=config.num_stages,
         DEQUANT=dequant, FP8_TO_F16=dequant and config.fp8_to == "fp16" and q.dtype != torch.float32, ORDERED=order is not None,
-        V_BY_TOKEN=v_tokens, **pf, **programmatic(q, B),
+        V_BY_TOKEN=v_tokens,
+        **programmatic(q, B),
     )  # fmt: skip
     if split:
         _decode_reduce_kernel[(B, Hq)](

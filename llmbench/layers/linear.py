@@ -4,9 +4,7 @@ Each parameter carries ``weight_loader(param, loaded, shard_id)``: the loader ha
 from the checkpoint and the layer keeps its own slice, so a rank only ever holds its shard. With one
 rank every slice is the whole tensor. An input of up to ``skinny_rows`` rows (a decode step at a small
 batch) runs the skinny Triton kernel (kernels/skinny_matmul.py), a larger one cuBLAS; ``skinny_rows`` is
-0 until the decode plan sets it (models/fused_decode.py). A narrow row-parallel product of a few hundred
-rows may instead be cut along its inputs (``split_k_rows``, kernels/split_k.py): its output is then its
-float32 partial sums, which only the RMSNorm after it reads (layers/norm.py adds them up).
+0 until the decode plan sets it (models/fused_decode.py).
 """
 
 from __future__ import annotations
@@ -15,7 +13,6 @@ import torch
 from torch import nn
 
 from llmbench.kernels.skinny_matmul import linear_into, skinny_matmul, skinny_silu_matmul
-from llmbench.kernels.split_k import split_k_matmul, split_tiles
 from llmbench.layers.parallel import SINGLE, TPGroup
 
 
@@ -24,8 +21,6 @@ class LinearBase(nn.Module):
         super().__init__()
         self.tp = tp
         self.skinny_rows = 0  # inputs of up to this many rows go to the skinny Triton kernel
-        # ... which asks for its weight into L2 first on inputs of up to this many (kernels/prefetch.py)
-        self.prefetch_rows = 0
         self.weight = nn.Parameter(torch.empty(out_features, in_features), requires_grad=False)
         self.weight.weight_loader = self.weight_loader
         if bias:
@@ -41,7 +36,7 @@ class LinearBase(nn.Module):
         self, x: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor | None = None
     ) -> torch.Tensor:
         if x.shape[0] <= self.skinny_rows:  # x: (T, in) -> (T, out)
-            return skinny_matmul(x, self.weight, bias, out=out, prefetch=x.shape[0] <= self.prefetch_rows)
+            return skinny_matmul(x, self.weight, bias, out=out)
         return linear_into(x, self.weight, bias, out)
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
@@ -151,17 +146,9 @@ class RowParallelLinear(LinearBase):
         tp: TPGroup = SINGLE,
     ) -> None:
         super().__init__(tp.split(in_features, "input features"), out_features, bias, tp)
-        # inputs of more rows than skinny_rows and up to this many may be cut (the plan)
-        self.split_k_rows = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # x: (T, in / tp) -> (T, out), summed over the ranks; or, cut along its inputs at tp=1, the
-        # float32 partial sums (split, T, out) that the RMSNorm after it adds up (kernels/split_k.py)
-        T = x.shape[0]
-        if self.skinny_rows < T <= self.split_k_rows and self.tp.size == 1 and self.bias is None:
-            tiles = split_tiles(T, *self.weight.shape, x.dtype)
-            if tiles is not None:
-                return split_k_matmul(x, self.weight, tiles)
+        # x: (T, in / tp) -> (T, out), summed over the ranks
         return self.tp.all_reduce(self.partial(x))
 
     @property
@@ -174,8 +161,7 @@ class RowParallelLinear(LinearBase):
         ``gated``: x is the gated MLP's gate | up (T, 2 in / tp), its SiLU-and-multiply done on the skinny
         kernel's loads."""
         if gated:
-            prefetch = x.shape[0] <= self.prefetch_rows
-            return skinny_silu_matmul(x, self.weight, self.rank_bias, out=out, prefetch=prefetch)
+            return skinny_silu_matmul(x, self.weight, self.rank_bias, out=out)
         return self._matmul(x, self.rank_bias, out)
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:

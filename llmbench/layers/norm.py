@@ -2,10 +2,7 @@
 
 ``norm(x, residual)`` returns ``(rmsnorm(x + residual) * weight, x + residual)``; without a residual,
 ``(rmsnorm(x) * weight, x)``: the second is the residual stream that the next layer adds to. With
-``residual_out`` (which may be ``residual``) the sum is written there. ``x`` may be the float32 partial
-sums of the product before (layers/linear.py ``split_k_rows``): they are added up first. ``prefetch`` is
-the weight of the product after the norm, which the kernel asks into L2 for inputs of up to
-``prefetch_rows`` rows (kernels/prefetch.py; the decode plan sets both, models/fused_decode.py).
+``residual_out`` (which may be ``residual``) the sum is written there.
 """
 
 from __future__ import annotations
@@ -22,8 +19,6 @@ class RMSNorm(nn.Module):
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(hidden), requires_grad=False)
         self._impl = rmsnorm.rms_norm if use_triton else rmsnorm.rms_norm_ref
-        self.prefetch: torch.Tensor | None = None
-        self.prefetch_rows = 0
 
     def forward(
         self,
@@ -32,6 +27,5 @@ class RMSNorm(nn.Module):
         residual_out: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         # x, residual: (T, hidden) -> (normed, x + residual), both (T, hidden)
-        prefetch = self.prefetch if x.shape[-2] <= self.prefetch_rows else None
-        out, h = self._impl(x, self.weight, self.eps, residual, residual_out, prefetch)
+        out, h = self._impl(x, self.weight, self.eps, residual, residual_out)
         return out, (x if h is None else h)

@@ -15,10 +15,6 @@ tokens seam by seam instead, each seam with the fewest kernels the plan and the 
 - the row-parallel product, the sum and the residual add in one kernel, the norm then on the next
   projection's loads (``Communicator.takes_product``: ``tuning.tp_fuse_matmul``).
 
-``fuse_decode`` also sets, for the model's own forward and the seams alike, which products take the
-skinny kernel or are cut along their inputs (``skinny_rows``, ``split_k_rows``) and which kernel asks each
-product's weight into L2 ahead of it (``prefetch_rows``, kernels/prefetch.py).
-
 What a seam cannot fuse it runs as the model does, and a larger step is the model's own forward; the
 values between seams are plain tensors. Which fusions apply is decided by engine/resolve.py: this module
 reads the resolved values (``DecodePlan``) and the communicator's limits. The parameters are the model's:
@@ -34,7 +30,6 @@ import torch
 from torch import Tensor, nn
 
 from llmbench.distributed import Communicator, Product
-from llmbench.kernels.prefetch import prefetchable
 from llmbench.kernels.skinny_matmul import skinny_norm_matmul
 from llmbench.layers.attention.metadata import AttentionMetadata
 from llmbench.layers.linear import ColumnParallelLinear, LinearBase, RowParallelLinear
@@ -60,28 +55,16 @@ class DecodePlan:
     skinny_rows: int = 0  # linear layers: inputs of up to this many rows take the skinny kernel
     silu_rows: int = 0  # the SiLU-and-multiply on the down projection's loads, up to this many rows
     norm_rows: int = 0  # the RMSNorm on the next projection's loads, up to this many rows
-    split_k_rows: int = 0  # narrow row-parallel products cut along their inputs, up to this many rows
-    prefetch_rows: int = 0  # products' weights asked into L2 ahead of them (kernels/prefetch.py), up to here
 
     @classmethod
-    def of(
-        cls,
-        skinny_rows: int,
-        skinny_fusion: str,
-        split_k_rows: int = 0,
-        prefetch_rows: int = 0,
-    ) -> DecodePlan:
+    def of(cls, skinny_rows: int, skinny_fusion: str) -> DecodePlan:
         if skinny_fusion not in SKINNY_FUSIONS:
             raise ValueError(
                 f"Unsupported skinny_fusion: {skinny_fusion!r}. Supported: {list(SKINNY_FUSIONS)}"
             )
         fused = min(skinny_rows, FUSED_ROWS)
         return cls(
-            skinny_rows,
-            fused if skinny_fusion != "none" else 0,
-            fused if skinny_fusion == "all" else 0,
-            split_k_rows,
-            prefetch_rows,
+            skinny_rows, fused if skinny_fusion != "none" else 0, fused if skinny_fusion == "all" else 0
         )
 
 
@@ -94,29 +77,11 @@ class Seam:
 
 def fuse_decode(model: LlamaForCausalLM, plan: DecodePlan, comm: Communicator) -> nn.Module:
     """Apply ``plan`` to ``model``: every linear layer takes the skinny kernel up to ``plan.skinny_rows``
-    rows, and the row-parallel ones are cut along their inputs above that up to ``plan.split_k_rows``
-    (where their shape is one the cut pays on), and the kernel before each product of a layer (attention
-    before the output projection, where its backend can) asks its weight into L2 up to
-    ``plan.prefetch_rows`` rows (where it fits), as does the skinny kernel for its own weight where it is
-    launched before the kernel ahead of it has finished. Returns what to run: the model with
-    its seams fused for small steps (``FusedDecode``), or the model itself where nothing fuses."""
+    rows. Returns what to run: the model with its seams fused for small steps (``FusedDecode``), or the
+    model itself where nothing fuses."""
     for module in model.modules():
         if isinstance(module, LinearBase):
             module.skinny_rows = plan.skinny_rows
-            fits = plan.prefetch_rows and prefetchable(module.weight.detach()) is not None
-            module.prefetch_rows = plan.prefetch_rows if fits else 0
-        if isinstance(module, RowParallelLinear):
-            module.split_k_rows = plan.split_k_rows
-    for layer in model.model.layers if plan.prefetch_rows else ():
-        attn = layer.self_attn
-        for kernel, product in (  # the kernel before each product asks for the weights the product may
-            (layer.input_layernorm, attn.qkv_proj),
-            *(((attn, attn.o_proj),) if attn.fused_prologue and attn.backend.prefetches else ()),
-            (layer.post_attention_layernorm, layer.mlp.gate_up_proj),
-            (layer.mlp.act, layer.mlp.down_proj),
-        ):
-            kernel.prefetch = product.weight.detach() if product.prefetch_rows else None
-            kernel.prefetch_rows = product.prefetch_rows
     fused = FusedDecode(model, plan, comm)
     return fused if fused.rows else model
 
@@ -210,9 +175,6 @@ class FusedDecode(nn.Module):
             h = self.comm.all_reduce(partial(None))
             if seam.next is not None and rows <= self.plan.norm_rows:  # the norm on the next one's loads
                 nxt = seam.next
-                prefetch = rows <= nxt.prefetch_rows
-                return skinny_norm_matmul(
-                    h, residual, norm.weight, norm.eps, nxt.weight, nxt.bias, prefetch=prefetch
-                )
+                return skinny_norm_matmul(h, residual, norm.weight, norm.eps, nxt.weight, nxt.bias)
             normed, h = norm(h, residual)
         return (normed if seam.next is None else seam.next(normed)), h

@@ -188,7 +188,6 @@ def _kernels(args: list[str], root: Path) -> str:
         "`python devtools/bench_gemv.py --json FILE` for the skinny matmul, "
         "`python devtools/splitk_matmul.py --json FILE` for products cut along their inputs, "
         "`python devtools/bench_overlap.py --json FILE` for a decode step's layers on two streams, "
-        "`python devtools/bench_prefetch.py --json FILE` for layers with their weights prefetched into L2, "
         "`python devtools/bench_host.py --json FILE` for the host's part of a step).",
         "",
         "| kernel | shape | µs | GB/s | of the copy ceiling | TFLOP/s | largest relative difference from the reference |",

@@ -136,7 +136,6 @@ class CacheAttentionBackend(AttentionBackend):
     """A backend whose attention reads the step's own K/V back from the cache, like every other token."""
 
     attends_from_cache = True
-    prefetches = False  # whether ``attend`` takes the next product's weight to ask into L2
 
     def attend(
         self,
@@ -148,11 +147,8 @@ class CacheAttentionBackend(AttentionBackend):
         k_scale: torch.Tensor | None = None,
         v_scale: torch.Tensor | None = None,
         out: torch.Tensor | None = None,
-        prefetch: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Attention of q (T, Hq, D) over the cache: (T, Hq, D), written into ``out`` where given.
-        ``prefetch``: the output projection's weight, asked into L2 as attention drains (``prefetches``
-        backends only, kernels/prefetch.py)."""
+        """Attention of q (T, Hq, D) over the cache: (T, Hq, D), written into ``out`` where given."""
         raise NotImplementedError
 
     def forward(self, q, k, v, kv, meta, scale):  # type: ignore[override]
@@ -172,7 +168,6 @@ class CacheAttentionBackend(AttentionBackend):
         kv: LayerKV,
         meta: AttentionMetadata,
         scale: float,
-        prefetch: torch.Tensor | None = None,
     ) -> torch.Tensor:  # (T, Hq, D)
         norms = (q_norm_weight, k_norm_weight, eps)
         if meta.kv_calibrate:  # the scales come from k and v, so they must exist apart from the cache
@@ -182,7 +177,7 @@ class CacheAttentionBackend(AttentionBackend):
             q = self.prologue(
                 qkv, positions, cos_sin_cache, *norms, num_heads, num_kv_heads, kv, meta.slot_mapping
             )
-        return self.attend(q, kv.k, kv.v, meta, scale, kv.k_scale, kv.v_scale, prefetch=prefetch)
+        return self.attend(q, kv.k, kv.v, meta, scale, kv.k_scale, kv.v_scale)
 
     @staticmethod
     def prologue(
@@ -209,18 +204,17 @@ class CacheAttentionBackend(AttentionBackend):
 class TritonBackend(CacheAttentionBackend):
     name = "triton"
     graph_safe = True
-    prefetches = True  # in decode-only steps: the decode kernel's last programs
 
     def __init__(self, decode_split_tokens: int | None = None, prefill_narrow_up_to: int = 0) -> None:
         self.decode_split_tokens = decode_split_tokens  # see Tuning.decode_split_tokens
         self.prefill_narrow_up_to = prefill_narrow_up_to  # see Tuning.prefill_narrow_tiles_up_to
 
-    def attend(self, q, k_cache, v_cache, meta, scale, k_scale=None, v_scale=None, out=None, prefetch=None):
+    def attend(self, q, k_cache, v_cache, meta, scale, k_scale=None, v_scale=None, out=None):
         if meta.is_decode_only:  # split_tokens None: equal slices chosen from the batch shape
             return decode_attention(
                 q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale,
                 split_tokens=self.decode_split_tokens, k_scale=k_scale, v_scale=v_scale,
-                order=meta.decode_order, uniform=meta.decode_uniform, out=out, prefetch=prefetch,
+                order=meta.decode_order, uniform=meta.decode_uniform, out=out,
             )  # fmt: skip
         # A mixed step's leading decodes (Tuning.mixed_step_decodes) through the decode kernel: in the
         # prefill kernel each would fill a tile of up to 128 query rows with its few query heads.

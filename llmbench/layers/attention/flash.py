@@ -33,21 +33,10 @@ class FlashAttnBackend(CacheAttentionBackend):
         self.version, self._fn = _import_flash()
 
     def attend(
-        self,
-        q,
-        k_cache,
-        v_cache,
-        meta: AttentionMetadata,
-        scale,
-        k_scale=None,
-        v_scale=None,
-        out=None,
-        prefetch=None,
+        self, q, k_cache, v_cache, meta: AttentionMetadata, scale, k_scale=None, v_scale=None, out=None
     ):
         if k_scale is not None or v_scale is not None:  # EngineConfig refuses this pairing first
             raise ValueError("the flash_attn backend cannot read a float8 KV cache")
-        if prefetch is not None:  # models/fused_decode.py hands weights to ``prefetches`` backends only
-            raise ValueError("the flash_attn backend cannot prefetch a weight")
         if self.version == "fa4":
             res = self._fn(
                 q,

@@ -51,10 +51,6 @@ class Attention(nn.Module):
         # With Triton kernels and a backend that reads K/V from the cache: one kernel from the projection
         # to attention (q/k norm, RoPE, KV store) instead of up to six.
         self.fused_prologue = use_triton and backend.attends_from_cache
-        # the output projection's weight, asked into L2 as a decode step's attention drains, in steps of
-        # up to prefetch_rows rows (kernels/prefetch.py; the decode plan sets both, models/fused_decode.py)
-        self.prefetch: torch.Tensor | None = None
-        self.prefetch_rows = 0
 
     def forward(
         self,
@@ -88,7 +84,6 @@ class Attention(nn.Module):
                 kv_cache,
                 meta,
                 self.scale,
-                prefetch=self.prefetch if T <= self.prefetch_rows else None,
             )
             return o.reshape(T, q_size)
         q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
