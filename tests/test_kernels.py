@@ -1070,6 +1070,26 @@ def test_eager_decode_steps_compile_nothing_after_the_warm_up(kv_cache_dtype: st
     assert compiled() == before, "a decode step compiled a kernel variant after start-up"
 
 
+@pytest.mark.parametrize("rows,passes", [(64, [64, 0]), (0, [0])])
+def test_the_warm_up_compiles_each_kernel_with_programmatic_launch_and_without(
+    monkeypatch, rows, passes
+) -> None:
+    # A launch takes programmatic dependent launch by its own rows: the warm-up's few-row dummy steps
+    # compile the PDL variants, and a step of more rows runs the same tiles without it (the GPU test
+    # above caught those compiling mid-run); so the dummy steps run once as configured and once with it off.
+    from types import SimpleNamespace
+
+    from llmbench.engine import warmup
+
+    launches: list[int] = []
+    seen: list[int] = []
+    monkeypatch.setattr(warmup, "set_programmatic_launch", launches.append)
+    monkeypatch.setattr(warmup, "_steps_and_splits", lambda runner: seen.append(launches[-1]))
+    runner = SimpleNamespace(config=SimpleNamespace(tuning=SimpleNamespace(programmatic_launch_rows=rows)))
+    warmup.kernel_variants(runner)
+    assert seen == passes and launches[-1] == rows  # every pass, then the engine's setting back
+
+
 def test_the_read_ceiling_kernel_sums_every_block_it_reads(monkeypatch) -> None:
     # devtools/bench_kernels.py's first rows: a kernel that only reads; its sums are checked there too
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "devtools"))

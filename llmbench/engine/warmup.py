@@ -15,6 +15,7 @@ from llmbench.engine import kv_cache
 from llmbench.engine.sampling_params import SamplingParams
 from llmbench.engine.sequence import Sequence
 from llmbench.engine.step_inputs import build_step
+from llmbench.kernels._triton import set_programmatic_launch
 
 if TYPE_CHECKING:
     from llmbench.engine.model_runner import ModelRunner
@@ -70,7 +71,17 @@ def kernel_variants(runner: ModelRunner) -> None:
 
     Attention picks its tile shape from the longest query of the step (powers of two up to 128, and the
     wide tiles past ``Tuning.prefill_narrow_tiles_up_to``) and decode-only steps use the decode kernel: one
-    dummy step per case covers them."""
+    dummy step per case covers them. Each kernel launches with programmatic dependent launch or without by
+    its own rows (``Tuning.programmatic_launch_rows``), a variant of its own: the dummy steps run as
+    configured and again with it off, since a tile a few rows warm up is also run by steps of many."""
+    rows = runner.config.tuning.programmatic_launch_rows
+    for programmatic_rows in (rows, 0) if rows else (0,):
+        set_programmatic_launch(programmatic_rows)
+        _steps_and_splits(runner)
+    set_programmatic_launch(rows)
+
+
+def _steps_and_splits(runner: ModelRunner) -> None:
     lengths = [1, 2, 4, 8, 16, 32, 64, 128, 256]
     narrow = runner.config.tuning.prefill_narrow_tiles_up_to
     if narrow and narrow < min(runner.max_model_len, runner.config.max_num_batched_tokens):
