@@ -81,7 +81,10 @@ class ModelRunner:
         start = time.perf_counter()
         tuning = config.tuning
         backend = make_backend(
-            config.attention_backend, tuning.decode_split_tokens or None, tuning.prefill_narrow_tiles_up_to
+            config.attention_backend,
+            tuning.decode_split_tokens or None,
+            tuning.prefill_narrow_tiles_up_to,
+            tuning.decode_fused_prologue,
         )
         if config.torch_compile:
             # Attention reads Python-side metadata; keeping it out of the compiled graphs avoids a guard

@@ -53,6 +53,7 @@ from llmbench.kernels.decode_config import (
     default_decode_config,
     is_wide,
 )
+from llmbench.kernels.decode_prologue import DecodePrologue, cos_sin_at, no_prologue_args, rotated_heads
 from llmbench.kernels.kv_layout import by_token, load_v_by_token
 from llmbench.kernels.kv_quant import check_scales
 from llmbench.kernels.online_softmax import fold_tile
@@ -78,12 +79,14 @@ def _tile_load(ptrs, rows_ok, d, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, 
 @jit
 def _decode_tiles(
     q, m, l_sum, acc, k_base, v_base, bt_row, start, stop, end, qk_scale,
-    stride_kb, stride_ks, stride_vb, stride_vs, stride_vd,
+    stride_kb, stride_ks, stride_vb, stride_vs, stride_vd, new_k, new_v, last,
     HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
     MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr, DEQUANT: tl.constexpr, V_BY_TOKEN: tl.constexpr,
+    INJECT: tl.constexpr,
 ):  # fmt: skip
     # The online softmax over key tiles of BLOCK_N tokens from ``start`` (a multiple of BLOCK_N) to
     # ``stop``; keys at or past ``end`` are masked (MASKED False: the caller knows there are none).
+    # INJECT: position ``last`` takes ``new_k``, ``new_v`` (1, BLOCK_D) from registers (decode_prologue.py).
     d = tl.arange(0, BLOCK_D)
     for tile in range(start, stop, BLOCK_N):
         pos = tile + tl.arange(0, BLOCK_N)  # (BLOCK_N,) key positions
@@ -102,6 +105,10 @@ def _decode_tiles(
         else:
             v_rows = page * stride_vb + slot * stride_vs
             v = _tile_load(v_base + v_rows[:, None] + d[None, :], live, d, HEAD_DIM, BLOCK_D, MASKED)
+        if INJECT:
+            here = (pos == last)[:, None]
+            k = tl.where(here, new_k, k)
+            v = tl.where(here, new_v, v)
         if DEQUANT:  # float8 -> q's dtype, exactly: every float8 value is a bf16, fp16 and fp32 value
             k = k.to(q.dtype)
             v = v.to(q.dtype)
@@ -128,6 +135,7 @@ def _slice_len(seq_len, num_splits, split_tokens, block_n):
 def _decode_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, order_ptr,
     out_ptr, part_out_ptr, part_lse_ptr, k_scale_ptr, v_scale_ptr,
+    pos_ptr, cs_ptr, qw_ptr, kw_ptr, slot_ptr, eps, stride_cs,
     qk_scale, num_splits, split_tokens,
     stride_qb, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_vd,
     stride_bt, stride_ob, stride_oh,
@@ -136,7 +144,7 @@ def _decode_kernel(
     TAIL_N: tl.constexpr, SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr,
     DEQUANT: tl.constexpr, FP8_TO_F16: tl.constexpr, ORDERED: tl.constexpr,
     V_BY_TOKEN: tl.constexpr,
-    PDL: tl.constexpr = False,
+    PDL: tl.constexpr = False, PROLOGUE: tl.constexpr = False, HAS_NORM: tl.constexpr = False,
 ):  # fmt: skip
     wait_for_inputs(PDL)
     kv_head = tl.program_id(0)
@@ -155,10 +163,36 @@ def _decode_kernel(
     head = kv_head * GROUP + g  # (BLOCK_G,) query heads of this KV head
     g_mask = g < GROUP
     d_mask = d < HEAD_DIM
-    q = tl.load(
-        q_ptr + seq * stride_qb + head[:, None] * stride_qh + d[None, :],
-        mask=g_mask[:, None] & d_mask[None, :], other=0.0,
-    )  # (BLOCK_G, BLOCK_D)  # fmt: skip
+    last = seq_len - 1  # the new token's position
+    inside = (start <= last) & (last < end)  # this slice holds it
+    if PROLOGUE:  # q_ptr: the q/k/v projection's output (decode_prologue.py)
+        cos, sin = cos_sin_at(cs_ptr, pos_ptr, seq, stride_cs, d, HEAD_DIM, HEAD_DIM // 2)
+        row = q_ptr + seq * stride_qb
+        q = rotated_heads(row, qw_ptr, head, g_mask, d, eps, cos, sin, HEAD_DIM, HEAD_DIM // 2, HAS_NORM)
+        hq = GROUP * tl.num_programs(0)
+        one = kv_head + tl.arange(0, 1)
+        new_k = rotated_heads(
+            row + hq * HEAD_DIM, kw_ptr, one, one >= 0, d, eps, cos, sin, HEAD_DIM, HEAD_DIM // 2, HAS_NORM
+        )  # (1, BLOCK_D)
+        new_v = tl.load(row + (hq + tl.num_programs(0) + kv_head) * HEAD_DIM + d, mask=d_mask)[None, :]
+        slot = tl.load(slot_ptr + seq).to(tl.int64)  # -1: a padded row, which stores nothing
+        at = (
+            (slot // PAGE_SIZE) * stride_kb
+            + (slot % PAGE_SIZE) * stride_ks
+            + kv_head * stride_kh
+            + d[None, :]
+        )
+        here = d * 0 + last  # (vectors: the interpreter makes a mask & a scalar an int32)
+        stores = (d_mask & (here >= start) & (here < end) & (d * 0 + slot >= 0))[None, :]
+        tl.store(k_cache_ptr + at, new_k, mask=stores)
+        tl.store(v_cache_ptr + at, new_v, mask=stores)
+    else:
+        q = tl.load(
+            q_ptr + seq * stride_qb + head[:, None] * stride_qh + d[None, :],
+            mask=g_mask[:, None] & d_mask[None, :], other=0.0,
+        )  # (BLOCK_G, BLOCK_D)  # fmt: skip
+        new_k = q  # placeholders: without the prologue no position is injected
+        new_v = q
 
     if DEQUANT:  # float8 K: its head's scale joins the scores' scale
         qk_scale = qk_scale * tl.load(k_scale_ptr + kv_head)
@@ -172,17 +206,20 @@ def _decode_kernel(
     k_base = k_cache_ptr + kv_head * stride_kh
     v_base = v_cache_ptr + kv_head * stride_vh
     if TAIL_N < BLOCK_N:  # whole BLOCK_N tiles unmasked, then what is left in masked TAIL_N tiles
-        whole_end = start + tl.maximum(end - start, 0) // BLOCK_N * BLOCK_N  # an empty slice stays empty
+        whole = end
+        if PROLOGUE:  # the new token in a masked tile, where it is injected
+            whole = tl.where(inside, last, end)
+        whole_end = start + tl.maximum(whole - start, 0) // BLOCK_N * BLOCK_N  # an empty slice stays empty
         m, l_sum, acc = _decode_tiles(
             q, m, l_sum, acc, k_base, v_base, bt_row, start, whole_end, end, qk_scale,
-            stride_kb, stride_ks, stride_vb, stride_vs, stride_vd,
-            HEAD_DIM, PAGE_SIZE, BLOCK_D, BLOCK_N, False, DOT_PRECISION, DEQUANT, V_BY_TOKEN,
+            stride_kb, stride_ks, stride_vb, stride_vs, stride_vd, new_k, new_v, last,
+            HEAD_DIM, PAGE_SIZE, BLOCK_D, BLOCK_N, False, DOT_PRECISION, DEQUANT, V_BY_TOKEN, False,
         )  # fmt: skip
         start = whole_end
     m, l_sum, acc = _decode_tiles(
         q, m, l_sum, acc, k_base, v_base, bt_row, start, end, end, qk_scale,
-        stride_kb, stride_ks, stride_vb, stride_vs, stride_vd,
-        HEAD_DIM, PAGE_SIZE, BLOCK_D, TAIL_N, True, DOT_PRECISION, DEQUANT, V_BY_TOKEN,
+        stride_kb, stride_ks, stride_vb, stride_vs, stride_vd, new_k, new_v, last,
+        HEAD_DIM, PAGE_SIZE, BLOCK_D, TAIL_N, True, DOT_PRECISION, DEQUANT, V_BY_TOKEN, PROLOGUE,
     )  # fmt: skip
 
     # An empty slice has l_sum = 0: unsplit (seq_len 0, a padded graph row) it writes zeros; split, nothing.
@@ -253,6 +290,7 @@ def decode_attention(
     order: torch.Tensor | None = None,
     uniform: bool = False,
     out: torch.Tensor | None = None,
+    prologue: DecodePrologue | None = None,
 ) -> torch.Tensor:
     """``paged_attention_decode`` with the split count and tile config exposed (tests, tuning).
 
@@ -262,7 +300,8 @@ def decode_attention(
     scales of a float8 cache. ``order`` (B,) integer: a permutation of the rows, the order in which
     programs take them (``longest_first``); the output is the same whatever it is. ``uniform``: the
     contexts are about one length (``is_uniform``), which the default tiles may take into account. ``out``:
-    the (B, Hq, D) tensor to write into (default: a fresh one)."""
+    the (B, Hq, D) tensor to write into (default: a fresh one). ``prologue``: q is ``prologue.q_view`` and
+    the kernel does the attention prologue itself (decode_prologue.py)."""
     require_triton("paged_attention_decode")
     dequant = check_scales("paged_attention_decode", k_cache, k_scale, v_scale)
     # q: (B, Hq, D); caches: (num_blocks, page_size, Hk, D); block_tables: (B, max_blocks); seq_lens: (B,)
@@ -276,6 +315,10 @@ def decode_attention(
     v_tokens = by_token(v_cache)
     if k_cache.stride(-1) != 1 or (v_cache.stride(-1) != 1 and not v_tokens):
         raise ValueError("caches must be contiguous in head_dim (V may instead be laid out by token)")
+    if prologue is not None:
+        prologue.check(Hq, Hk, k_cache, v_cache)
+        if q.data_ptr() != prologue.qkv.data_ptr() or q.stride() != prologue.q_view(Hq, D).stride():
+            raise ValueError("with a prologue, q must be prologue.q_view(num_heads, head_dim)")
     q = q if q.stride(-1) == 1 else q.contiguous()
     if config is None:
         config = default_decode_config(D, q.dtype, dequant, v_tokens, is_wide(B, Hk, q.device), uniform)
@@ -312,6 +355,7 @@ def decode_attention(
         seq_lens if order is None else order,
         out, part_out, part_lse,
         k_scale if dequant else out, v_scale if dequant else out,  # placeholders when DEQUANT is False
+        *(no_prologue_args(q) if prologue is None else prologue.launch_args(q)),
         scale * LOG2E, num_splits, split_tokens or 0,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         *v_cache.stride(), block_tables.stride(0), out.stride(0), out.stride(1),
@@ -320,7 +364,7 @@ def decode_attention(
         TAIL_N=config.tail_n or config.block_n, SPLIT=split, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         num_warps=config.num_warps, num_stages=config.num_stages,
         DEQUANT=dequant, FP8_TO_F16=dequant and config.fp8_to == "fp16" and q.dtype != torch.float32, ORDERED=order is not None,
-        V_BY_TOKEN=v_tokens,
+        V_BY_TOKEN=v_tokens, PROLOGUE=prologue is not None, HAS_NORM=prologue is not None and prologue.has_norm,
         **programmatic(q, B),
     )  # fmt: skip
     if split:
