@@ -79,14 +79,12 @@ def _tile_load(ptrs, rows_ok, d, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, 
 @jit
 def _decode_tiles(
     q, m, l_sum, acc, k_base, v_base, bt_row, start, stop, end, qk_scale,
-    stride_kb, stride_ks, stride_vb, stride_vs, stride_vd, new_k, new_v, last,
+    stride_kb, stride_ks, stride_vb, stride_vs, stride_vd,
     HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
     MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr, DEQUANT: tl.constexpr, V_BY_TOKEN: tl.constexpr,
-    INJECT: tl.constexpr,
 ):  # fmt: skip
     # The online softmax over key tiles of BLOCK_N tokens from ``start`` (a multiple of BLOCK_N) to
     # ``stop``; keys at or past ``end`` are masked (MASKED False: the caller knows there are none).
-    # INJECT: position ``last`` takes ``new_k``, ``new_v`` (1, BLOCK_D) from registers (decode_prologue.py).
     d = tl.arange(0, BLOCK_D)
     for tile in range(start, stop, BLOCK_N):
         pos = tile + tl.arange(0, BLOCK_N)  # (BLOCK_N,) key positions
@@ -105,10 +103,6 @@ def _decode_tiles(
         else:
             v_rows = page * stride_vb + slot * stride_vs
             v = _tile_load(v_base + v_rows[:, None] + d[None, :], live, d, HEAD_DIM, BLOCK_D, MASKED)
-        if INJECT:
-            here = (pos == last)[:, None]
-            k = tl.where(here, new_k, k)
-            v = tl.where(here, new_v, v)
         if DEQUANT:  # float8 -> q's dtype, exactly: every float8 value is a bf16, fp16 and fp32 value
             k = k.to(q.dtype)
             v = v.to(q.dtype)
@@ -163,8 +157,6 @@ def _decode_kernel(
     head = kv_head * GROUP + g  # (BLOCK_G,) query heads of this KV head
     g_mask = g < GROUP
     d_mask = d < HEAD_DIM
-    last = seq_len - 1  # the new token's position
-    inside = (start <= last) & (last < end)  # this slice holds it
     if PROLOGUE:  # q_ptr: the q/k/v projection's output (decode_prologue.py)
         cos, sin = cos_sin_at(cs_ptr, pos_ptr, seq, stride_cs, d, HEAD_DIM, HEAD_DIM // 2)
         row = q_ptr + seq * stride_qb
@@ -175,24 +167,25 @@ def _decode_kernel(
             row + hq * HEAD_DIM, kw_ptr, one, one >= 0, d, eps, cos, sin, HEAD_DIM, HEAD_DIM // 2, HAS_NORM
         )  # (1, BLOCK_D)
         new_v = tl.load(row + (hq + tl.num_programs(0) + kv_head) * HEAD_DIM + d, mask=d_mask)[None, :]
-        slot = tl.load(slot_ptr + seq).to(tl.int64)  # -1: a padded row, which stores nothing
+        # The slice that holds the new token (position seq_len - 1) stores its K/V, before its loop reads
+        # them back: the barrier orders the block's stores before its loads. -1: a padded row, no store.
+        slot = tl.load(slot_ptr + seq).to(tl.int64)
         at = (
             (slot // PAGE_SIZE) * stride_kb
             + (slot % PAGE_SIZE) * stride_ks
             + kv_head * stride_kh
             + d[None, :]
         )
-        here = d * 0 + last  # (vectors: the interpreter makes a mask & a scalar an int32)
+        here = d * 0 + seq_len - 1  # (vectors: the interpreter makes a mask & a scalar an int32)
         stores = (d_mask & (here >= start) & (here < end) & (d * 0 + slot >= 0))[None, :]
         tl.store(k_cache_ptr + at, new_k, mask=stores)
         tl.store(v_cache_ptr + at, new_v, mask=stores)
+        tl.debug_barrier()
     else:
         q = tl.load(
             q_ptr + seq * stride_qb + head[:, None] * stride_qh + d[None, :],
             mask=g_mask[:, None] & d_mask[None, :], other=0.0,
         )  # (BLOCK_G, BLOCK_D)  # fmt: skip
-        new_k = q  # placeholders: without the prologue no position is injected
-        new_v = q
 
     if DEQUANT:  # float8 K: its head's scale joins the scores' scale
         qk_scale = qk_scale * tl.load(k_scale_ptr + kv_head)
@@ -206,20 +199,17 @@ def _decode_kernel(
     k_base = k_cache_ptr + kv_head * stride_kh
     v_base = v_cache_ptr + kv_head * stride_vh
     if TAIL_N < BLOCK_N:  # whole BLOCK_N tiles unmasked, then what is left in masked TAIL_N tiles
-        whole = end
-        if PROLOGUE:  # the new token in a masked tile, where it is injected
-            whole = tl.where(inside, last, end)
-        whole_end = start + tl.maximum(whole - start, 0) // BLOCK_N * BLOCK_N  # an empty slice stays empty
+        whole_end = start + tl.maximum(end - start, 0) // BLOCK_N * BLOCK_N  # an empty slice stays empty
         m, l_sum, acc = _decode_tiles(
             q, m, l_sum, acc, k_base, v_base, bt_row, start, whole_end, end, qk_scale,
-            stride_kb, stride_ks, stride_vb, stride_vs, stride_vd, new_k, new_v, last,
-            HEAD_DIM, PAGE_SIZE, BLOCK_D, BLOCK_N, False, DOT_PRECISION, DEQUANT, V_BY_TOKEN, False,
+            stride_kb, stride_ks, stride_vb, stride_vs, stride_vd,
+            HEAD_DIM, PAGE_SIZE, BLOCK_D, BLOCK_N, False, DOT_PRECISION, DEQUANT, V_BY_TOKEN,
         )  # fmt: skip
         start = whole_end
     m, l_sum, acc = _decode_tiles(
         q, m, l_sum, acc, k_base, v_base, bt_row, start, end, end, qk_scale,
-        stride_kb, stride_ks, stride_vb, stride_vs, stride_vd, new_k, new_v, last,
-        HEAD_DIM, PAGE_SIZE, BLOCK_D, TAIL_N, True, DOT_PRECISION, DEQUANT, V_BY_TOKEN, PROLOGUE,
+        stride_kb, stride_ks, stride_vb, stride_vs, stride_vd,
+        HEAD_DIM, PAGE_SIZE, BLOCK_D, TAIL_N, True, DOT_PRECISION, DEQUANT, V_BY_TOKEN,
     )  # fmt: skip
 
     # An empty slice has l_sum = 0: unsplit (seq_len 0, a padded graph row) it writes zeros; split, nothing.
