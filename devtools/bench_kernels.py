@@ -67,7 +67,6 @@ from llmbench.kernels.decode_config import (  # noqa: E402
     default_decode_config,
     longest_first,
 )
-from llmbench.kernels.decode_prologue import DecodePrologue  # noqa: E402
 from llmbench.kernels.kv_layout import v_by_token  # noqa: E402
 from llmbench.kernels.kv_quant import kv_scales_from, quantize_ref  # noqa: E402
 from llmbench.kernels.kv_store import store_kv, store_kv_ref  # noqa: E402
@@ -462,57 +461,6 @@ def decode_case(
     return rows
 
 
-def decode_prologue_case(env: Env, B: int, context: int, check_it: bool = True) -> list[Row]:
-    """A decode step's attention from the q/k/v projection's output on (qwen3-0.6b's heads, q/k norms,
-    pages of 16, contexts uniform in [context/10, context] taken longest first): the separate prologue
-    kernel then the decode kernel, against the decode kernel doing the prologue itself."""
-    Hq, Hk, D, page = 16, 8, 128, 16
-    gen = torch.Generator().manual_seed(B)
-    lens = torch.randint(max(1, context // 10), context + 1, (B,), generator=gen)
-
-    def make() -> tuple[Callable[[], torch.Tensor], Callable[[], torch.Tensor], tuple]:
-        k_cache, v_cache, tables, _ = paged_cache(env, B, context, page, Hk, D)
-        seq_lens = lens.to(device=env.device, dtype=torch.int32)
-        last = (seq_lens - 1).long()
-        slots = tables.long().gather(1, (last // page)[:, None])[:, 0] * page + last % page
-        p = DecodePrologue(env.t(B, (Hq + 2 * Hk) * D), last, env.t(4096, D, dtype=torch.float32),
-                           env.t(D), env.t(D), 1e-6, slots)  # fmt: skip
-        order = longest_first(seq_lens)
-        norms = (p.q_norm_weight, p.k_norm_weight, p.eps)
-        attn = (k_cache, v_cache, tables, seq_lens, D**-0.5)
-
-        def separate() -> torch.Tensor:
-            q = attention_prologue(
-                p.qkv, p.positions, p.cos_sin_cache, *norms, k_cache, v_cache, slots, Hq, Hk
-            )
-            return decode_attention(q, *attn, order=order)
-
-        def fused() -> torch.Tensor:
-            return decode_attention(p.q_view(Hq, D), *attn, order=order, prologue=p)
-
-        return separate, fused, (p, norms, attn, slots)
-
-    separate, fused, (p, norms, attn, slots) = make()
-    rel = None
-    if check_it:
-        k_ref, v_ref = attn[0].clone(), attn[1].clone()
-        q_ref = attention_prologue_ref(
-            p.qkv, p.positions, p.cos_sin_cache, *norms, k_ref, v_ref, slots, Hq, Hk
-        )
-        ref = paged_attention_decode_ref(q_ref, k_ref, v_ref, *attn[2:])
-        rel = max(
-            check(f"decode prologue B={B}", fused(), ref, 2e-2), check("  separate", separate(), ref, 2e-2)
-        )
-    kv_bytes = 2 * int(lens.sum()) * Hk * D * env.t(1).element_size()
-    others = [make() for _ in range(rotations(kv_bytes) - 1)]
-    shape = f"B={B} ctx {context // 10}-{context} {Hq}/{Hk}x{D} page {page} longest first"
-    moved = kv_bytes + nbytes(p.qkv)
-    return [
-        row("prologue, then decode", shape, time_us(env, separate, more=[o[0] for o in others]), moved, None),
-        row("decode doing the prologue", shape, time_us(env, fused, more=[o[1] for o in others]), moved, rel),
-    ]
-
-
 def ceiling_case(
     env: Env, B: int, context: int, kind: str, block_n: int, num_warps: int, num_stages: int,
     evict: bool = False, splits: int = 1, check_it: bool = True,
@@ -706,11 +654,6 @@ def tune(env: Env, kinds: list[str]) -> list[Row]:
             for (block_n, num_warps, num_stages), splits in itertools.product(tilings, (1, 2, 4, 8)):
                 attempt("decode-rows decode", ceiling_case, batch, ctx // 2, "decode by sequence", block_n,
                         num_warps, num_stages, splits=splits, check_it=splits <= 2)  # fmt: skip
-    if "decode-prologue" in kinds:  # the batches the nano-vllm workload drains through, and one sequence
-        for batch in (2, 8) if env.smoke else (1, 8, 32, 64, 128, 192, 256):
-            attempt(
-                "decode-prologue", decode_prologue_case, batch, ctx // 2 if env.smoke else 2048, check_it=True
-            )
     if "decode-layout" in kinds:  # bf16 pages by token (the pool's) or by head, at the batches a run drains
         for batch, page, heads_first in itertools.product((64, 128, 192, 256), (16, 64), (False, True)):
             for cfg in (None, DecodeConfig(64, 2, 3), DecodeConfig(128, 4, 3), DecodeConfig(64, 4, 4)):
@@ -808,9 +751,9 @@ def main() -> None:
     )
     parser.add_argument("--json", type=Path, help="write the result rows to this JSON file")
     parser.add_argument(
-        "--tune", action="append", default=[], choices=["decode", "decode-prologue", "decode-balanced", "decode-fp8", "decode-fp8-mixed", "decode-batches", "decode-layout", "decode-ceiling", "decode-rows", "decode-fp8-tails", "decode-fp8-spread", "splits", "prefill", "prefill-fp8", "prefill-prompts", "prefill-lengths", "decode-slices"],
+        "--tune", action="append", default=[], choices=["decode", "decode-balanced", "decode-fp8", "decode-fp8-mixed", "decode-batches", "decode-layout", "decode-ceiling", "decode-rows", "decode-fp8-tails", "decode-fp8-spread", "splits", "prefill", "prefill-fp8", "prefill-prompts", "prefill-lengths", "decode-slices"],
         help="first sweep tile configs (decode; over a float8 cache, decode-fp8 at the headline shape and "
-        "decode-fp8-mixed at 256 mixed lengths, decode-batches at 16-256 with split counts, decode-layout: pages by token or by head; decode-ceiling: the pool read and only summed, against the engine's tiles and devtools/register_decode.py; decode-rows: a program per sequence with all its heads, the read and the decode; prefill, prefill-fp8, prefill-prompts: a step of whole 100-1024-token prompts; prefill-lengths: default against small tiles by prompt length; decode-slices: slices sized per batch; decode-balanced: devtools/balanced_decode.py against the default; decode-prologue: the separate attention prologue and the decode kernel against the decode kernel doing it) or split-KV counts (splits); "
+        "decode-fp8-mixed at 256 mixed lengths, decode-batches at 16-256 with split counts, decode-layout: pages by token or by head; decode-ceiling: the pool read and only summed, against the engine's tiles and devtools/register_decode.py; decode-rows: a program per sequence with all its heads, the read and the decode; prefill, prefill-fp8, prefill-prompts: a step of whole 100-1024-token prompts; prefill-lengths: default against small tiles by prompt length; decode-slices: slices sized per batch; decode-balanced: devtools/balanced_decode.py against the default) or split-KV counts (splits); "
         "repeatable, a few minutes each",
     )  # fmt: skip
     parser.add_argument(

@@ -41,7 +41,6 @@ from llmbench.kernels._triton import runs_ptx  # noqa: E402
 from llmbench.kernels.activation import silu_and_mul  # noqa: E402
 from llmbench.kernels.allreduce_norm import allreduce_norm  # noqa: E402
 from llmbench.kernels.attention_prologue import attention_prologue  # noqa: E402
-from llmbench.kernels.decode_prologue import DecodePrologue  # noqa: E402
 from llmbench.kernels.kv_layout import v_by_token  # noqa: E402
 from llmbench.kernels.kv_store import store_kv  # noqa: E402
 from llmbench.kernels.rmsnorm import rms_norm  # noqa: E402
@@ -223,12 +222,6 @@ def engine_calls(dtype: torch.dtype = torch.bfloat16) -> None:
                 )
             decode_attention(t(8, hq, d), cache, cache, t(8, 4096 // page, dt=torch.int32), t(8, dt=torch.int64),
                              d**-0.5, split_tokens=256)  # fmt: skip
-            # the decode kernel doing the prologue, split (one row) and unsplit (a batch longest first)
-            for B, order in ((1, None), (256, t(256, dt=torch.int64))):
-                rows = t(B, dt=torch.int64)
-                p = DecodePrologue(t(B, (hq + 2 * hk) * d), rows, cos_sin, *norm, 1e-6, rows)
-                decode_attention(p.q_view(hq, d), cache, cache, t(B, 4096 // page, dt=torch.int32), rows, d**-0.5,
-                                 order=order, prologue=p)  # fmt: skip
             for B, query_len in ((1, 2048), (4, 256), (64, 1)):  # a long prompt, chunks, a decode-only batch
                 starts = torch.arange(B + 1, dtype=torch.int32) * query_len
                 prefill_attention(t(B * query_len, hq, d), cache, cache, t(B, 4096 // page, dt=torch.int32), starts,

@@ -115,7 +115,7 @@ def test_every_bad_engine_value_is_named_with_its_full_path_at_once(tmp_path):
         "  engine.skinny_fusion: a tuning knob: set it under tuning (tuning.skinny_fusion)",
         "  engine.tuning.skinny_matmul_rows: expected an integer in 0..256 or auto, got 'one'",
         "  engine.tuning.warp: unknown tuning knob; valid: compile_mode, cuda_graph_buckets, "
-        "decode_fused_prologue, decode_longest_first, decode_split_tokens, decode_uniform_tiling, graph_sampling, kv_cache_scale, "
+        "decode_longest_first, decode_split_tokens, decode_uniform_tiling, graph_sampling, kv_cache_scale, "
         "mixed_step_decodes, prefill_graph_tokens, prefill_graphs, prefill_narrow_tiles_up_to, programmatic_launch_rows, skinny_fusion, skinny_matmul_rows, tp_all_reduce, tp_fuse_matmul, tp_fuse_norm",
     ]
 

@@ -135,14 +135,14 @@ def message(**options) -> str:
         (
             {"tuning": {"skinny_rows": 1}},
             "tuning.skinny_rows: unknown tuning knob (did you mean 'skinny_matmul_rows'?); valid: compile_mode, cuda_graph_buckets, "
-            "decode_fused_prologue, decode_longest_first, decode_split_tokens, decode_uniform_tiling, graph_sampling, kv_cache_scale, "
+            "decode_longest_first, decode_split_tokens, decode_uniform_tiling, graph_sampling, kv_cache_scale, "
             "mixed_step_decodes, prefill_graph_tokens, prefill_graphs, prefill_narrow_tiles_up_to, programmatic_launch_rows, skinny_fusion, skinny_matmul_rows, "
             "tp_all_reduce, tp_fuse_matmul, tp_fuse_norm",
         ),
         (
             {"tuning": 5},
             "tuning: expected a mapping of tuning knobs (cuda_graph_buckets, decode_split_tokens, decode_longest_first, "
-            "decode_uniform_tiling, decode_fused_prologue, mixed_step_decodes, graph_sampling, prefill_graphs, prefill_graph_tokens, prefill_narrow_tiles_up_to, programmatic_launch_rows, "
+            "decode_uniform_tiling, mixed_step_decodes, graph_sampling, prefill_graphs, prefill_graph_tokens, prefill_narrow_tiles_up_to, programmatic_launch_rows, "
             "skinny_matmul_rows, skinny_fusion, tp_all_reduce, "
             "tp_fuse_norm, tp_fuse_matmul, compile_mode, kv_cache_scale), got 5",
         ),

@@ -81,9 +81,6 @@ class Tuning:
         are about one length (the shortest at least half the longest) the tiling measured fastest on such
         batches, and other batches the one measured fastest on mixed lengths; CUDA Graphs capture both
         for the batch sizes where they differ. auto: on with attention_backend 'triton'.
-    decode_fused_prologue: a decode step's Triton decode attention does the attention prologue (the q/k
-        norms, RoPE, the new token's K/V store) in its own programs, one kernel a layer fewer; a float8
-        cache keeps the separate prologue. auto: on with attention_backend 'triton' and triton_kernels.
     mixed_step_decodes: in a step that mixes prompt chunks with decodes, Triton attention takes the
         decodes with its decode kernel (as a decode step would, longest first where that pays) and the
         chunks with its prefill kernel: two launches a layer. off: the prefill kernel takes them all, each
@@ -139,7 +136,6 @@ class Tuning:
     decode_split_tokens: int = 0
     decode_longest_first: bool | None = None
     decode_uniform_tiling: bool | None = None
-    decode_fused_prologue: bool | None = None
     mixed_step_decodes: bool | None = None
     graph_sampling: bool | None = None
     prefill_graphs: bool | None = None
@@ -327,7 +323,6 @@ def flippable_knobs() -> tuple[str, ...]:
     return (
         "tuning.decode_longest_first",
         "tuning.decode_uniform_tiling",
-        "tuning.decode_fused_prologue",
         "tuning.mixed_step_decodes",
         "tuning.graph_sampling",
         "tuning.prefill_graphs",

@@ -81,10 +81,7 @@ class ModelRunner:
         start = time.perf_counter()
         tuning = config.tuning
         backend = make_backend(
-            config.attention_backend,
-            tuning.decode_split_tokens or None,
-            tuning.prefill_narrow_tiles_up_to,
-            tuning.decode_fused_prologue,
+            config.attention_backend, tuning.decode_split_tokens or None, tuning.prefill_narrow_tiles_up_to
         )
         if config.torch_compile:
             # Attention reads Python-side metadata; keeping it out of the compiled graphs avoids a guard

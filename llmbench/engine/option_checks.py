@@ -191,7 +191,6 @@ TUNING_CHECKS: dict[str, Check] = {
     "decode_split_tokens": _decode_split,
     "decode_longest_first": _boolean(auto=True),
     "decode_uniform_tiling": _boolean(auto=True),
-    "decode_fused_prologue": _boolean(auto=True),
     "mixed_step_decodes": _boolean(auto=True),
     "graph_sampling": _boolean(auto=True),
     "prefill_graphs": _boolean(auto=True),

@@ -42,7 +42,6 @@ class ResolvedTuning:
     decode_split_tokens: int  # 0: equal slices per sequence, chosen per step
     decode_longest_first: bool
     decode_uniform_tiling: bool
-    decode_fused_prologue: bool
     mixed_step_decodes: bool
     graph_sampling: bool
     prefill_graphs: bool
@@ -90,12 +89,6 @@ def resolve_tuning(
         t.decode_uniform_tiling,
         "tuning.decode_uniform_tiling=True picks the Triton decode kernel's tiling by the batch's lengths",
         ("attention_backend 'triton'", backend == "triton"),
-    )
-    fused_prologue = switch(
-        t.decode_fused_prologue,
-        "tuning.decode_fused_prologue=True does the attention prologue in the Triton decode kernel",
-        ("attention_backend 'triton'", backend == "triton"),
-        ("triton_kernels=True (the separate prologue it replaces is a Triton kernel)", triton_kernels),
     )
     mixed_decodes = switch(
         t.mixed_step_decodes,
@@ -171,7 +164,6 @@ def resolve_tuning(
         decode_split_tokens=t.decode_split_tokens,
         decode_longest_first=longest_first,
         decode_uniform_tiling=uniform_tiling,
-        decode_fused_prologue=fused_prologue,
         mixed_step_decodes=mixed_decodes,
         graph_sampling=graph_sampling,
         prefill_graphs=prefill_graphs,

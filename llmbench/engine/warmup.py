@@ -105,12 +105,10 @@ def _decode_splits(runner: ModelRunner) -> None:
     longest-first variants, which large batches take; and a wide batch's tiles, and the tiles for contexts
     of about one length (Tuning.decode_uniform_tiling), where they differ."""
     from llmbench.kernels.decode_config import MAX_SPLITS, default_decode_config
-    from llmbench.kernels.decode_prologue import DecodePrologue
     from llmbench.kernels.kv_layout import by_token
     from llmbench.kernels.triton_decode import decode_attention
 
-    attn = runner.model.model.layers[0].self_attn
-    heads = attn.num_heads
+    heads = runner.model.model.layers[0].self_attn.num_heads
     dtype = runner.config.torch_dtype
     q = torch.zeros(1, heads, runner.head_dim, dtype=dtype, device=runner.device)
     cache = kv_cache.allocate(
@@ -119,38 +117,29 @@ def _decode_splits(runner: ModelRunner) -> None:
     cache.data.zero_()
     kv = cache.layers[0]
     scales = {"k_scale": kv.k_scale, "v_scale": kv.v_scale}  # None unless the pool is float8
-    prologues = [None]
-    if runner.config.tuning.decode_fused_prologue and not kv.quantised:  # the kernel with the prologue too
-        qkv = torch.zeros(
-            1, (heads + 2 * attn.num_kv_heads) * runner.head_dim, dtype=dtype, device=runner.device
-        )
-        none = torch.full((1,), -1, dtype=torch.int64, device=runner.device)  # a padded row: stores nothing
-        prologues.append(
-            DecodePrologue(qkv, none + 1, attn.rotary.cos_sin_cache, *attn._qk_norm_weights, attn.eps, none)
-        )
-
-    def attend(*args, **kw) -> None:  # every variant: each prologue's
-        for p in prologues:
-            decode_attention(q if p is None else p.q_view(heads, runner.head_dim), *args, prologue=p, **kw)
-
     table = torch.zeros(1, 2, dtype=torch.int32, device=runner.device)
     seq_lens = torch.ones(1, dtype=torch.int32, device=runner.device)
     for num_splits in (1 << i for i in range(MAX_SPLITS.bit_length())):  # 1, 2, 4, ... MAX_SPLITS
-        attend(kv.k, kv.v, table, seq_lens, 1.0, num_splits=num_splits, **scales)
+        decode_attention(q, kv.k, kv.v, table, seq_lens, 1.0, num_splits=num_splits, **scales)
     longest_first = runner.config.tuning.decode_longest_first
     order = torch.zeros(1, dtype=torch.int64, device=runner.device) if longest_first else None
     if longest_first:  # one slice and several: the count itself is not compiled in, the merge's is above
         for num_splits in (1, 2):
-            attend(kv.k, kv.v, table, seq_lens, 1.0, num_splits=num_splits, order=order, **scales)
+            decode_attention(
+                q, kv.k, kv.v, table, seq_lens, 1.0, num_splits=num_splits, order=order, **scales
+            )
     layout = (runner.head_dim, dtype, kv.quantised, by_token(kv.v))
     wide = default_decode_config(*layout, wide=True)
     if wide != default_decode_config(*layout):  # a wide batch's own tiles (in one slice)
-        attend(kv.k, kv.v, table, seq_lens, 1.0, num_splits=1, config=wide, order=order, **scales)
+        decode_attention(
+            q, kv.k, kv.v, table, seq_lens, 1.0, num_splits=1, config=wide, order=order, **scales
+        )
     uniform = default_decode_config(*layout, uniform=True)
     if runner.config.tuning.decode_uniform_tiling and uniform != default_decode_config(*layout):
         rows_orders = (None,) if order is None else (None, order)
         for num_splits, rows in itertools.product((1, 2), rows_orders):  # batches below wide, of one length
-            attend(
+            decode_attention(
+                q,
                 kv.k,
                 kv.v,
                 table,

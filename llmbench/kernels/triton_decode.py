@@ -53,7 +53,6 @@ from llmbench.kernels.decode_config import (
     default_decode_config,
     is_wide,
 )
-from llmbench.kernels.decode_prologue import DecodePrologue, cos_sin_at, no_prologue_args, rotated_heads
 from llmbench.kernels.kv_layout import by_token, load_v_by_token
 from llmbench.kernels.kv_quant import check_scales
 from llmbench.kernels.online_softmax import fold_tile
@@ -129,7 +128,6 @@ def _slice_len(seq_len, num_splits, split_tokens, block_n):
 def _decode_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, order_ptr,
     out_ptr, part_out_ptr, part_lse_ptr, k_scale_ptr, v_scale_ptr,
-    pos_ptr, cs_ptr, qw_ptr, kw_ptr, slot_ptr, eps, stride_cs,
     qk_scale, num_splits, split_tokens,
     stride_qb, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_vd,
     stride_bt, stride_ob, stride_oh,
@@ -138,7 +136,7 @@ def _decode_kernel(
     TAIL_N: tl.constexpr, SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr,
     DEQUANT: tl.constexpr, FP8_TO_F16: tl.constexpr, ORDERED: tl.constexpr,
     V_BY_TOKEN: tl.constexpr,
-    PDL: tl.constexpr = False, PROLOGUE: tl.constexpr = False, HAS_NORM: tl.constexpr = False,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
     wait_for_inputs(PDL)
     kv_head = tl.program_id(0)
@@ -157,35 +155,10 @@ def _decode_kernel(
     head = kv_head * GROUP + g  # (BLOCK_G,) query heads of this KV head
     g_mask = g < GROUP
     d_mask = d < HEAD_DIM
-    if PROLOGUE:  # q_ptr: the q/k/v projection's output (decode_prologue.py)
-        cos, sin = cos_sin_at(cs_ptr, pos_ptr, seq, stride_cs, d, HEAD_DIM, HEAD_DIM // 2)
-        row = q_ptr + seq * stride_qb
-        q = rotated_heads(row, qw_ptr, head, g_mask, d, eps, cos, sin, HEAD_DIM, HEAD_DIM // 2, HAS_NORM)
-        hq = GROUP * tl.num_programs(0)
-        one = kv_head + tl.arange(0, 1)
-        new_k = rotated_heads(
-            row + hq * HEAD_DIM, kw_ptr, one, one >= 0, d, eps, cos, sin, HEAD_DIM, HEAD_DIM // 2, HAS_NORM
-        )  # (1, BLOCK_D)
-        new_v = tl.load(row + (hq + tl.num_programs(0) + kv_head) * HEAD_DIM + d, mask=d_mask)[None, :]
-        # The slice that holds the new token (position seq_len - 1) stores its K/V, before its loop reads
-        # them back: the barrier orders the block's stores before its loads. -1: a padded row, no store.
-        slot = tl.load(slot_ptr + seq).to(tl.int64)
-        at = (
-            (slot // PAGE_SIZE) * stride_kb
-            + (slot % PAGE_SIZE) * stride_ks
-            + kv_head * stride_kh
-            + d[None, :]
-        )
-        here = d * 0 + seq_len - 1  # (vectors: the interpreter makes a mask & a scalar an int32)
-        stores = (d_mask & (here >= start) & (here < end) & (d * 0 + slot >= 0))[None, :]
-        tl.store(k_cache_ptr + at, new_k, mask=stores)
-        tl.store(v_cache_ptr + at, new_v, mask=stores)
-        tl.debug_barrier()
-    else:
-        q = tl.load(
-            q_ptr + seq * stride_qb + head[:, None] * stride_qh + d[None, :],
-            mask=g_mask[:, None] & d_mask[None, :], other=0.0,
-        )  # (BLOCK_G, BLOCK_D)  # fmt: skip
+    q = tl.load(
+        q_ptr + seq * stride_qb + head[:, None] * stride_qh + d[None, :],
+        mask=g_mask[:, None] & d_mask[None, :], other=0.0,
+    )  # (BLOCK_G, BLOCK_D)  # fmt: skip
 
     if DEQUANT:  # float8 K: its head's scale joins the scores' scale
         qk_scale = qk_scale * tl.load(k_scale_ptr + kv_head)
@@ -280,7 +253,6 @@ def decode_attention(
     order: torch.Tensor | None = None,
     uniform: bool = False,
     out: torch.Tensor | None = None,
-    prologue: DecodePrologue | None = None,
 ) -> torch.Tensor:
     """``paged_attention_decode`` with the split count and tile config exposed (tests, tuning).
 
@@ -290,8 +262,7 @@ def decode_attention(
     scales of a float8 cache. ``order`` (B,) integer: a permutation of the rows, the order in which
     programs take them (``longest_first``); the output is the same whatever it is. ``uniform``: the
     contexts are about one length (``is_uniform``), which the default tiles may take into account. ``out``:
-    the (B, Hq, D) tensor to write into (default: a fresh one). ``prologue``: q is ``prologue.q_view`` and
-    the kernel does the attention prologue itself (decode_prologue.py)."""
+    the (B, Hq, D) tensor to write into (default: a fresh one)."""
     require_triton("paged_attention_decode")
     dequant = check_scales("paged_attention_decode", k_cache, k_scale, v_scale)
     # q: (B, Hq, D); caches: (num_blocks, page_size, Hk, D); block_tables: (B, max_blocks); seq_lens: (B,)
@@ -305,10 +276,6 @@ def decode_attention(
     v_tokens = by_token(v_cache)
     if k_cache.stride(-1) != 1 or (v_cache.stride(-1) != 1 and not v_tokens):
         raise ValueError("caches must be contiguous in head_dim (V may instead be laid out by token)")
-    if prologue is not None:
-        prologue.check(Hq, Hk, k_cache, v_cache)
-        if q.data_ptr() != prologue.qkv.data_ptr() or q.stride() != prologue.q_view(Hq, D).stride():
-            raise ValueError("with a prologue, q must be prologue.q_view(num_heads, head_dim)")
     q = q if q.stride(-1) == 1 else q.contiguous()
     if config is None:
         config = default_decode_config(D, q.dtype, dequant, v_tokens, is_wide(B, Hk, q.device), uniform)
@@ -345,7 +312,6 @@ def decode_attention(
         seq_lens if order is None else order,
         out, part_out, part_lse,
         k_scale if dequant else out, v_scale if dequant else out,  # placeholders when DEQUANT is False
-        *(no_prologue_args(q) if prologue is None else prologue.launch_args(q)),
         scale * LOG2E, num_splits, split_tokens or 0,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         *v_cache.stride(), block_tables.stride(0), out.stride(0), out.stride(1),
@@ -354,7 +320,7 @@ def decode_attention(
         TAIL_N=config.tail_n or config.block_n, SPLIT=split, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         num_warps=config.num_warps, num_stages=config.num_stages,
         DEQUANT=dequant, FP8_TO_F16=dequant and config.fp8_to == "fp16" and q.dtype != torch.float32, ORDERED=order is not None,
-        V_BY_TOKEN=v_tokens, PROLOGUE=prologue is not None, HAS_NORM=prologue is not None and prologue.has_norm,
+        V_BY_TOKEN=v_tokens,
         **programmatic(q, B),
     )  # fmt: skip
     if split:

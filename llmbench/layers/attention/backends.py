@@ -22,7 +22,6 @@ import torch.nn.functional as F
 
 from llmbench.kernels import kv_store, paged_attention
 from llmbench.kernels.attention_prologue import attention_prologue, qkv_heads_ref
-from llmbench.kernels.decode_prologue import DecodePrologue
 from llmbench.kernels.kv_quant import dequantize_ref
 from llmbench.kernels.triton_decode import decode_attention
 from llmbench.kernels.triton_prefill import prefill_attention
@@ -206,34 +205,9 @@ class TritonBackend(CacheAttentionBackend):
     name = "triton"
     graph_safe = True
 
-    def __init__(
-        self,
-        decode_split_tokens: int | None = None,
-        prefill_narrow_up_to: int = 0,
-        decode_prologue: bool = False,
-    ) -> None:
+    def __init__(self, decode_split_tokens: int | None = None, prefill_narrow_up_to: int = 0) -> None:
         self.decode_split_tokens = decode_split_tokens  # see Tuning.decode_split_tokens
         self.prefill_narrow_up_to = prefill_narrow_up_to  # see Tuning.prefill_narrow_tiles_up_to
-        self.decode_prologue = decode_prologue  # see Tuning.decode_fused_prologue
-
-    def forward_qkv(
-        self, qkv, positions, cos_sin_cache, q_norm_weight, k_norm_weight, eps, num_heads, num_kv_heads, kv,
-        meta, scale,
-    ):  # fmt: skip
-        # A decode step over a cache of the model's dtype: the decode kernel does the prologue itself.
-        if not (self.decode_prologue and meta.is_decode_only and not kv.quantised):
-            return super().forward_qkv(
-                qkv, positions, cos_sin_cache, q_norm_weight, k_norm_weight, eps, num_heads, num_kv_heads,
-                kv, meta, scale,
-            )  # fmt: skip
-        p = DecodePrologue(
-            qkv, positions, cos_sin_cache, q_norm_weight, k_norm_weight, eps, meta.slot_mapping
-        )
-        return decode_attention(
-            p.q_view(num_heads, kv.k.shape[-1]), kv.k, kv.v, meta.block_tables, meta.seq_lens, scale,
-            split_tokens=self.decode_split_tokens, order=meta.decode_order, uniform=meta.decode_uniform,
-            prologue=p,
-        )  # fmt: skip
 
     def attend(self, q, k_cache, v_cache, meta, scale, k_scale=None, v_scale=None, out=None):
         if meta.is_decode_only:  # split_tokens None: equal slices chosen from the batch shape
@@ -260,17 +234,14 @@ class TritonBackend(CacheAttentionBackend):
 
 
 def make_backend(
-    name: str,
-    decode_split_tokens: int | None = None,
-    prefill_narrow_up_to: int = 0,
-    decode_prologue: bool = False,
+    name: str, decode_split_tokens: int | None = None, prefill_narrow_up_to: int = 0
 ) -> AttentionBackend:
     if name == "torch":
         return AttentionBackend()
     if name == "sdpa":
         return SDPABackend()
     if name == "triton":
-        return TritonBackend(decode_split_tokens, prefill_narrow_up_to, decode_prologue)
+        return TritonBackend(decode_split_tokens, prefill_narrow_up_to)
     if name == "flash_attn":
         from llmbench.layers.attention.flash import FlashAttnBackend
 
