@@ -19,6 +19,8 @@ such as decode attention can pass 100% of the copy ceiling.
     python devtools/bench_kernels.py --tune decode-balanced  # devtools/balanced_decode.py against the default
     python devtools/bench_kernels.py --tune decode-ceiling   # the pool read and only summed, the register decode
     python devtools/bench_kernels.py --tune decode-rows      # a program per sequence, all its heads
+    python devtools/bench_kernels.py --tune decode-placement  # pages shuffled, in order or spread over a pool
+    python devtools/bench_kernels.py --tune read-pattern  # a read by chunk size, order, work a program
     python devtools/bench_kernels.py --tune prefill-fp8  # the prefill sweep over a float8 cache
     python devtools/bench_kernels.py --tune decode-fp8 --tune-only --json FILE   # that sweep alone
     python devtools/bench_kernels.py --smoke          # tiny shapes on CPU (TRITON_INTERPRET=1): tests the script
@@ -234,6 +236,57 @@ def read_ceiling_case(env: Env, n: int, block: int = 2048, steps: int = 16) -> l
     ]
 
 
+@jit
+def _chunk_read_kernel(x_ptr, chunks_ptr, out_ptr, half, BLOCK: tl.constexpr, STEPS: tl.constexpr,
+                       CHUNKS: tl.constexpr, PAIRED: tl.constexpr):  # fmt: skip
+    # Each program sums CHUNKS chunks of STEPS x BLOCK contiguous elements, the chunks ``chunks_ptr`` names
+    # (``PAIRED``: each chunk and its twin ``half`` elements further on, as a decode reads K and V).
+    acc = tl.zeros([BLOCK], tl.float32)
+    for c in range(CHUNKS):
+        start = tl.load(chunks_ptr + tl.program_id(0) * CHUNKS + c).to(tl.int64) * BLOCK * STEPS
+        for i in range(STEPS):
+            acc += tl.load(x_ptr + start + i * BLOCK + tl.arange(0, BLOCK)).to(tl.float32)
+            if PAIRED:
+                acc += tl.load(x_ptr + half + start + i * BLOCK + tl.arange(0, BLOCK)).to(tl.float32)
+    tl.store(out_ptr + tl.program_id(0), tl.sum(acc, axis=0))
+
+
+def read_pattern_case(env: Env, n: int, chunk_kb: int, program_kb: int, shuffled: bool, paired: bool,
+                      num_warps: int, check_it: bool = True) -> list[Row]:  # fmt: skip
+    """A read of ``n`` elements in chunks of ``chunk_kb`` KiB, ``program_kb`` KiB a program (both halves of
+    a chunk pair counted), chunks in address order or shuffled: which access patterns let a read-only
+    kernel reach the stream's rate (a paged decode reads scattered chunks, a few hundred KiB a program)."""
+    block = min(2048, chunk_kb * 1024 // env.t(1).element_size())
+    steps = chunk_kb * 1024 // (block * env.t(1).element_size())
+    per_program = max(1, program_kb // (chunk_kb * (2 if paired else 1)))
+    num_chunks = (n // 2 if paired else n) // (block * steps)
+    programs = num_chunks // per_program
+    x = env.t(n)
+    chunks = (
+        torch.randperm(num_chunks, device=env.device)
+        if shuffled
+        else torch.arange(num_chunks, device=env.device)
+    )
+    chunks = chunks[: programs * per_program].to(torch.int32)
+    out = torch.empty(programs, device=env.device, dtype=torch.float32)
+
+    def run() -> None:
+        _chunk_read_kernel[(programs,)](x, chunks, out, n // 2, BLOCK=block, STEPS=steps, CHUNKS=per_program,
+                                        PAIRED=paired, num_warps=num_warps)  # fmt: skip
+
+    name = f"chunk read {chunk_kb} KiB{' pairs' if paired else ''} {program_kb} KiB a program w{num_warps}"
+    name += " shuffled" if shuffled else " in order"
+    rel = None
+    if check_it:
+        run()
+        halves = 2 if paired else 1
+        parts = x.view(halves, -1)[:, : num_chunks * block * steps].float().view(halves, num_chunks, -1)
+        ref = parts[:, chunks.long()].sum(dim=(0, 2)).view(programs, per_program).sum(dim=1)
+        rel = check(name, out, ref, 1e-3)
+    read = programs * per_program * block * steps * (2 if paired else 1) * x.element_size()
+    return [row(name, f"{read / 2**20:g} MiB", time_us(env, run), read, rel)]
+
+
 def small_kernels(env: Env, T: int, H: int, inter: int, Hq: int, Hk: int, D: int) -> list[Row]:
     rows = []
     x, res, w = env.t(T, H), env.t(T, H), env.t(H)
@@ -339,18 +392,27 @@ def prologue_case(env: Env, T: int, Hq: int, Hk: int, D: int) -> list[Row]:
 
 def paged_cache(
     env: Env, B: int, context: int, block_size: int, Hk: int, D: int, kv_dtype=None, v_as_k: bool = False,
-    heads_first: bool = False,
+    heads_first: bool = False, placement: str = "shuffled",
 ):  # fmt: skip
-    """Caches and shuffled block tables, and the scales: a float8 ``kv_dtype`` quantises random bf16
+    """Caches and block tables, and the scales: a float8 ``kv_dtype`` quantises random bf16
     caches with per-head scales from their own values, V laid out by token as in the engine's pool
     (``v_as_k``: laid out as K instead); None: bf16 caches, no scales. ``heads_first``: each bf16 page
-    holds its heads one after another (a head's tokens contiguous), seen with the same indices."""
+    holds its heads one after another (a head's tokens contiguous), seen with the same indices.
+    ``placement``: where a sequence's pages lie in the pool: "shuffled" (a random permutation of the
+    batch's pages), "in order" (each sequence's pages one after another) or "spread N" (the batch's pages
+    drawn at random from a pool N times their number)."""
     per_seq = -(-context // block_size)
+    spread = int(placement.split()[1]) if placement.startswith("spread") else 1
+    pages = B * per_seq * spread
     if heads_first:
-        k_cache, v_cache = (env.t(B * per_seq, Hk, block_size, D).transpose(1, 2) for _ in range(2))
+        k_cache, v_cache = (env.t(pages, Hk, block_size, D).transpose(1, 2) for _ in range(2))
     else:
-        k_cache, v_cache = env.t(B * per_seq, block_size, Hk, D), env.t(B * per_seq, block_size, Hk, D)
-    block_tables = torch.randperm(B * per_seq, device=env.device).view(B, per_seq).to(torch.int32)  # shuffled
+        k_cache, v_cache = env.t(pages, block_size, Hk, D), env.t(pages, block_size, Hk, D)
+    if placement == "in order":
+        taken = torch.arange(B * per_seq, device=env.device)
+    else:
+        taken = torch.randperm(pages, device=env.device)[: B * per_seq]
+    block_tables = taken.view(B, per_seq).to(torch.int32)
     if kv_dtype is None:
         return k_cache, v_cache, block_tables, {}
     k_scale, v_scale = kv_scales_from(k_cache.flatten(0, 1), v_cache.flatten(0, 1), kv_dtype)
@@ -365,6 +427,7 @@ def decode_case(
     mixed: bool = False, split_tokens: int | None = None, kv_dtype: torch.dtype | None = None,
     ordered: bool = False, v_as_k: bool = False, shortest: float | None = None, uniform: bool = False,
     heads_first: bool = False, per_step_sm: int | None = None, balanced: BalancedConfig | None = None,
+    placement: str = "shuffled",
 ) -> list[Row]:  # fmt: skip
     """``mixed``: context lengths uniform in [context/10, context] (a served batch) instead of all equal,
     ``shortest``: in [shortest x context, context]; bandwidth then counts the K/V actually read. ``kv_dtype``: a float8 cache (see ``paged_cache``).
@@ -392,7 +455,7 @@ def decode_case(
 
     def make() -> tuple[tuple, dict, Callable[[], torch.Tensor]]:
         k_cache, v_cache, block_tables, scales = paged_cache(
-            env, B, context, block_size, Hk, D, kv_dtype, v_as_k, heads_first
+            env, B, context, block_size, Hk, D, kv_dtype, v_as_k, heads_first, placement
         )
         q = env.t(B, Hq, D)
         seq_lens = lens.to(device=env.device, dtype=torch.int32)
@@ -434,6 +497,7 @@ def decode_case(
     shape += " V as K" if fp8 and v_as_k else ""
     shape += " uniform tiles" if uniform else ""
     shape += " heads first" if heads_first else ""
+    shape += f" pages {placement}" if placement != "shuffled" else ""
     tail = f"t{config.tail_n}" if config.tail_n else ""
     cfg = f" n{config.block_n}{tail}w{config.num_warps}s{config.num_stages}"
     if balanced:
@@ -463,7 +527,7 @@ def decode_case(
 
 def ceiling_case(
     env: Env, B: int, context: int, kind: str, block_n: int, num_warps: int, num_stages: int,
-    evict: bool = False, splits: int = 1, check_it: bool = True,
+    evict: bool = False, splits: int = 1, check_it: bool = True, placement: str = "shuffled",
 ) -> list[Row]:  # fmt: skip
     """The batches a run drains through (contexts in [context/10, context], longest first, 16/8 heads of
     128, pages of 16), through devtools/register_decode.py's ``kind``: "paged read", the pool read as the
@@ -474,7 +538,7 @@ def ceiling_case(
     read = "read" in kind
 
     def make() -> tuple[tuple, Callable[[], torch.Tensor]]:
-        k_cache, v_cache, block_tables, _ = paged_cache(env, B, context, 16, 8, 128)
+        k_cache, v_cache, block_tables, _ = paged_cache(env, B, context, 16, 8, 128, placement=placement)
         seq_lens = lens.to(device=env.device, dtype=torch.int32)
         order = longest_first(seq_lens)
         cache = (k_cache, v_cache, block_tables, seq_lens)
@@ -499,6 +563,7 @@ def ceiling_case(
     kv_bytes = 2 * int(lens.sum()) * 8 * 128 * env.t(1).element_size()
     more = [make()[1] for _ in range(rotations(kv_bytes) - 1)]
     shape = f"B={B} ctx {context // 10}-{context} 16/8x128 page 16 longest first"
+    shape += f" pages {placement}" if placement != "shuffled" else ""
     return [row(name, shape, time_us(env, run, more=more), kv_bytes, rel)]
 
 
@@ -641,6 +706,25 @@ def tune(env: Env, kinds: list[str]) -> list[Row]:
             ):
                 attempt("decode-ceiling register", ceiling_case, batch, ctx // 2, "register decode", block_n,
                         num_warps, num_stages)  # fmt: skip
+    if "read-pattern" in kinds:  # chunk size, work a program, order, K/V pairs: what a read can take
+        n = 1 << 14 if env.smoke else 1 << 29
+        for chunk_kb, program_kb, shuffled, paired, num_warps in itertools.product(
+            (4, 32, 256), (64, 1024), (False, True), (False, True), (4, 16)
+        ):
+            if chunk_kb * (2 if paired else 1) <= program_kb and not (env.smoke and program_kb > 64):
+                attempt("read-pattern", read_pattern_case, n, chunk_kb, program_kb, shuffled, paired, num_warps,
+                        check_it=num_warps == 4)  # fmt: skip
+    if "decode-placement" in kinds:  # where a sequence's pages lie: shuffled, in order, spread over a pool
+        for batch, placement in itertools.product(
+            (5, 9) if env.smoke else (64, 128, 256),
+            ("shuffled", "in order", "spread 4" if env.smoke else "spread 16"),
+        ):
+            attempt("decode-placement default", decode_case, batch, ctx // 2, 16, 16, 8, 128, mixed=True,
+                    ordered=True, placement=placement, check_it=placement != "shuffled")  # fmt: skip
+            attempt("decode-placement read", ceiling_case, batch, ctx // 2, "paged read", 64, 4, 3,
+                    placement=placement)  # fmt: skip
+        for placement in ("shuffled", "in order"):  # uniform long contexts
+            attempt("decode-placement uniform", decode_case, 64, ctx, 16, 16, 8, 128, placement=placement)
     if "decode-rows" in kinds:  # a program per sequence (slice), all its heads: the read and the decode
         for batch in (5, 9) if env.smoke else (64, 128, 192, 256):
             attempt(
@@ -751,9 +835,9 @@ def main() -> None:
     )
     parser.add_argument("--json", type=Path, help="write the result rows to this JSON file")
     parser.add_argument(
-        "--tune", action="append", default=[], choices=["decode", "decode-balanced", "decode-fp8", "decode-fp8-mixed", "decode-batches", "decode-layout", "decode-ceiling", "decode-rows", "decode-fp8-tails", "decode-fp8-spread", "splits", "prefill", "prefill-fp8", "prefill-prompts", "prefill-lengths", "decode-slices"],
+        "--tune", action="append", default=[], choices=["decode", "decode-balanced", "decode-fp8", "decode-fp8-mixed", "decode-batches", "decode-layout", "decode-ceiling", "decode-placement", "read-pattern", "decode-rows", "decode-fp8-tails", "decode-fp8-spread", "splits", "prefill", "prefill-fp8", "prefill-prompts", "prefill-lengths", "decode-slices"],
         help="first sweep tile configs (decode; over a float8 cache, decode-fp8 at the headline shape and "
-        "decode-fp8-mixed at 256 mixed lengths, decode-batches at 16-256 with split counts, decode-layout: pages by token or by head; decode-ceiling: the pool read and only summed, against the engine's tiles and devtools/register_decode.py; decode-rows: a program per sequence with all its heads, the read and the decode; prefill, prefill-fp8, prefill-prompts: a step of whole 100-1024-token prompts; prefill-lengths: default against small tiles by prompt length; decode-slices: slices sized per batch; decode-balanced: devtools/balanced_decode.py against the default) or split-KV counts (splits); "
+        "decode-fp8-mixed at 256 mixed lengths, decode-batches at 16-256 with split counts, decode-layout: pages by token or by head; decode-ceiling: the pool read and only summed, against the engine's tiles and devtools/register_decode.py; decode-placement: a sequence's pages shuffled, in order or spread over a larger pool; read-pattern: a read of chunks of several sizes, in order or shuffled, alone or in K/V pairs; decode-rows: a program per sequence with all its heads, the read and the decode; prefill, prefill-fp8, prefill-prompts: a step of whole 100-1024-token prompts; prefill-lengths: default against small tiles by prompt length; decode-slices: slices sized per batch; decode-balanced: devtools/balanced_decode.py against the default) or split-KV counts (splits); "
         "repeatable, a few minutes each",
     )  # fmt: skip
     parser.add_argument(

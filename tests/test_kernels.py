@@ -1107,6 +1107,42 @@ def test_the_read_ceiling_kernel_sums_every_block_it_reads(monkeypatch) -> None:
     assert [r.timing for r in rows] == ["graph", "graph", "eager"]
 
 
+@pytest.mark.parametrize("shuffled,paired", [(False, False), (True, True)])
+def test_the_chunk_read_kernel_sums_the_chunks_it_is_given(monkeypatch, shuffled, paired) -> None:
+    # devtools/bench_kernels.py --tune read-pattern: chunks in a given order, alone or in K/V pairs
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "devtools"))
+    import bench_kernels
+
+    env = bench_kernels.Env.pick(smoke=DEVICES != ["cuda"])
+    n, chunk = 4096, 256  # elements
+    halves = 2 if paired else 1
+    num_chunks = n // halves // chunk
+    x = env.t(n)
+    order = torch.randperm(num_chunks) if shuffled else torch.arange(num_chunks)
+    chunks = order.to(device=env.device, dtype=torch.int32)
+    out = torch.empty(num_chunks // 2, device=env.device, dtype=torch.float32)  # two chunks a program
+    bench_kernels._chunk_read_kernel[(out.numel(),)](
+        x, chunks, out, n // 2, BLOCK=64, STEPS=chunk // 64, CHUNKS=2, PAIRED=paired
+    )
+    parts = x.view(halves, num_chunks, chunk).float().sum(dim=(0, 2))
+    torch.testing.assert_close(out, parts[order.to(env.device)].view(-1, 2).sum(dim=1), rtol=1e-5, atol=1e-3)
+
+
+@pytest.mark.parametrize("placement", ["in order", "spread 4"])
+def test_the_benchmark_pool_places_each_sequence_pages_as_asked(monkeypatch, placement) -> None:
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "devtools"))
+    import bench_kernels
+
+    env = bench_kernels.Env.pick(smoke=True)
+    k, v, tables, _ = bench_kernels.paged_cache(env, 3, 40, 16, 2, 8, placement=placement)
+    pages = tables.flatten().long()
+    assert pages.unique().numel() == pages.numel() == 9  # three pages each, none shared
+    if placement == "in order":
+        assert pages.tolist() == list(range(9)) and k.shape[0] == v.shape[0] == 9
+    else:
+        assert k.shape[0] == 36 and int(pages.max()) < 36
+
+
 @pytest.mark.skipif(DEVICES == ["cuda"], reason="the script's CPU smoke form")
 def test_bench_kernels_read_ceiling_writes_those_rows_alone(tmp_path) -> None:
     script = Path(__file__).resolve().parents[1] / "devtools" / "bench_kernels.py"
