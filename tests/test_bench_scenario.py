@@ -90,6 +90,28 @@ def test_unknown_key_is_an_error_that_lists_the_allowed_keys(tmp_path):
     )
 
 
+@pytest.mark.parametrize(
+    "key,where",
+    [
+        ("temperature", "sampling.temperature"),  # a section's key at the top level
+        ("max_num_seqs", "engine.max_num_seqs"),  # an engine option
+        ("cuda_graph_buckets", "engine.tuning.cuda_graph_buckets"),  # a tuning knob, two sections in
+        ("workload.temperature", "sampling.temperature"),  # another section's key
+        ("arrival.input_len", "workload.input_len"),
+    ],
+)
+def test_a_key_set_in_the_wrong_section_names_the_section_that_holds_it(tmp_path, key, where):
+    msg = error_of(write(tmp_path, MINIMAL), [f"{key}=3"])
+    assert f"{key}: unknown key (did you mean {where!r}?); allowed here:" in msg
+
+
+def test_a_key_no_section_holds_or_several_hold_gets_no_guess(tmp_path):
+    # "min" is a field of several ranges (input_len, output_len): no single section to name
+    for key in ("nonsense", "min"):
+        msg = error_of(write(tmp_path, MINIMAL), [f"{key}=3"])
+        assert f"{key}: unknown key; allowed here:" in msg
+
+
 def test_unknown_top_level_key_and_unknown_engine_option(tmp_path):
     msg = error_of(write(tmp_path, {**MINIMAL, "engin": {}, "engine": {"cuda_graphs": True}}))
     assert "engin: unknown key (did you mean 'engine'?); allowed here:" in msg

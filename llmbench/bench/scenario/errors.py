@@ -60,6 +60,26 @@ def model_at(loc: tuple[Any, ...], root: type[BaseModel] = Scenario) -> type[Bas
     return current if isinstance(current, type) and issubclass(current, BaseModel) else None
 
 
+def nested_path(name: str, model: type[BaseModel], depth: int = 2) -> str | None:
+    """The dotted path, from ``model``, of a field ``name`` that belongs one or two sections further in
+    (``temperature`` -> ``sampling.temperature``), or None when no section holds exactly one such field."""
+    found: list[str] = []
+    if model is Scenario:  # the engine's options are a mapping the engine checks itself
+        from llmbench.engine.config import ENGINE_CHECKS, TUNING_CHECKS
+
+        found += [f"engine.{name}"] if name in ENGINE_CHECKS else []
+        found += [f"engine.tuning.{name}"] if name in TUNING_CHECKS else []
+    for field in model.model_fields:
+        sub = model_at((field,), model)
+        if sub is None or sub is model:
+            continue
+        if name in sub.model_fields:
+            found.append(f"{field}.{name}")
+        elif depth > 1 and (deeper := nested_path(name, sub, depth - 1)):
+            found.append(f"{field}.{deeper}")
+    return found[0] if len(found) == 1 else None
+
+
 def _show(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -79,6 +99,11 @@ def describe(error: dict[str, Any]) -> tuple[str, str]:
         model = model_at(loc[:-1])
         allowed = ", ".join(model.model_fields) if model is not None else "see the scenario reference"
         near = did_you_mean(str(loc[-1]), model.model_fields) if model is not None and loc else ""
+        if model is not None and loc and not near:  # a key set in the wrong section
+            inner = nested_path(str(loc[-1]), model)
+            where = format_loc((*loc[:-1], *inner.split("."))) if inner else None
+            where = where or (nested_path(str(loc[-1]), Scenario) if model is not Scenario else None)
+            near = f" (did you mean {where!r}?)" if where else ""
         return format_loc(loc), f"unknown key{near}; allowed here: {allowed}"
     if kind == "missing":
         return format_loc(loc), "required"
