@@ -83,12 +83,20 @@ FALLBACK_PEAK = (
 )
 
 
-def copy_peak(device: str) -> float:
-    """This device's measured copy bandwidth (``llmbench calibrate``), else its datasheet's, else FALLBACK_PEAK."""
+def copy_peak(device: str) -> tuple[float, str]:
+    """This device's measured copy bandwidth (``llmbench calibrate``), else its datasheet's, else
+    FALLBACK_PEAK; and where it came from (the kernel tables' "of the copy ceiling" divides by it)."""
     from llmbench.bench.peaks import choose_peak
 
     peak = choose_peak(device).peak if device.startswith("cuda") else None
-    return peak.mem_bandwidth if peak is not None else FALLBACK_PEAK
+    if peak is None:
+        return FALLBACK_PEAK, "an H200's copy, no better figure known"
+    if peak.source == "measured":
+        return peak.mem_bandwidth, f"measured {peak.measured_at}, {peak.calibration_file}"
+    return peak.mem_bandwidth, (
+        "the datasheet's, not a copy's: run `llmbench calibrate` or set LLMBENCH_CALIBRATION for the measured "
+        "ceiling the other kernel tables divide by"
+    )
 
 
 PEAK_BYTES_PER_S = FALLBACK_PEAK  # set from the device in main()
@@ -813,7 +821,16 @@ def tune(env: Env, kinds: list[str]) -> list[Row]:
 
 
 def print_table(rows: list[Row]) -> None:
-    head = ("kernel", "shape", "timing", "time (µs)", "GB/s", "of 4.25 TB/s", "TFLOP/s", "max rel diff")
+    head = (
+        "kernel",
+        "shape",
+        "timing",
+        "time (µs)",
+        "GB/s",
+        f"of {PEAK_BYTES_PER_S / 1e12:.2f} TB/s",
+        "TFLOP/s",
+        "max rel diff",
+    )
     cells = [
         (r.kernel, r.shape, r.timing, f"{r.time_us:,.1f}", f"{r.gb_per_s:,.0f}", f"{r.frac_peak:.1%}",
          "" if r.tflops is None else f"{r.tflops:.1f}", "" if r.max_rel_diff is None else f"{r.max_rel_diff:.1e}")
@@ -862,11 +879,11 @@ def main() -> None:
     env = Env.pick(args.smoke, args.warmup_ms, args.rep_ms)
     torch.manual_seed(0)
     global PEAK_BYTES_PER_S
-    PEAK_BYTES_PER_S = copy_peak(env.device)
+    PEAK_BYTES_PER_S, source = copy_peak(env.device)
     if not args.smoke:
         print(
             f"{torch.cuda.get_device_name()}  torch {torch.__version__}  copy ceiling "
-            f"{PEAK_BYTES_PER_S / 1e12:.2f} TB/s",
+            f"{PEAK_BYTES_PER_S / 1e12:.2f} TB/s ({source})",
             flush=True,
         )
 
