@@ -266,3 +266,45 @@ def test_engine_failure_mid_run_keeps_what_was_measured(tmp_path, monkeypatch):
         and "the engine broke" in run.meta["error"]
     )
     assert sorted(run.table("requests")["request_id"]) == ["0", "1"]
+
+
+@pytest.mark.parametrize("torchrun", [False, True])
+def test_a_signal_while_the_command_leaves_prints_no_traceback(tmp_path, torchrun):
+    # torchrun sends SIGTERM to the other ranks once one has failed; one that arrives while a rank is
+    # leaving (its error already written) must not become a traceback or change the exit status.
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    script = tmp_path / "leave.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import os, signal, sys, time
+            import llmbench.cli.app as cli
+
+            def failed():
+                print("error: what went wrong", file=sys.stderr)
+                raise SystemExit(2)
+
+            class Flushed:  # the signal comes as main() flushes its output on the way out
+                def __init__(self, stream): self.stream = stream
+                def write(self, text): return self.stream.write(text)
+                def flush(self):
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    time.sleep(0.2)
+                    self.stream.flush()
+
+            cli.app = failed
+            sys.stdout = Flushed(sys.stdout)
+            cli.main()  # outside torchrun the interpreter flushes sys.stdout as it exits
+            """
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TORCHELASTIC_RUN_ID"}
+    if torchrun:
+        env["TORCHELASTIC_RUN_ID"] = "test"
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and "error: what went wrong" in done.stderr

@@ -68,6 +68,10 @@ def main() -> None:
     try:
         app()
     except SystemExit as done:
+        # The command is over, its message written: a signal now (torchrun stopping the other ranks once
+        # one has failed, a second Ctrl-C) must not turn its exit into a traceback.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         if os.environ.get("TORCHELASTIC_RUN_ID") is not None:
             # Under torchrun, once everything is written: leave without the interpreter's teardown, in
             # which torch.distributed's objects aborted the process about one time in ten (CPU, gloo,
