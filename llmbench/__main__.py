@@ -1,6 +1,6 @@
 """``python -m llmbench`` is the ``llmbench`` command."""
 
-from llmbench.cli.app import main
+from llmbench.cli.entry import main
 
 if __name__ == "__main__":
     main()

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -272,11 +276,6 @@ def test_engine_failure_mid_run_keeps_what_was_measured(tmp_path, monkeypatch):
 def test_a_signal_while_the_command_leaves_prints_no_traceback(tmp_path, torchrun):
     # torchrun sends SIGTERM to the other ranks once one has failed; one that arrives while a rank is
     # leaving (its error already written) must not become a traceback or change the exit status.
-    import os
-    import subprocess
-    import sys
-    import textwrap
-
     script = tmp_path / "leave.py"
     script.write_text(
         textwrap.dedent(
@@ -308,3 +307,31 @@ def test_a_signal_while_the_command_leaves_prints_no_traceback(tmp_path, torchru
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr and "error: what went wrong" in done.stderr
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_an_interrupt_while_the_command_line_loads_prints_no_traceback(tmp_path, signame):
+    # The command line's modules take a moment to load; an interrupt then is an interrupt like any other.
+    script = tmp_path / "early.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import importlib.abc, os, signal, sys, time
+
+            class Loading(importlib.abc.MetaPathFinder):  # the signal comes as the app's module loads
+                def find_spec(self, name, path, target=None):
+                    if name == "llmbench.cli.app":
+                        os.kill(os.getpid(), signal.{signame})
+                        time.sleep(0.5)
+                    return None
+
+            sys.meta_path.insert(0, Loading())
+            sys.argv = ["llmbench", "models"]
+            from llmbench.cli.entry import main
+            main()
+            """
+        )
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.strip() == "error: interrupted", done.stderr

@@ -630,3 +630,21 @@ def test_a_worker_is_accepted_with_its_key_without_nagles_delay_and_waited_for_a
         thread.join()
         with pytest.raises(TPError, match="a tensor-parallel worker did not connect within 0 s"):
             accept_worker(server, key, timeout_s=0.2)
+
+
+def test_a_ctrl_c_while_a_worker_starts_prints_no_traceback(tmp_path):
+    # A Ctrl-C in the terminal reaches the tensor-parallel workers too, often while they are still loading
+    # torch (seconds); rank 0 handles it, a worker must neither die of it nor print the import's traceback.
+    env = {**os.environ, "LLMBENCH_TP_ADDR": "127.0.0.1:1", "LLMBENCH_TP_AUTH": "00"}  # nobody listens
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llmbench.engine.tp_worker"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    time.sleep(0.8)  # inside torch's import
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=HANG_GUARD_S)
+    assert "KeyboardInterrupt" not in err, err[-3000:]
+    assert "ConnectionRefusedError" in err  # it went on to reach for rank 0, which it would have served

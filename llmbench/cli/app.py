@@ -29,6 +29,7 @@ from llmbench.cli import profile as profile_cmd
 from llmbench.cli import quality as quality_cmd
 from llmbench.cli import report as report_cmd
 from llmbench.cli import run as run_cmd
+from llmbench.cli.entry import as_interrupt
 
 app = typer.Typer(
     name="llmbench",
@@ -57,14 +58,10 @@ app.command("docs")(docs_cmd.docs)
 app.command("quality-child", hidden=True)(quality_cmd.quality_child)
 
 
-def _sigterm_as_interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
-
-
 def main() -> None:
     # A SIGTERM (timeout, a batch scheduler, docker stop) ends a run like Ctrl-C: what was measured so far
     # is written and marked incomplete, and an ablation records itself as interrupted.
-    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    signal.signal(signal.SIGTERM, as_interrupt)
     try:
         app()
     except SystemExit as done:

@@ -9,6 +9,12 @@ from __future__ import annotations
 import os
 import signal
 import sys
+
+if __name__ == "__main__":
+    # A Ctrl-C in the terminal reaches this worker too; rank 0 handles it and stops the workers. Ignored
+    # before torch loads (seconds), so that it cannot print the import's traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Client
@@ -93,7 +99,6 @@ def serve_launched(config, model_config, folder, max_model_len, launched) -> NoR
 def worker_main() -> None:  # pragma: no cover  (a child process; exercised by the tensor-parallel tests)
     """Ranks 1..tp-1: receive the engine's settings from rank 0, build the shard, run every step sent."""
     _die_with_parent()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     host, port = os.environ["LLMBENCH_TP_ADDR"].rsplit(":", 1)
     conn = Client((host, int(port)), authkey=bytes.fromhex(os.environ["LLMBENCH_TP_AUTH"]))
     no_delay(conn)
