@@ -83,10 +83,16 @@ def test_a_variant_that_cannot_run_here_is_an_error_before_anything_runs(tmp_pat
     monkeypatch.setattr(execute, "_run_child", lambda *a, **k: pytest.fail("a variant was run"))
     res = invoke("ablate", "--toggle", "cuda_graph", "--out", tmp_path / "r")
     assert res.exit_code == 2
-    assert res.stderr.endswith(
+    head, _, listed = res.stderr.strip().rpartition(" Toggles this scenario can flip here: ")
+    assert head.endswith(
         "error: variant cuda_graph=on cannot run here: cuda_graph=True needs a CUDA device: CUDA Graphs "
-        "cannot run on the CPU. Nothing was run.\n"
+        "cannot run on the CPU. Nothing was run."
     )
+    # what a new user can try instead: the toggles whose flip runs on this machine, not the one that cannot
+    from llmbench.engine.config import toggle_names
+
+    here = listed.rstrip(".").split(", ")
+    assert "prefix_cache" in here and "cuda_graph" not in here and set(here) <= set(toggle_names())
     assert not (tmp_path / "r").exists()
 
 
@@ -102,9 +108,9 @@ def test_every_variant_that_cannot_run_is_named(tmp_path):
     res = invoke("ablate", "--toggle", "cuda_graph", "--toggle", "attention_backend=flash_attn",
                  "--design", "one-at-a-time", "--set", "engine.device=cpu", "--out", tmp_path / "r")  # fmt: skip
     assert res.exit_code == 2
-    assert res.stderr.endswith(
+    assert res.stderr.split(" Toggles this scenario can flip here: ")[0].endswith(
         f"error: 2 variants cannot run here: cuda_graph=on: {why(cuda_graph=True)}; "
-        f"attention_backend=flash_attn: {why(attention_backend='flash_attn')}. Nothing was run.\n"
+        f"attention_backend=flash_attn: {why(attention_backend='flash_attn')}. Nothing was run."
     )
     assert not (tmp_path / "r").exists()
 
@@ -240,7 +246,7 @@ def test_many_variants_that_cannot_run_are_counted_not_all_listed(tmp_path, monk
     assert res.exit_code == 2
     (line,) = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
     assert line.startswith("error: 16 variants cannot run here: cuda_graph=on+paged_kv=on+")
-    assert line.endswith("; and 13 more. Nothing was run.")
+    assert line.split(" Toggles this scenario can flip here: ")[0].endswith("; and 13 more. Nothing was run.")
     assert line.count("CUDA Graphs cannot run on the CPU") == 3
     assert not (tmp_path / "r").exists()
 

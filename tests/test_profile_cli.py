@@ -59,6 +59,7 @@ def test_a_toggle_that_cannot_apply_names_the_reason(tmp_path):
     res = invoke("profile", scenario(tmp_path), "--toggle", "cuda_graph", "--out", tmp_path / "r")
     assert res.exit_code == 2
     assert "variant cuda_graph=on cannot run here: cuda_graph=True needs a CUDA device" in res.stderr
+    assert "Toggles this scenario can flip here: paged_kv, prefix_cache" in res.stderr
     assert not (tmp_path / "r").exists()
     res = invoke("profile", scenario(tmp_path), "--toggle", "warp_speed", "--out", tmp_path / "r")
     assert res.exit_code == 2 and "Unknown toggle: 'warp_speed'" in res.stderr

@@ -37,7 +37,7 @@ from typing import NamedTuple
 
 from pydantic import ValidationError
 
-from llmbench.bench.ablation.plan import SAMPLING, BackendVariant, Toggle, Variant
+from llmbench.bench.ablation.plan import SAMPLING, BackendVariant, Toggle, Variant, plan
 from llmbench.bench.errors import BenchError, StoreError
 from llmbench.bench.hardware import command_line
 from llmbench.bench.scenario.loader import ResolvedScenario
@@ -216,6 +216,26 @@ def write_comparison(folder: Path, baseline: str) -> None:
         write_json(folder / COMPARISON_FILE, ablation_comparisons(base[0], others))
 
 
+def runnable_toggles(resolved: ResolvedScenario) -> list[str]:
+    """The on/off toggles whose flip this scenario can run on this machine (named when a variant cannot)."""
+    from llmbench.bench.backends.engine import engine_config
+    from llmbench.engine.config import toggle_names
+
+    try:
+        config = engine_config(resolved.scenario)
+    except ValueError:  # the scenario itself cannot run: no toggle can
+        return []
+    names = []
+    for name in toggle_names():
+        try:
+            variants = plan("flip", [Toggle(name, None)], config)
+        except (BenchError, ValueError):  # ValueError: the engine's ConfigError
+            continue
+        if all(config_problem(resolved, v) is None for v in variants):
+            names.append(name)
+    return names
+
+
 def run_ablation(
     resolved: ResolvedScenario,
     sets: list[str],
@@ -239,7 +259,9 @@ def run_ablation(
             if len(cannot) > MOST_LISTED:
                 listed.append(f"and {len(cannot) - MOST_LISTED} more")
             what = f"{len(cannot)} variants cannot run here: " + "; ".join(listed)
-        raise BenchError(f"{what}. Nothing was run.")
+        here = runnable_toggles(resolved) if not any(isinstance(v, BackendVariant) for v in variants) else []
+        hint = f" Toggles this scenario can flip here: {', '.join(here)}." if here else ""
+        raise BenchError(f"{what}. Nothing was run.{hint}")
     folder = Path(out_root) / sc.name / f"{time.strftime('%Y%m%d-%H%M%S')}-ablate"
     k = 2
     while folder.exists():
