@@ -70,6 +70,9 @@ def test_run_writes_a_complete_result_folder(tmp_path):
     assert "auto" not in json.dumps(config) and meta["engine_options"] == {"device": "cpu"}
     assert {"python", "torch", "triton", "transformers", "llmbench"} <= set(meta["versions"])
     assert "commit" in meta["git"] and meta["command_line"] and meta["model_info"]["name"] == "qwen3-tiny"
+    from llmbench.bench.hardware import source_digest
+
+    assert meta["git"]["source"] == source_digest()  # the code that ran, whatever git says
     assert meta["startup"]["kv_num_blocks"] > 0
     reqs = run.table("requests")
     assert len(reqs) == 6 and set(reqs["finish_reason"]) == {"length"}

@@ -245,3 +245,35 @@ def test_a_block_over_a_run_that_is_skipped_or_read_in_part_is_an_error(tmp_path
     summary.write_text("{")
     res = _docs(doc, text)
     assert res.exit_code == 2 and "summary.json is unreadable" in res.output
+
+
+def test_the_source_digest_follows_the_package_code_and_nothing_else(tmp_path):
+    from llmbench.bench.hardware import source_digest
+
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "a.py").write_text("x = 1\n")
+    (package / "sub" / "b.py").write_text("y = 2\n")
+    first = source_digest(package)
+    (package / "notes.txt").write_text("not code")  # only Python files count
+    assert source_digest(package) == first and len(first) == 12
+    (package / "sub" / "b.py").write_text("y = 3\n")
+    assert source_digest(package) != first
+    (package / "sub" / "b.py").write_text("y = 2\n")
+    assert source_digest(package) == first
+    (package / "sub" / "b.py").rename(package / "b2.py")  # the same bytes under another name
+    assert source_digest(package) != first
+
+
+def test_a_run_from_a_tree_with_local_changes_names_its_source_digest_in_the_header(tmp_path):
+    folder = _ablation(tmp_path)
+    for meta_path in folder.rglob("meta.json"):
+        meta = json.loads(meta_path.read_text())
+        meta["git"]["source"] = "0123456789ab"
+        meta_path.write_text(json.dumps(meta))
+    doc = tmp_path / "DOC.md"
+    doc.write_text(
+        "<!-- llmbench: report results/kept-ablation --view overview -m output_throughput -->\n<!-- /llmbench -->\n"
+    )
+    assert CliRunner().invoke(app, ["docs", str(doc)]).exit_code == 0
+    assert "with uncommitted changes (source 0123456789ab)" in doc.read_text()

@@ -5,6 +5,7 @@ The peaks that utilisation figures divide by (datasheet or measured) are in benc
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import os
 import platform
@@ -55,9 +56,24 @@ def versions() -> dict[str, Any]:
     return out
 
 
+def source_digest(package: Path | None = None) -> str:
+    """The first 12 hex digits of a SHA-256 over the package's Python files (paths and contents): the
+    code that ran, whatever git says (a tree with local changes, a copy without its history)."""
+    package = package or Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
 def git_commit(repo: Path | None = None) -> dict[str, Any]:
-    """HEAD and whether the tree has local changes, read-only (no index refresh); None outside git."""
+    """HEAD and whether the tree has local changes, read-only (no index refresh), None for both outside
+    git; and the package's ``source_digest``."""
     repo = repo or Path(__file__).resolve().parents[2]
+    return {**_head(repo), "source": source_digest()}
+
+
+def _head(repo: Path) -> dict[str, Any]:
     try:
         head = subprocess.run(
             ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10

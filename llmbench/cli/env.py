@@ -38,4 +38,5 @@ def env() -> None:
         table.add_row(f"gpu {gpu['nvml_index']}", f"{gpu['name']}, {mem}{peaks}")
     git = git_commit()
     table.add_row("git commit", f"{git['commit'] or '–'}{' (local changes)' if git['dirty'] else ''}")
+    table.add_row("source", f"{git['source']} (the package's Python files; runs record it)")
     console.print(table)

@@ -251,10 +251,12 @@ def _device(meta: dict) -> str:
 
 def _commit(meta: dict) -> str:
     git = meta.get("git") or {}
-    commit = git.get("commit")
+    commit, source = git.get("commit"), git.get("source")
     if not commit:
-        return "at an unknown commit"
-    return f"at {commit[:10]}" + (" with uncommitted changes" if git.get("dirty") else "")
+        return f"at an unknown commit (source {source})" if source else "at an unknown commit"
+    if git.get("dirty"):  # which code ran: the digest tells two such runs apart
+        return f"at {commit[:10]} with uncommitted changes" + (f" (source {source})" if source else "")
+    return f"at {commit[:10]}"
 
 
 def _made(block: Block, root: Path) -> str:
