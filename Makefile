@@ -58,6 +58,7 @@ bench-check:  # the GPU-only tests, the machine's peaks, the kernels at real siz
 	PYTHONPATH=. $(PYTHON) devtools/bench_kernels.py --tune prefill-lengths --tune-only --json $(BENCH_OUT)/kernels-prefill-lengths.json
 	PYTHONPATH=. $(PYTHON) devtools/bench_kernels.py --tune decode-ceiling --tune-only --json $(BENCH_OUT)/kernels-ceiling.json
 	PYTHONPATH=. $(PYTHON) devtools/bench_kernels.py --tune decode-rows --tune-only --json $(BENCH_OUT)/kernels-rows.json
+	PYTHONPATH=. $(PYTHON) devtools/bench_kernels.py --tune decode-placement --tune-only --json $(BENCH_OUT)/kernels-placement.json
 	PYTHONPATH=. $(PYTHON) devtools/splitk_matmul.py --json $(BENCH_OUT)/splitk.json
 
 bench-runs:  # every scenario under scenarios/bench/ at the defaults
