@@ -285,6 +285,7 @@ def test_a_signal_while_the_command_leaves_prints_no_traceback(tmp_path, torchru
             """
             import os, signal, sys, time
             import llmbench.cli.app as cli
+            from llmbench.cli.entry import main
 
             def failed():
                 print("error: what went wrong", file=sys.stderr)
@@ -300,7 +301,7 @@ def test_a_signal_while_the_command_leaves_prints_no_traceback(tmp_path, torchru
 
             cli.app = failed
             sys.stdout = Flushed(sys.stdout)
-            cli.main()  # outside torchrun the interpreter flushes sys.stdout as it exits
+            main()  # outside torchrun the interpreter flushes sys.stdout as it exits
             """
         )
     )

@@ -13,10 +13,6 @@ docs       regenerate the measured tables of README.md and BENCHMARKS.md from ke
 
 from __future__ import annotations
 
-import os
-import signal
-import sys
-
 import typer
 
 from llmbench.cli import ablate as ablate_cmd
@@ -29,7 +25,6 @@ from llmbench.cli import profile as profile_cmd
 from llmbench.cli import quality as quality_cmd
 from llmbench.cli import report as report_cmd
 from llmbench.cli import run as run_cmd
-from llmbench.cli.entry import as_interrupt
 
 app = typer.Typer(
     name="llmbench",
@@ -56,25 +51,3 @@ app.command("env")(env_cmd.env)
 app.command("calibrate")(calibrate_cmd.calibrate)
 app.command("docs")(docs_cmd.docs)
 app.command("quality-child", hidden=True)(quality_cmd.quality_child)
-
-
-def main() -> None:
-    # A SIGTERM (timeout, a batch scheduler, docker stop) ends a run like Ctrl-C: what was measured so far
-    # is written and marked incomplete, and an ablation records itself as interrupted.
-    signal.signal(signal.SIGTERM, as_interrupt)
-    try:
-        app()
-    except SystemExit as done:
-        # The command is over, its message written: a signal now (torchrun stopping the other ranks once
-        # one has failed, a second Ctrl-C) must not turn its exit into a traceback.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        if os.environ.get("TORCHELASTIC_RUN_ID") is not None:
-            # Under torchrun, once everything is written: leave without the interpreter's teardown, in
-            # which torch.distributed's objects aborted the process about one time in ten (CPU, gloo,
-            # torch 2.13), turning a finished run into a failure. Ranks > 0 never get here.
-            sys.stdout.flush()
-            sys.stderr.flush()
-            code = done.code
-            os._exit(code if isinstance(code, int) else (0 if code is None else 1))
-        raise

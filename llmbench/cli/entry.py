@@ -1,22 +1,43 @@
-"""The ``llmbench`` command's entry point. Ctrl-C and SIGTERM are an interrupt from its first moment, before
-the command line's modules load (about a quarter of a second), so that an early one prints no traceback."""
+"""The ``llmbench`` command's entry point: its signals and its exit.
+
+Ctrl-C and SIGTERM are an interrupt from the first moment, before the command line's modules load (about a
+quarter of a second), so that an early one prints no traceback; once the command is over they are ignored,
+so that one arriving while it leaves cannot either.
+"""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
 
 def as_interrupt(signum, frame) -> None:
-    """SIGTERM (a timeout, a batch scheduler, docker stop) handled as Ctrl-C is."""
+    """SIGTERM (a timeout, a batch scheduler, docker stop) handled as Ctrl-C is: what was measured so far is
+    written and marked incomplete, and an ablation records itself as interrupted."""
     raise KeyboardInterrupt
 
 
 def main() -> None:
     signal.signal(signal.SIGTERM, as_interrupt)
     try:
-        from llmbench.cli.app import main as run_command
+        from llmbench.cli.app import app
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         raise SystemExit(130) from None
-    run_command()
+    try:
+        app()
+    except SystemExit as done:
+        # The command is over, its message written: a signal now (torchrun stopping the other ranks once
+        # one has failed, a second Ctrl-C) must not turn its exit into a traceback.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if os.environ.get("TORCHELASTIC_RUN_ID") is not None:
+            # Under torchrun, once everything is written: leave without the interpreter's teardown, in
+            # which torch.distributed's objects aborted the process about one time in ten (CPU, gloo,
+            # torch 2.13), turning a finished run into a failure. Ranks > 0 never get here.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            code = done.code
+            os._exit(code if isinstance(code, int) else (0 if code is None else 1))
+        raise

@@ -216,8 +216,14 @@ def write_comparison(folder: Path, baseline: str) -> None:
         write_json(folder / COMPARISON_FILE, ablation_comparisons(base[0], others))
 
 
+def toggles_hint(resolved: ResolvedScenario) -> str:
+    """``Toggles this scenario can flip here: ...``, said when a variant cannot run; "" when none can."""
+    here = runnable_toggles(resolved)
+    return f"Toggles this scenario can flip here: {', '.join(here)}." if here else ""
+
+
 def runnable_toggles(resolved: ResolvedScenario) -> list[str]:
-    """The on/off toggles whose flip this scenario can run on this machine (named when a variant cannot)."""
+    """The on/off toggles whose flip this scenario can run on this machine."""
     from llmbench.bench.backends.engine import engine_config
     from llmbench.engine.config import toggle_names
 
@@ -259,9 +265,8 @@ def run_ablation(
             if len(cannot) > MOST_LISTED:
                 listed.append(f"and {len(cannot) - MOST_LISTED} more")
             what = f"{len(cannot)} variants cannot run here: " + "; ".join(listed)
-        here = runnable_toggles(resolved) if not any(isinstance(v, BackendVariant) for v in variants) else []
-        hint = f" Toggles this scenario can flip here: {', '.join(here)}." if here else ""
-        raise BenchError(f"{what}. Nothing was run.{hint}")
+        hint = "" if any(isinstance(v, BackendVariant) for v in variants) else toggles_hint(resolved)
+        raise BenchError(f"{what}. Nothing was run. {hint}".rstrip())
     folder = Path(out_root) / sc.name / f"{time.strftime('%Y%m%d-%H%M%S')}-ablate"
     k = 2
     while folder.exists():

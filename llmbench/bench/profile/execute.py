@@ -27,7 +27,7 @@ from llmbench.bench.ablation.execute import (
     child_command,
     child_error,
     config_problem,
-    runnable_toggles,
+    toggles_hint,
 )
 from llmbench.bench.ablation.plan import Variant
 from llmbench.bench.errors import BenchError
@@ -65,9 +65,8 @@ def check_variants(resolved: ResolvedScenario, variants: list[Variant]) -> None:
         problem = config_problem(resolved, v)
         if problem is not None:
             what = "the scenario itself" if not v.options else f"variant {v.name}"
-            here = runnable_toggles(resolved) if v.options else []
-            hint = f". Toggles this scenario can flip here: {', '.join(here)}" if here else ""
-            raise BenchError(f"{what} cannot run here: {problem}{hint}")
+            hint = toggles_hint(resolved) if v.options else ""
+            raise BenchError(f"{what} cannot run here: {problem}" + (f". {hint}" if hint else ""))
 
 
 def new_folder(out_root: Path, scenario: str) -> Path:
