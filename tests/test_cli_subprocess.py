@@ -33,6 +33,19 @@ def test_help_lists_every_command(tmp_path):
         assert cmd in res.stdout
 
 
+def test_the_command_list_shows_each_summary_as_one_sentence():
+    """Typer's command list shows a command's ``short_help``, else its docstring's first paragraph with
+    the line breaks kept, which then cut the list's column mid-sentence."""
+    import typer
+
+    from llmbench.cli.app import app
+
+    group = typer.main.get_command(app)
+    for name, cmd in group.commands.items():
+        shown = cmd.short_help or (cmd.help or "").split("\n\n")[0]
+        assert shown and "\n" not in shown and "  " not in shown, (name, shown)
+
+
 HEAVY = ("torch", "pandas", "pyarrow", "matplotlib")
 # ``python -m llmbench ARGS``, then which of HEAVY the process had imported by the time it exited.
 _PROBE = """

@@ -41,13 +41,23 @@ def _root() -> None:
     """Benchmark and profile LLM inference on a built-in engine whose every optimisation is a switch."""
 
 
-app.command("run")(run_cmd.run)
-app.command("ablate")(ablate_cmd.ablate)
-app.command("profile")(profile_cmd.profile)
-app.command("report")(report_cmd.report)
-app.command("compare")(compare_cmd.compare)
-app.command("models")(models_cmd.models)
-app.command("env")(env_cmd.env)
-app.command("calibrate")(calibrate_cmd.calibrate)
-app.command("docs")(docs_cmd.docs)
+def _command(name: str, fn) -> None:
+    """Register ``fn`` as ``name``; the command list shows its docstring's first paragraph as one line
+    (left to Typer, a line break inside it would be kept and break the list's column)."""
+    first = (fn.__doc__ or "").strip().split("\n\n")[0]
+    app.command(name, short_help=" ".join(first.split()))(fn)
+
+
+for _name, _fn in (
+    ("run", run_cmd.run),
+    ("ablate", ablate_cmd.ablate),
+    ("profile", profile_cmd.profile),
+    ("report", report_cmd.report),
+    ("compare", compare_cmd.compare),
+    ("models", models_cmd.models),
+    ("env", env_cmd.env),
+    ("calibrate", calibrate_cmd.calibrate),
+    ("docs", docs_cmd.docs),
+):
+    _command(_name, _fn)
 app.command("quality-child", hidden=True)(quality_cmd.quality_child)
