@@ -114,6 +114,17 @@ def test_paired_interval_on_log_ratios_equals_the_hand_computation():
     assert rc.high == pytest.approx(math.expm1(0.035 + half), abs=1e-6)
 
 
+def test_the_change_is_the_ratio_of_the_values_it_carries():
+    # Wide spread: the arithmetic means (1,000 and 1,200 -> +20%) disagree with the change on logs.
+    base, new = [10.0, 1000.0, 1990.0], [1.0, 2000.0, 1599.0]
+    for paired in (True, False):
+        rc = relative_change(base, new, paired=paired)
+        assert rc.base == pytest.approx(math.exp(np.log(base).mean()))
+        assert rc.new == pytest.approx(math.exp(np.log(new).mean()))
+        assert rc.new / rc.base - 1 == pytest.approx(rc.value)
+    assert relative_change([5.0], [4.0], paired=True)[:3] == pytest.approx((5.0, 4.0, -0.2))
+
+
 def test_pairs_with_a_missing_side_are_dropped():
     rc = relative_change([1.0, 2.0, math.nan, 4.0], [1.1, math.nan, 3.0, 4.4], paired=True)
     assert rc.n == 2 and rc.value == pytest.approx(0.1)
@@ -130,7 +141,11 @@ def test_zero_values_fall_back_to_the_difference_of_means():
     assert (rc.value, rc.low, rc.high) == (0.0, 0.0, 0.0) and rc.method == "paired (difference)"
     rc = relative_change([2.0, 4.0], [0.0, 3.0], paired=True)  # differences -2, -1: mean -1.5 of base 3
     half = 12.706205 * (1 / math.sqrt(2)) / math.sqrt(2) / 3  # t(1) * sd / sqrt(n) / base mean
-    assert rc.value == pytest.approx(-0.5) and rc.low == pytest.approx(-0.5 - half, abs=1e-5)
+    assert rc.value == pytest.approx(-0.5) and rc.high == pytest.approx(-0.5 + half, abs=1e-5)
+    assert -0.5 - half < -1 and rc.low == -1.0  # no metric falls below 0: no change below -100%
+    rc = relative_change([2.0, 4.0, 3.0], [0.0, 3.0, 2.0], paired=True)
+    assert (rc.base, rc.new) == pytest.approx((3.0, 5 / 3))  # arithmetic means, whose difference it takes
+    assert rc.value == pytest.approx(rc.new / rc.base - 1)
     assert math.isnan(relative_change([0.0, 0.0], [1.0, 2.0], paired=False).value)  # no scale to divide by
 
 

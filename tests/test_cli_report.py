@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import re
 import shutil
 from pathlib import Path
@@ -273,38 +274,47 @@ def test_unknown_baseline_is_an_error(runs):
     assert res.exit_code == 2 and "--baseline nonexistent" in res.stderr
 
 
-def test_compare_a_run_with_itself_passes_as_equivalent(runs, tmp_path):
+def test_compare_of_two_equal_runs_passes_as_equivalent_and_of_one_folder_twice_is_an_error(runs, tmp_path):
     same = doctored(runs["baseline"], tmp_path / "same", 1.0)
-    res = invoke("compare", same, same)
+    twin = doctored(runs["baseline"], tmp_path / "twin", 1.0)
+    res = invoke("compare", same, twin)
     assert res.exit_code == 0, res.output
-    assert "no regression beyond 5%" in res.stderr
+    assert "no regression beyond 5% among the 4 comparison(s) judged" in res.stderr
     assert "equivalent" in res.stdout and "better" not in res.stdout and "worse" not in res.stdout
+    res = invoke("compare", same, tmp_path / "same" / ".")
+    assert res.exit_code == 2 and "BASE and NEW are the same folder" in res.stderr
 
 
 def test_two_repeats_a_side_show_an_interval_and_no_verdict(runs, tmp_path):
     base = doctored(runs["baseline"], tmp_path / "base", 1.0, repeats=2)
     slow = doctored(runs["baseline"], tmp_path / "slow", 3.0, repeats=2)
     res = invoke("compare", base, slow, "--fail-above", "10")
-    assert res.exit_code == 0, res.output  # the gate needs a verdict: none from two repeats
+    assert res.exit_code == 3, res.output  # the gate needs a verdict: none from two repeats, so no pass
     assert "+200.0%" in res.stdout and "inconclusive (n=2)" in res.stdout and "worse" not in res.stdout
+    assert "no verdict: none of the 4 comparisons could be judged" in res.stderr
+    assert "no regression beyond" not in res.stderr
     assert "none below 3 repeats (use --repeats 3 or more for one)" in res.stdout + res.stderr
 
 
-def doctored(src: Path, dst: Path, factor: float, repeats: int = 3) -> Path:
-    """A copy of a run with ``repeats`` repeats that all read like its first, every latency times ``factor``.
+def doctored(src: Path, dst: Path, factor: float | list[float], repeats: int = 3) -> Path:
+    """A copy of a run with ``repeats`` repeats that all read like its first, every latency times ``factor``
+    (or repeat i's times ``factor[i]``).
 
     Equal repeats make the interval of the change exactly ``factor - 1``, whatever noise the machine put
     into the original measurements; three of them are enough for a verdict.
     """
     shutil.copytree(src, dst)
     summary = json.loads((dst / "summary.json").read_text())
+    factors = factor if isinstance(factor, list) else [factor] * repeats
+    latency = ("ttft", "tpot", "itl", "e2e")
     for point in summary["points"]:
         first = point["repeats"][0]
-        metrics = {
-            k: v * factor if v is not None and k.split("_")[0] in ("ttft", "tpot", "itl", "e2e") else v
-            for k, v in first["metrics"].items()
-        }
-        point["repeats"] = [{**first, "repeat": i, "metrics": dict(metrics)} for i in range(repeats)]
+        point["repeats"] = [
+            {**first, "repeat": i, "metrics": {
+                k: v * f if v is not None and k.split("_")[0] in latency else v for k, v in first["metrics"].items()
+            }}
+            for i, f in enumerate(factors)
+        ]  # fmt: skip
     summary["warnings"] = []  # whatever the machine's load was when the fixture ran
     (dst / "summary.json").write_text(json.dumps(summary))
     return dst
@@ -335,9 +345,52 @@ def test_compare_of_single_repeats_never_claims_a_regression(runs, tmp_path):
             point["repeats"] = point["repeats"][:1]
         (one[name] / "summary.json").write_text(json.dumps(summary))
     res = invoke("compare", one["base"], one["slow"], "--fail-above", "10")
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 3, res.output
     assert "inconclusive (n=1)" in res.stdout and "worse" not in res.stdout
     assert "one repeat per side has no run-to-run variance" in res.stderr
+
+
+def test_the_gate_holds_its_false_alarms_for_all_its_comparisons_together(runs, tmp_path):
+    base = doctored(runs["baseline"], tmp_path / "base", 1.0)
+    # TTFT up by exp(.25), exp(.30), exp(.35): at 95% its interval lies beyond +10% (low end about +19%);
+    # widened for the default gate's four metrics (98.75%), it reaches down to about +4.5%.
+    slow = doctored(runs["baseline"], tmp_path / "slow", [math.exp(x) for x in (0.25, 0.30, 0.35)])
+    res = invoke("compare", base, slow, "--fail-above", "10", "-m", "ttft_p50")
+    assert res.exit_code == 1, res.output
+    assert "95% CI" in res.stdout and "worse" in res.stdout
+    res = invoke("compare", base, slow, "--fail-above", "10")
+    assert res.exit_code == 0, res.output
+    assert "98.8% CI" in res.stdout and "worse" not in res.stdout
+    assert "4 comparisons, each interval at 98.8%" in res.stderr
+    res = invoke("compare", base, slow, "-m", "output_throughputt")
+    assert res.exit_code == 2 and "did you mean 'output_throughput'" in res.stderr
+
+
+def test_compare_refuses_other_workloads_and_gives_no_verdict_on_an_incomplete_run(runs, tmp_path):
+    base = doctored(runs["baseline"], tmp_path / "base", 1.0)
+    new = doctored(runs["baseline"], tmp_path / "new", 1.0)
+    edit_json(new / "meta.json", lambda m: m["scenario"]["workload"]["output_len"].update(value=8))
+    res = invoke("compare", base, new)
+    assert res.exit_code == 2, res.output
+    assert "served different workloads (workload.output_len.value: 4 against 8)" in res.stderr
+    assert invoke("compare", base, new, "--allow-other-workload").exit_code == 0
+    edit_json(new / "meta.json", lambda m: m.update(status="incomplete", stop_reason="interrupted"))
+    res = invoke("compare", base, new, "--allow-other-workload")
+    assert res.exit_code == 3, res.output
+    assert "no verdict: NEW" in res.stderr and "incomplete (interrupted)" in res.stderr
+    assert "no regression" not in res.stderr
+
+
+def test_compare_shows_the_rates_a_sweep_point_served_when_they_differ(runs, tmp_path):
+    base = doctored(runs["baseline"], tmp_path / "base", 1.0)
+    new = doctored(runs["baseline"], tmp_path / "new", 1.0)
+    for side, rate in ((base, 4.0), (new, 3.0)):
+        edit_json(
+            side / "summary.json",
+            lambda s, r=rate: s["points"][0].update(arrival={"kind": "poisson", "rate": r}),
+        )
+    res = invoke("compare", base, new)
+    assert "(BASE at 4 req/s, NEW at 3 req/s)" in res.stdout, res.output
 
 
 def test_compare_needs_one_configuration_per_side(runs):

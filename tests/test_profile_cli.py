@@ -105,6 +105,9 @@ def test_two_variants_are_profiled_compared_and_reported(tmp_path):
     assert "attention_backend=torch against baseline: mean per step" in rep.stdout
     (section,) = build_report([folder]).sections
     assert profile_bars(section.groups).startswith("<img")
+    # the run figures are the untraced repeat's alone, and the overview says so
+    assert [sum(len(r) for r in g.points.values()) for g in section.groups] == [1, 1]
+    assert "the repeat the profiler recorded is left out" in rep.stdout
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ import yaml
 from llmbench.bench.profile.summary import write_profile
 from llmbench.bench.profile.window import ProfileWindow
 from llmbench.bench.records import StepRecord
+from llmbench.bench.report.frame import load_groups
 from llmbench.bench.runner import RunRequest, execute_run
 from llmbench.bench.scenario.loader import load_scenario
 from llmbench.bench.slow_steps import find_slow_steps, slow_step_warning
@@ -91,6 +92,33 @@ def test_a_reference_repeat_runs_untraced_and_the_traced_steps_are_compared_with
     assert decode["untraced_wait"] == pytest.approx(waits[first <= slow_cut].median(), rel=1e-9)
     assert "prefill" not in window.reference or len(window.reference["prefill"]) == 1
     assert profile["kinds"]["prefill"]["untraced_median"] is None  # one prefill step: too few to compare
+    # The traced repeat says so, and is no run's measurement: the run's figures and a report's are the
+    # untraced repeat's alone.
+    run = load_run(outcome.run_dir)
+    (point,) = run.summary["points"]
+    assert [bool(r.get("traced")) for r in point["repeats"]] == [False, True]
+    untraced = point["repeats"][0]["metrics"]
+    assert point["metrics"]["tpot_p50"]["value"] == pytest.approx(untraced["tpot_p50"])
+    (group,) = load_groups([outcome.run_dir])[0]
+    assert group.repeat_values(point["label"], "tpot_p50") == [pytest.approx(untraced["tpot_p50"])]
+
+
+def test_a_profile_run_kept_before_repeats_said_they_were_traced_leaves_its_traced_repeat_out(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    repeats = [
+        {"repeat": r, "status": "complete", "metrics": {"tpot_p50": v}} for r, v in ((0, 1.0), (1, 9.0))
+    ]
+    summary = {"status": "complete", "points": [{"label": "offline", "repeats": repeats, "metrics": {}}]}
+    for name, trace in (("profiled", ["--trace-reference"]), ("plain", [])):
+        folder = run_dir / name
+        folder.mkdir()
+        meta = {"status": "complete", "scenario_name": name, "variant": "v", "command_line": ["run", *trace]}
+        (folder / "meta.json").write_text(json.dumps(meta))
+        (folder / "summary.json").write_text(json.dumps(summary))
+    groups = {g.scenario: g for g in load_groups([run_dir])[0]}
+    assert groups["profiled"].repeat_values("offline", "tpot_p50") == [1.0]
+    assert groups["plain"].repeat_values("offline", "tpot_p50") == [1.0, 9.0]
 
 
 @pytest.fixture

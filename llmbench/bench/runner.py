@@ -176,7 +176,8 @@ def _measure(req: RunRequest, backend: Backend, events: RunEvents, state: _Measu
                 max_duration=scenario.max_duration_s,
                 on_progress=lambda p, label=label, r=r: events.progress(label, r, p),
             )
-            state.measured.append(Measured(pi, label, point, r, result))
+            traced = req.step_observer is not None and req.step_observer.repeat_traced
+            state.measured.append(Measured(pi, label, point, r, result, traced))
             state.warnings += repeat_warnings(f"{label} repeat {r}", result, point, offsets is not None)
             if result.status == "timeout":
                 state.warnings.append(

@@ -9,10 +9,11 @@ variance (a single run's requests say nothing about how the next run will come o
   interval. Paired repeats (the variants of one ablation, run back to back on the same prompts and arrival
   times) give a t-interval on the per-repeat log ratios log(new_r / base_r); unpaired sets of repeats give
   a Welch t-interval on the difference of the mean logs. Either is reported as exp(.) - 1, so the change is
-  the ratio of geometric means minus one. A metric with a value <= 0 among its repeats (a zero goodput)
+  the ratio of geometric means minus one, and the result carries those geometric means (what a table
+  shows beside the change agrees with it). A metric with a value <= 0 among its repeats (a zero goodput)
   has no logarithm: it falls back to the difference of the means (paired differences, or Welch), divided
   by the baseline's mean; that divisor's own uncertainty is not carried, so treat such intervals as
-  slightly narrow.
+  slightly narrow, and their low end is cut at -100% (no metric is below 0).
 - ``classify``: the verdict rule. With a practical threshold h (``--min-effect``), a change is *better* or
   *worse* only when its whole 95% interval lies beyond h on that side, *equivalent* when the whole interval
   lies within [-h, +h], and *inconclusive* otherwise (including when there is no interval), and always
@@ -263,13 +264,23 @@ def welch_log_changes(base: np.ndarray, new: np.ndarray, confidence: float = CON
 
 
 class RelChange(NamedTuple):
-    base: float  # mean of the baseline's repeats
-    new: float  # mean of the new configuration's repeats
+    base: float  # the baseline's repeats compared: their geometric mean (arithmetic when one is <= 0)
+    new: float  # the same of the new configuration's: new / base - 1 is ``value`` on either method
     value: float  # relative change (see the module docstring)
     low: float  # 95% interval; NaN when the data cannot give one
     high: float
     n: int  # pairs compared (paired), or the smaller side's repeats
     method: str | None  # "paired" | "unpaired" | None (no interval); "(difference)" when not on logs
+
+
+def central(values: Sequence[float] | np.ndarray) -> float:
+    """What ``relative_change`` takes the ratio of: the geometric mean of the finite values when all are
+    above 0, else their arithmetic mean; NaN when there are none."""
+    x = np.asarray(values, dtype=float)
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return math.nan
+    return float(np.exp(np.log(x).mean())) if (x > 0).all() else float(x.mean())
 
 
 def relative_change(
@@ -300,14 +311,16 @@ def relative_change(
     if n < 2:
         if logs:
             value = float(np.expm1(np.log(b).mean() - np.log(a).mean()))
-        else:
-            value = (mb - ma) / abs(ma) if ma else (0.0 if mb == ma else nan)
+            return RelChange(central(a), central(b), value, nan, nan, n, None)
+        value = (mb - ma) / abs(ma) if ma else (0.0 if mb == ma else nan)
         return RelChange(ma, mb, value, nan, nan, n, None)
     if logs:
         fn = paired_log_changes if paired else welch_log_changes
         r = fn(a[None, :], b[None, :], confidence)
         method = "paired" if paired else "unpaired"
-        return RelChange(ma, mb, float(r.value[0]), float(r.low[0]), float(r.high[0]), n, method)
+        return RelChange(
+            central(a), central(b), float(r.value[0]), float(r.low[0]), float(r.high[0]), n, method
+        )
     # A zero or negative value: no logarithm; difference of means relative to the baseline's mean.
     if paired:
         d = b - a
@@ -322,7 +335,9 @@ def relative_change(
             return RelChange(ma, mb, 0.0, 0.0, 0.0, n, method)
         return RelChange(ma, mb, nan, nan, nan, n, None)
     scale = abs(ma)
-    return RelChange(ma, mb, diff / scale, (diff - half) / scale, (diff + half) / scale, n, method)
+    # No metric is below 0 (``summary.interval``): a fall of more than the whole baseline cannot happen.
+    low = max((diff - half) / scale, -1.0) if ma > 0 else (diff - half) / scale
+    return RelChange(ma, mb, diff / scale, low, (diff + half) / scale, n, method)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ class Measured(NamedTuple):
     point: dict[str, Any]
     repeat: int
     drive: DriveResult
+    traced: bool = False  # the profiler ran during it (``llmbench profile``): its times are no run's
 
 
 def repeat_metrics(
@@ -85,10 +86,12 @@ def build_summary(
                 "not_submitted": m.drive.not_submitted,
                 "metrics": per_repeat[i],
                 "decode_batches": decode_batches(m.drive.steps),
+                **({"traced": True} if m.traced else {}),
             }
         )
     for idx, members in groups.items():
-        points[idx]["metrics"] = point_summary([per_repeat[i] for i in members])
+        untraced = [i for i in members if not measured[i].traced]
+        points[idx]["metrics"] = point_summary([per_repeat[i] for i in untraced])
     return [points[k] for k in sorted(points)]
 
 

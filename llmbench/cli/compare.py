@@ -4,24 +4,36 @@ A regression is a ``worse`` verdict of the report's own rule with ``--fail-above
 whole 95% interval of the change lies beyond the threshold on the worse side. Runs with a single repeat
 have no interval, so they are never judged (``inconclusive (n=1)``); an incomplete run is never judged.
 
-Exit status: 1 on a regression; 2 when nothing could be compared (no scenario, sweep point or metric
-that both hold: bad input, like a folder without runs), so that a gate never passes on nothing; else 0.
+The gate judges a few headline metrics (``GATE_METRICS``, or ``--metric``) at every sweep point both runs
+hold, and holds its false alarms to 5% for the whole gate, not per metric: each interval is widened to
+1 - 0.05/m for m comparisons (Bonferroni), so two identical configurations fail it by chance in at most 5%
+of gates however many metrics and points it looks at.
+
+Exit status: 0 when at least one metric was judged and none got worse; 1 on a regression; 2 when nothing
+can be compared (no scenario, sweep point or metric that both hold; one run folder given twice; runs of
+different workloads unless ``--allow-other-workload``); 3 when the data cannot support a verdict (a run is
+incomplete, or no metric got one: too few repeats, too much spread), so that a gate never passes on
+nothing.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
 from llmbench.bench.errors import StoreError
 from llmbench.cli.console import console, error, note, warning
-from llmbench.cli.errors import EXIT_FAILED, handle_errors
+from llmbench.cli.errors import EXIT_FAILED, EXIT_UNJUDGED, handle_errors
 
 if TYPE_CHECKING:
     from llmbench.bench.report.frame import Group
+
+# What two runs must share to be compared: the load they served (engine options may differ: that is what
+# a gate compares).
+WORKLOAD_KEYS = ("workload", "arrival", "sampling", "slo", "warmup", "seed")
 
 
 def _models(a: Group, b: Group) -> tuple[str, str] | None:
@@ -61,6 +73,79 @@ def _one_per_scenario(path: Path, role: str) -> dict[str, Group]:
     return out
 
 
+def _differences(a: Any, b: Any, path: str = "") -> list[str]:
+    """Where two resolved scenario values differ, as ``path: a against b`` (dicts compared key by key)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for key in sorted(set(a) | set(b)):
+            out += _differences(a.get(key), b.get(key), f"{path}.{key}" if path else key)
+        return out
+    return [] if a == b else [f"{path}: {a!r} against {b!r}"]
+
+
+def _workload_differences(a: Group, b: Group) -> list[str]:
+    sa, sb = (g.meta.get("scenario") or {} for g in (a, b))
+    if not sa or not sb:  # runs that did not record their scenario: nothing to check
+        return []
+    return [d for key in WORKLOAD_KEYS for d in _differences(sa.get(key), sb.get(key), key)]
+
+
+def _rate(group: Group, point: str) -> float | None:
+    """The request rate a sweep point served (a fraction of each run's own capacity differs by run)."""
+    for p in group.runs[0].summary.get("points") or []:
+        if p.get("label") == point and isinstance(p.get("arrival"), dict):
+            rate = p["arrival"].get("rate")
+            return float(rate) if isinstance(rate, int | float) else None
+    return None
+
+
+def _gate_point(
+    title: str,
+    names: tuple[str, str],
+    ga: Group,
+    gb: Group,
+    point: str,
+    gated: list[str],
+    confidence: float,
+    threshold: float,
+) -> list[str]:
+    """One sweep point's table of the gated metrics; the verdict of each metric that has a direction."""
+    from llmbench.bench.report.compare import change, judged, method_note
+    from llmbench.bench.report.format import format_pct, format_pct_interval, format_value, metric_label
+
+    rates = [_rate(g, point) for g in (ga, gb)]
+    served = (
+        f" (BASE at {rates[0]:.3g} req/s, NEW at {rates[1]:.3g} req/s)"
+        if None not in rates and rates[0] != rates[1]
+        else ""
+    )
+    table = Table(title=f"{title}: {names[0]} → {names[1]}{served}", title_justify="left", show_edge=False)
+    headers = ("metric", "base", "new", "change", f"{confidence * 100:.3g}% CI", "verdict")
+    for h in headers:
+        right = h not in ("metric", "verdict")
+        table.add_column(h, justify="right" if right else "left", no_wrap=not right)
+    changes, verdicts = [], []
+    for m in gated:
+        c = change(ga, gb, point, m, confidence)
+        v = judged(ga, gb, point, c, threshold)
+        if v == "n/a":
+            continue
+        changes.append(c)
+        verdicts.append(v)
+        style = "red" if v.startswith("worse") else "green" if v.startswith("better") else ""
+        ci = format_pct_interval(c.rel_low, c.rel_high) if c.method else "–"
+        table.add_row(
+            metric_label(m), format_value(m, c.base), format_value(m, c.new), format_pct(c.rel), ci,
+            f"[{style}]{v}[/]" if style else v,
+        )  # fmt: skip
+    console.print(table)
+    note(method_note(changes, threshold, confidence))
+    for g in (ga, gb):
+        for w in dict.fromkeys(g.warnings(point)):
+            warning(f"{g.label}: {w}")
+    return verdicts
+
+
 @handle_errors
 def compare(
     base: Annotated[
@@ -71,15 +156,42 @@ def compare(
         float,
         typer.Option(
             min=0.0,
-            help="Fail when a metric got worse by more than this many percent: its whole 95% interval beyond it.",
+            help="Fail when a metric got worse by more than this many percent: its whole interval beyond it.",
         ),
     ] = 5.0,
+    metric: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--metric",
+            "-m",
+            help="Metrics to gate (repeatable, or comma-separated; default: output throughput, TTFT p50 and "
+            "p99, TPOT p50). The more metrics and sweep points, the wider each interval.",
+        ),
+    ] = None,
+    allow_other_workload: Annotated[
+        bool,
+        typer.Option(
+            help="Compare runs whose workload, arrivals, sampling or SLO differ (by default an error)."
+        ),
+    ] = False,
 ) -> None:
-    """Fail (exit 1) when NEW is worse than BASE: the whole 95% interval of a change beyond the threshold;
-    exit 2 when they have nothing to compare (no scenario, sweep point or metric in common)."""
-    from llmbench.bench.report.compare import GATE_METRICS, change, judged, method_note
-    from llmbench.bench.report.format import format_pct, format_pct_interval, format_value, metric_label
+    """Fail (exit 1) when NEW is worse than BASE: the whole interval of a change beyond the threshold; exit
+    2 when they have nothing to compare, 3 when the data cannot support a verdict."""
+    from llmbench.bench.metrics import METRICS
+    from llmbench.bench.report.compare import GATE_METRICS
+    from llmbench.bench.stats import CONFIDENCE
+    from llmbench.suggest import did_you_mean
 
+    gated = [m.strip() for item in metric or [] for m in item.split(",") if m.strip()] or list(GATE_METRICS)
+    for m in gated:
+        if m not in METRICS or not METRICS[m].better:
+            judgeable = [k for k, info in METRICS.items() if info.better]
+            raise StoreError(
+                f"--metric {m!r}: not a metric with a better direction{did_you_mean(m, judgeable)}. "
+                f"Metrics: {', '.join(judgeable)}"
+            )
+    if base.resolve() == new.resolve():
+        raise StoreError(f"BASE and NEW are the same folder ({base}): compare two runs")
     a, b = _one_per_scenario(base, "BASE"), _one_per_scenario(new, "NEW")
     common = sorted(set(a) & set(b))
     if not common:
@@ -87,8 +199,26 @@ def compare(
     for role, only in (("BASE", sorted(set(a) - set(b))), ("NEW", sorted(set(b) - set(a)))):
         if only:
             warning(f"only in {role}, not compared: {', '.join(only)}")
+    for scenario in common:
+        if (diffs := _workload_differences(a[scenario], b[scenario])) and not allow_other_workload:
+            raise StoreError(
+                f"{scenario}: BASE and NEW served different workloads ({'; '.join(diffs[:4])}"
+                f"{'; ...' if len(diffs) > 4 else ''}): their latencies and throughputs do not compare "
+                "(--allow-other-workload to compare them anyway)"
+            )
+    pairs = [(s, p) for s in common for p in a[s].points if p in b[s].points]
+    # Bonferroni: m comparisons at 1 - 0.05/m each keep the whole gate's false alarms at 5%.
+    confidence = 1 - (1 - CONFIDENCE) / max(1, len(pairs) * len(gated))
     threshold = fail_above / 100
-    regressions = inconclusive = judged_metrics = 0
+    incomplete = sorted(
+        {
+            f"{role} {g.label}: {g.status}"
+            for s in common
+            for role, g in (("BASE", a[s]), ("NEW", b[s]))
+            if not g.complete
+        }
+    )
+    shown: list[str] = []  # every comparison's verdict
     for scenario in common:
         ga, gb = a[scenario], b[scenario]
         if models := _models(ga, gb):
@@ -99,54 +229,37 @@ def compare(
                 f"{scenario}: BASE and NEW share no sweep point (BASE: {', '.join(ga.points) or 'none'}; "
                 f"NEW: {', '.join(gb.points) or 'none'})"
             )
+        names = (ga.label, gb.label) if ga.label != gb.label else (str(base), str(new))
         for point in points:
-            names = (ga.label, gb.label) if ga.label != gb.label else (str(base), str(new))
-            table = Table(
-                title=f"{scenario} {point}: {names[0]} → {names[1]}", title_justify="left", show_edge=False
-            )
-            for h, right in (
-                ("metric", False),
-                ("base", True),
-                ("new", True),
-                ("change", True),
-                ("95% CI", True),
-                ("verdict", False),
-            ):
-                table.add_column(h, justify="right" if right else "left", no_wrap=not right)
-            changes = []
-            for m in GATE_METRICS:
-                c = change(ga, gb, point, m)
-                v = judged(ga, gb, point, c, threshold)
-                if v == "n/a":
-                    continue
-                changes.append(c)
-                judged_metrics += 1
-                regressions += v.startswith("worse")
-                inconclusive += v.startswith(("inconclusive", "none"))
-                style = "red" if v.startswith("worse") else "green" if v.startswith("better") else ""
-                ci = format_pct_interval(c.rel_low, c.rel_high) if c.method else "–"
-                table.add_row(
-                    metric_label(m),
-                    format_value(m, c.base),
-                    format_value(m, c.new),
-                    format_pct(c.rel),
-                    ci,
-                    f"[{style}]{v}[/]" if style else v,
-                )
-            console.print(table)
-            note(method_note(changes, threshold))
-            for g in (ga, gb):
-                for w in g.warnings(point):
-                    warning(f"{g.label}: {w}")
+            shown += _gate_point(f"{scenario} {point}", names, ga, gb, point, gated, confidence, threshold)
+    regressions = sum(v.startswith("worse") for v in shown)
+    verdicts = sum(v.startswith(("worse", "better", "equivalent")) for v in shown)
+    judged_metrics = len(shown)
     if not judged_metrics:
         raise StoreError(
             "nothing was compared: BASE and NEW share no sweep point with a metric measured on both sides"
         )
+    if len(pairs) * len(gated) > 1:
+        note(
+            f"{len(pairs) * len(gated)} comparisons, each interval at {confidence * 100:.3g}% so that together "
+            "they hold 95%: two identical configurations fail this gate by chance in at most 5% of gates"
+        )
     if regressions:
         error(
-            f"{regressions} metric(s) got worse by more than {fail_above:g}%, their whole 95% interval beyond it"
+            f"{regressions} metric(s) got worse by more than {fail_above:g}%, their whole interval beyond it"
         )
         raise typer.Exit(EXIT_FAILED)
-    if inconclusive:
-        note(f"{inconclusive} metric(s) inconclusive or not judged: no regression shown, none ruled out")
-    note(f"no regression beyond {fail_above:g}% (whole 95% interval)")
+    if incomplete:
+        error(f"no verdict: {'; '.join(incomplete)} (an incomplete run is shown, never judged)")
+        raise typer.Exit(EXIT_UNJUDGED)
+    if not verdicts:
+        error(
+            f"no verdict: none of the {judged_metrics} comparisons could be judged (too few repeats or too much "
+            "spread between them; use --repeats 3 or more): no regression shown, none ruled out"
+        )
+        raise typer.Exit(EXIT_UNJUDGED)
+    if verdicts < judged_metrics:
+        note(
+            f"{judged_metrics - verdicts} comparison(s) inconclusive: no regression shown there, none ruled out"
+        )
+    note(f"no regression beyond {fail_above:g}% among the {verdicts} comparison(s) judged")

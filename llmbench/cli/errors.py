@@ -22,6 +22,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 EXIT_FAILED = 1
 EXIT_INPUT = 2
+EXIT_UNJUDGED = 3  # ``compare``: the data cannot support a verdict
 EXIT_INTERRUPTED = 130
 
 

@@ -77,6 +77,7 @@ class ProfileWindow:
         self._open: int | None = None  # index in ``calls`` where the open chunk starts
         self._seen: dict[str, list[tuple[float, int]]] = {}  # (duration, tokens) of every step, by kind
         self._armed = not reference_repeat  # whether the window may open (the reference repeat is over)
+        self.repeat_traced = False  # whether the profiler ran during the repeat under way
         self.reference: dict[str, list[float]] = {}  # engine step times of the untraced steps before it
         # ... and how long the host waited on the device in each of them (device_wait)
         self.reference_waits: dict[str, list[float]] = {}
@@ -91,11 +92,13 @@ class ProfileWindow:
         """A repeat of a sweep point starts: the first point's last one is where the window may open."""
         if point == 0 and last:
             self._armed = True
+        self.repeat_traced = self._open is not None  # a chunk left open by the last repeat goes on
 
     def before_step(self, engine: Any) -> None:
         if self._open is None and self._wanted():
             engine.start_trace()
             self._open = len(self.calls)
+        self.repeat_traced = self.repeat_traced or self._open is not None
 
     def after_step(self, engine: Any, stats: Any, call_time: float) -> None:
         if stats.kind != "idle":

@@ -24,6 +24,7 @@ from llmbench.bench.report.frame import Group
 from llmbench.bench.report.warning_flags import TIMING_FLAGS
 from llmbench.bench.stats import (
     BETTER,
+    CONFIDENCE,
     EQUIVALENT,
     MIN_VERDICT_REPEATS,
     WORSE,
@@ -46,10 +47,9 @@ DELTA_METRICS = (
     "peak_memory",
     "energy_per_token",
 )
-GATE_METRICS = (
-    "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "itl_p50", "e2e_p50", "e2e_p99", "output_throughput",
-    "total_throughput", "request_throughput", "goodput",
-)  # fmt: skip
+# What ``llmbench compare`` gates by default: few, so that its intervals, widened for the number of
+# comparisons, stay narrow enough to catch a regression (``--metric`` picks others).
+GATE_METRICS = ("output_throughput", "ttft_p50", "ttft_p99", "tpot_p50")
 DEFAULT_MIN_EFFECT = 0.01  # 1%: smaller changes are not worth a verdict in practice
 TIMED_UNITS = ("s", "tok/s", "req/s")  # metrics a busy machine or a lagging driver distorts
 _WORDS = {BETTER: "better", WORSE: "worse", EQUIVALENT: "equivalent"}
@@ -57,8 +57,8 @@ _WORDS = {BETTER: "better", WORSE: "worse", EQUIVALENT: "equivalent"}
 
 class Change(NamedTuple):
     metric: str
-    base: float  # mean of the baseline's repeats
-    new: float  # mean of the variant's repeats
+    base: float  # the baseline's repeats compared: their geometric mean (arithmetic when one is <= 0)
+    new: float  # the same of the variant's (new / base - 1 == rel)
     rel: float  # relative change (ratio of geometric means - 1; see stats.relative_change)
     rel_low: float  # 95% interval, NaN when there is none
     rel_high: float
@@ -66,18 +66,21 @@ class Change(NamedTuple):
     method: str | None  # "paired" | "unpaired" (+ " (difference)"), None without an interval
 
 
-def change(base: Group, new: Group, point: str, metric: str) -> Change:
+def change(base: Group, new: Group, point: str, metric: str, confidence: float = CONFIDENCE) -> Change:
+    """``confidence``: of the interval (``llmbench compare`` widens it for the many metrics it gates)."""
     a, b = base.repeat_values(point, metric), new.repeat_values(point, metric)
     if base.paired_with(new):
         by_repeat = dict(zip(new.repeat_indices(point), b, strict=True))
         common = [
             (x, by_repeat[r]) for r, x in zip(base.repeat_indices(point), a, strict=True) if r in by_repeat
         ]
-        rc = relative_change([x for x, _ in common], [y for _, y in common], paired=True)
+        rc = relative_change(
+            [x for x, _ in common], [y for _, y in common], paired=True, confidence=confidence
+        )
         if rc.n >= 2 or (rc.n == 1 and min(_count(a), _count(b)) < 2):
             return Change(metric, rc.base, rc.new, rc.value, rc.low, rc.high, rc.n, rc.method)
         # Too few repeats share an index (a repeat failed on one side): compare the sets unpaired.
-    rc = relative_change(a, b, paired=False)
+    rc = relative_change(a, b, paired=False, confidence=confidence)
     return Change(metric, rc.base, rc.new, rc.value, rc.low, rc.high, rc.n, rc.method)
 
 
@@ -109,7 +112,7 @@ def judged(base: Group, new: Group, point: str, c: Change, threshold: float) -> 
     return v
 
 
-def method_note(changes: list[Change], threshold: float) -> str:
+def method_note(changes: list[Change], threshold: float, confidence: float = CONFIDENCE) -> str:
     """One line saying how the intervals and verdicts of a comparison were made."""
     methods = {c.method.split(" ")[0] for c in changes if c.method}
     ns = sorted({c.n for c in changes if c.n})
@@ -118,12 +121,16 @@ def method_note(changes: list[Change], threshold: float) -> str:
         how = "t-interval on per-repeat log ratios, repeats paired by index"
     elif "unpaired" in methods:
         how = "Welch t-interval on the log values of separate runs"
-    else:
+    elif ns:
         how = "no interval: one repeat per side has no run-to-run variance; use --repeats 3 or more"
+    else:
+        how = "none: no metric here was measured on both sides"
+    if any(c.method and c.method.endswith("(difference)") for c in changes):
+        how += "; for a metric with a zero among its repeats, on the difference of the means"
     few = ns and max(ns) < MIN_VERDICT_REPEATS
     return (
-        f"95% CI: {how} ({reps}); change: ratio of the repeats' geometric means. Verdicts: "
-        f"better/worse when the whole interval lies beyond ±{threshold * 100:g}%, equivalent when it lies "
-        f"within it, else inconclusive; none below {MIN_VERDICT_REPEATS} repeats"
-        + (" (use --repeats 3 or more for one)." if few else ".")
+        f"{confidence * 100:.3g}% CI: {how} ({reps}); change: ratio of the repeats' geometric means (the "
+        f"values shown beside it). Verdicts: better/worse when the whole interval lies beyond "
+        f"±{threshold * 100:g}%, equivalent when it lies within it, else inconclusive; none below "
+        f"{MIN_VERDICT_REPEATS} repeats" + (" (use --repeats 3 or more for one)." if few else ".")
     )

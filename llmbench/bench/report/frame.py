@@ -52,6 +52,7 @@ class Group:
     points: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # point -> repeat entries
     _requests: pd.DataFrame | None = None
     doubts: list[Problem] = field(default_factory=list)  # runs read with values of the wrong type left out
+    traced_out: int = 0  # repeats left out because the profiler ran in them (``untraced``)
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -159,11 +160,25 @@ def load_groups(paths: list[Any]) -> tuple[list[Group], list[Problem]]:
         g.runs.append(run)
         if doubt is not None:
             g.doubts.append(doubt)
-        for p in run.summary["points"]:
-            g.points.setdefault(p.get("label", "?"), []).extend(p.get("repeats", []))
+        for i, p in enumerate(run.summary["points"]):
+            kept = untraced(run, i, p.get("repeats", []))
+            g.traced_out += len(p.get("repeats", [])) - len(kept)
+            g.points.setdefault(p.get("label", "?"), []).extend(kept)
     out = list(groups.values())
     _label(out)
     return out, problems
+
+
+def untraced(run: Run, point: int, repeats: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A point's repeats less those the profiler ran in (``llmbench profile``'s traced repeat, which runs
+    slower by the profiler's cost: its times are no run's). Runs written before repeats said so: a run
+    that ``profile`` made with an untraced reference traced its first point's last repeat."""
+    if any("traced" in e for p in run.summary["points"] for e in p.get("repeats", [])):
+        return [e for e in repeats if not e.get("traced")]
+    if point != 0 or "--trace-reference" not in (run.meta.get("command_line") or []):
+        return repeats
+    last = max((int(e.get("repeat", i)) for i, e in enumerate(repeats)), default=None)
+    return [e for i, e in enumerate(repeats) if int(e.get("repeat", i)) != last]
 
 
 def _explained(problem: Problem) -> Problem:

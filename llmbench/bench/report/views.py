@@ -21,6 +21,7 @@ from llmbench.bench.report.format import (
 )
 from llmbench.bench.report.frame import Group
 from llmbench.bench.report.outputs import OutputComparison, compare_outputs, describe
+from llmbench.bench.stats import central
 
 OVERVIEW_METRICS = (
     "ttft_p50", "ttft_p99", "tpot_p50", "e2e_p99", "output_throughput", "request_throughput", "peak_memory",
@@ -81,6 +82,12 @@ def overview(
         if any(c not in (DASH, "unavailable") for c in cells):
             rows.append([metric_label(m), *cells])
     notes = tuple(f"{g.label} · {point}: {w}" for g, point in columns for w in g.warnings(point))
+    if any(g.traced_out for g in groups):
+        notes = (
+            "runs of `llmbench profile`: the repeat the profiler recorded is left out (the profiler's own "
+            "work slows it); their figures are the untraced repeat's",
+            *notes,
+        )
     if intervals:
         notes = ("[low – high]: 95% t-interval over the repeats (none with one repeat)", *notes)
     title = scenario + (f" (changes against {baseline.label})" if baseline is not None else "")
@@ -143,8 +150,10 @@ def changes(
             headers += [metric_label(m), "change [95% CI]", "verdict"]
         rows = [["baseline: " + baseline.label, str(len(baseline.points[point]))]]
         for m in shown:
-            rows[0] += [
-                format_value(m, baseline.value(point, m), is_unavailable(m, baseline.unavailable)),
+            rows[0] += [  # as its changes take it (``stats.central``)
+                format_value(
+                    m, central(baseline.repeat_values(point, m)), is_unavailable(m, baseline.unavailable)
+                ),
                 "",
                 "",
             ]
