@@ -201,6 +201,22 @@ def _left_over(path: Path) -> Run | str:
         return f"left over by a run that died; its checkpoint is unreadable ({exc})"
 
 
+def owner() -> dict[str, Any]:
+    """Which process writes a record that says "running" (ablation.json, profile.json): a reader can
+    then tell one still under way from one whose process died (``died``)."""
+    return {"pid": os.getpid(), "host": platform.node()}
+
+
+def died(record: dict[str, Any]) -> str | None:
+    """Why a record that says it is running is not: its process, on this machine, is gone."""
+    pid = record.get("pid")
+    if record.get("status") != "running" or record.get("host") != platform.node() or not isinstance(pid, int):
+        return None
+    if _alive(pid):
+        return None
+    return f"it says it is running, but its process ({pid}) is gone: it died before it ended"
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -11,6 +11,8 @@ import os
 import signal
 import sys
 
+from llmbench.lifeline import follow_parent
+
 
 def as_interrupt(signum, frame) -> None:
     """SIGTERM (a timeout, a batch scheduler, docker stop) handled as Ctrl-C is: what was measured so far is
@@ -20,6 +22,7 @@ def as_interrupt(signum, frame) -> None:
 
 def main() -> None:
     signal.signal(signal.SIGTERM, as_interrupt)
+    follow_parent()  # a variant's run under ``ablate`` or ``profile`` ends with them
     try:
         from llmbench.cli.app import app
     except KeyboardInterrupt:

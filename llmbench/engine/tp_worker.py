@@ -35,16 +35,7 @@ from llmbench.engine.tp import (
     teardown_guard,
 )
 from llmbench.engine.tracer import rank_path
-
-
-def _die_with_parent() -> None:
-    """Linux: the kernel kills this worker if rank 0's process dies, whatever state it is in."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+from llmbench.lifeline import die_with_parent
 
 
 def serve(runner, receive: Callable[[], tuple[str, object]]) -> None:
@@ -98,7 +89,7 @@ def serve_launched(config, model_config, folder, max_model_len, launched) -> NoR
 
 def worker_main() -> None:  # pragma: no cover  (a child process; exercised by the tensor-parallel tests)
     """Ranks 1..tp-1: receive the engine's settings from rank 0, build the shard, run every step sent."""
-    _die_with_parent()
+    die_with_parent(signal.SIGKILL, os.getppid())  # whatever state this worker is in when rank 0 dies
     host, port = os.environ["LLMBENCH_TP_ADDR"].rsplit(":", 1)
     conn = Client((host, int(port)), authkey=bytes.fromhex(os.environ["LLMBENCH_TP_AUTH"]))
     no_delay(conn)

@@ -42,7 +42,8 @@ from llmbench.bench.errors import BenchError, StoreError
 from llmbench.bench.hardware import command_line
 from llmbench.bench.scenario.loader import ResolvedScenario
 from llmbench.bench.scenario.schema import Sampling
-from llmbench.bench.store import slug, write_json
+from llmbench.bench.store import owner, slug, write_json
+from llmbench.lifeline import child_env
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[3]  # so children import this same llmbench
 CHILD_GRACE_S = 60.0  # after Ctrl-C, how long a child may take to write what it measured
@@ -139,7 +140,9 @@ def _run_child(
     given time to write its partial results before the interrupt goes on. Past ``timeout_s`` the child
     is interrupted the same way (it keeps what it measured, marked incomplete), then killed if it does
     not end within the grace period (a child stuck inside a native call never sees the interrupt)."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=child_env(env)
+    )
     try:
         _, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -299,6 +302,7 @@ def run_ablation(
                 "repeats_run": len(order),
                 "order": order,
                 "status": status,
+                **owner(),
                 "command_line": command_line(),
                 "variants": [
                     {

@@ -34,7 +34,7 @@ from llmbench.bench.errors import BenchError
 from llmbench.bench.hardware import command_line
 from llmbench.bench.profile.diff import diff_rows
 from llmbench.bench.scenario.loader import ResolvedScenario
-from llmbench.bench.store import slug, write_json
+from llmbench.bench.store import owner, slug, write_json
 
 
 class ProfileSettings(NamedTuple):
@@ -117,6 +117,7 @@ def run_profile(
                 "scenario": sc.name,
                 "scenario_path": str(resolved.path),
                 "status": status,
+                **owner(),
                 "baseline": variants[0].name,
                 "steps_per_kind": settings.steps,
                 "slow_steps": settings.slow_steps,

@@ -28,7 +28,7 @@ from llmbench.bench.report.kept import is_text, read_object, show
 from llmbench.bench.report.outputs import COMPARISON_FILE, comparison_problems
 from llmbench.bench.report.quality import QUALITY_FILE, quality_problems, quality_views
 from llmbench.bench.report.views import View, by_scenario, changes, deltas, overview, startup
-from llmbench.bench.store import Problem
+from llmbench.bench.store import Problem, died
 from llmbench.suggest import did_you_mean
 
 
@@ -105,13 +105,20 @@ def side_file_problems(groups: list[Group]) -> list[Problem]:
         ),
     }
     out = []
-    for folder in sorted({run.path.parent for g in groups for run in g.runs}):
+    folders = {run.path.parent for g in groups for run in g.runs}
+    for folder in sorted(folders):
         for name, (check, unreadable, partly) in checks.items():
             record, why = read_object(folder / name)
             if why is not None:
                 out.append(Problem(folder / name, f"{why}: {unreadable or partly}"))
             elif record is not None and (issues := check(record)):
                 out.append(Problem(folder / name, f"{'; '.join(issues[:3])}: {partly}"))
+    # An ablation, or a profile (whose variant folders hold its runs), that died while it said it ran.
+    for folder in sorted(folders | {f.parent for f in folders}):
+        for name in (ABLATION_FILE, PROFILE_FILE):
+            record, _ = read_object(folder / name)
+            if record is not None and (gone := died(record)):
+                out.append(Problem(folder / name, f"{gone}; its runs are shown as it left them"))
     return out
 
 
