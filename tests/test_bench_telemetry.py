@@ -128,3 +128,44 @@ def test_more_torch_threads_than_cores_is_a_run_warning(monkeypatch):
         "cpu_threads=1000 on 2 cores: the threads take turns on the cores and timings suffer"
     )
     assert oversubscribed_warning(2) is None and oversubscribed_warning(None) is None
+
+
+def test_a_machine_kept_busy_by_other_work_is_flagged_as_the_run_starts():
+    import multiprocessing as mp
+    import os
+
+    from llmbench.bench.hardware import busy_warning
+    from llmbench.bench.report.warning_flags import flag
+
+    stop = mp.Event()
+    burners = [mp.Process(target=_burn, args=(stop,)) for _ in range(os.cpu_count() or 1)]
+    for p in burners:
+        p.start()
+    try:
+        text = busy_warning(2, sample_s=0.5)
+    finally:
+        stop.set()
+        for p in burners:
+            p.join()
+    assert text is not None and flag(text) == "busy" and "threads of other processes ready to run" in text
+    assert "cpu_threads=1" in text  # two threads may fight the others for the cores
+
+
+def test_the_load_a_finished_run_left_in_the_load_average_is_not_a_busy_machine(monkeypatch):
+    import os
+
+    # An ablation's previous variant kept the cores busy for a minute and is over: the 1-minute load
+    # average still says so, the CPUs' use now does not.
+    from llmbench.bench import hardware
+    from llmbench.bench.hardware import busy_warning
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (64.0, 64.0, 64.0), raising=False)
+    if hardware.runnable_others() is None:
+        pytest.skip("no /proc/stat: the load average is all there is")
+    monkeypatch.setattr(hardware, "runnable_others", lambda sample_s=0: 0.0)
+    assert busy_warning(2) is None
+
+
+def _burn(stop) -> None:
+    while not stop.is_set():
+        pass

@@ -11,6 +11,7 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -131,17 +132,45 @@ def oversubscribed_warning(threads: int | None) -> str | None:
     return f"cpu_threads={threads} on {cores} cores: the threads take turns on the cores and timings suffer"
 
 
-def busy_warning(threads: int) -> str | None:
-    """A warning when other processes already load the CPUs (timings will be noisy), else None."""
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        return None
+BUSY_SAMPLE_S = 0.3  # how long the demand for the CPUs is sampled when a run starts
+BUSY_SHARE = 0.75  # other runnable threads per core from which the machine is busy
+
+
+def runnable_others(sample_s: float = BUSY_SAMPLE_S, samples: int = 15) -> float | None:
+    """Threads of other processes ready to run, on average over ``sample_s`` (Linux: /proc/stat's
+    procs_running, which counts this one too); None where it cannot be read.
+
+    What is wanted now, not a load average: that still carries the work of the last minute (an ablation's
+    previous variant, which is over). Threads, not CPU time: a container's CPU quota caps the time its
+    processes get, not how many of them wait for it."""
+    counts = []
+    for i in range(samples):
+        try:
+            with open("/proc/stat") as f:
+                line = next((ln for ln in f if ln.startswith("procs_running ")), None)
+        except OSError:
+            return None
+        if line is None:
+            return None
+        counts.append(int(line.split()[1]) - 1)
+        if i < samples - 1:
+            time.sleep(sample_s / (samples - 1))
+    return sum(counts) / len(counts)
+
+
+def busy_warning(threads: int, sample_s: float = BUSY_SAMPLE_S) -> str | None:
+    """A warning when other work keeps the CPUs busy as the run starts (timings will be noisy), else None."""
     cores = os.cpu_count() or 1
-    if load <= 0.75 * cores:
+    others = runnable_others(sample_s)
+    if others is None:
+        try:
+            others = os.getloadavg()[0]
+        except (OSError, AttributeError):
+            return None
+    if others <= BUSY_SHARE * cores:
         return None
     hint = ", and torch's threads may fight other processes for the cores (try --set cpu_threads=1)"
     return (
-        f"the machine was busy when the run started (1-minute load {load:.1f} on {cores} cores): timings will be "
-        f"noisy{hint if threads > 1 else ''}"
+        f"the machine was busy when the run started ({others:.1f} threads of other processes ready to run "
+        f"on {cores} cores): timings will be noisy{hint if threads > 1 else ''}"
     )
