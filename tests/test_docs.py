@@ -217,6 +217,35 @@ def test_a_marker_left_open_or_closing_nothing_is_an_error_naming_its_line(tmp_p
     assert doc.read_text().count("\nx\n") == 2  # nothing rewritten
 
 
+def test_a_marker_in_a_code_fence_is_an_example_and_an_indented_one_an_error(tmp_path):
+    _ablation(tmp_path)
+    doc = tmp_path / "DOC.md"
+    example = "```\n<!-- llmbench: report results/nowhere -->\n<!-- /llmbench -->\n```\n"
+    block = "<!-- llmbench: report results/kept-ablation -m output_throughput -->\nx\n<!-- /llmbench -->\n"
+    res = _docs(doc, example + block)
+    assert res.exit_code == 0, res.output
+    assert doc.read_text().startswith(example) and "\nx\n" not in doc.read_text()  # the block made anew
+    res = _docs(doc, "  <!-- llmbench: report results/nowhere -->\n<!-- /llmbench -->\n", "--check")
+    assert res.exit_code == 2 and "line 1: an indented marker is not read as one" in res.output
+
+
+def test_documents_keep_their_line_endings_and_none_is_written_unless_all_are_made(tmp_path):
+    _ablation(tmp_path)
+    crlf, bad = tmp_path / "CRLF.md", tmp_path / "BAD.md"
+    block = "<!-- llmbench: report results/kept-ablation -m output_throughput -->\nx\n<!-- /llmbench -->\n"
+    crlf.write_bytes(("intro\n" + block + "end\n").replace("\n", "\r\n").encode())
+    bad.write_bytes(b"<!-- llmbench: report results/nowhere -->\n<!-- /llmbench -->\n")
+    res = CliRunner().invoke(app, ["docs", str(crlf), str(bad)])
+    assert res.exit_code == 2 and "no such result folder" in res.output
+    assert b"\r\nx\r\n" in crlf.read_bytes()  # the first document was not rewritten either
+    res = CliRunner().invoke(app, ["docs", str(crlf)])
+    assert res.exit_code == 0, res.output
+    raw = crlf.read_bytes()
+    assert b"\r\nx\r\n" not in raw and b"| output tok/s" in raw
+    assert raw.count(b"\n") == raw.count(b"\r\n") > 5  # every line still ends with CRLF
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".part")] == []
+
+
 def test_a_bad_option_or_an_empty_view_in_a_block_is_an_error_naming_it(tmp_path):
     _ablation(tmp_path)
     doc = tmp_path / "DOC.md"

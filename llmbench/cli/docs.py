@@ -3,6 +3,7 @@ folders kept in the repository (``bench/report/docs.py`` says how a table is mar
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -33,10 +34,14 @@ def docs(
 
     paths = files or [REPO_ROOT / name for name in DOCUMENTS]
     out_of_date = 0
+    rewritten: list[tuple[Path, str, str]] = []  # path, new text, line ending: written once all are made
     for path in paths:
         if not path.is_file():
             raise BenchError(f"no such document: {path}")
-        text = path.read_text(encoding="utf-8")
+        with open(path, encoding="utf-8", newline="") as f:  # line endings as they are
+            raw = f.read()
+        ending = "\r\n" if "\r\n" in raw else "\n"
+        text = raw.replace("\r\n", "\n")
         root = path.resolve().parent  # the commands' result folders are relative to the document
         try:
             found = blocks(text)
@@ -52,8 +57,13 @@ def docs(
                 out_of_date += 1
             continue
         if new != text:
-            path.write_text(new, encoding="utf-8")
+            rewritten.append((path, new, ending))
         note(f"{path}: {len(found)} generated table(s)" + (" rewritten" if new != text else ", unchanged"))
+    for path, new, ending in rewritten:  # every document made without an error: now write them
+        part = path.with_name(f".{path.name}.part")
+        with open(part, "w", encoding="utf-8", newline="") as f:
+            f.write(new.replace("\n", ending))
+        os.replace(part, path)  # a reader sees the old document or the new one, never half of one
     if out_of_date:
         raise typer.Exit(EXIT_FAILED)
     if check:

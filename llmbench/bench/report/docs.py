@@ -12,9 +12,10 @@ simulated A/A calibration of the ablation verdicts (bench/stats_calibration.py).
 every block; ``stale`` lists the blocks whose text differs from what their command makes now, which is
 how a test keeps the documents honest. Nothing between the markers is ever typed by hand.
 
-A marker is a line of its own; a marker left open, a closing one without an opening, a bad option of a
-command, a view that has nothing to show, or a run folder that is skipped or read in part is an error
-naming the line (never a block skipped, left empty or short in silence).
+A marker is a line of its own, from its first column; one shown inside a fenced code block (```) is an
+example, not a marker. An indented marker, a marker left open, a closing one without an opening, a bad
+option of a command, a view that has nothing to show, or a run folder that is skipped or read in part is
+an error naming the line (never a block skipped, left empty or short in silence).
 """
 
 from __future__ import annotations
@@ -44,12 +45,25 @@ class Block(NamedTuple):
 
 def blocks(text: str) -> list[Block]:
     """The generated blocks of a document, in order (a marker is a line starting with one: a marker quoted
-    within a sentence is not one)."""
+    within a sentence, or shown in a fenced code block, is not one)."""
     out: list[Block] = []
     opened: tuple[str, int, int] | None = None  # command, body start, line
-    offset = 0
+    fence: str | None = None  # the fence of the code block the line is in
+    end = 0
     for number, line in enumerate(text.splitlines(keepends=True), start=1):
+        start, end = end, end + len(line)
         stripped = line.rstrip()
+        if fence is not None or (opened is None and stripped.lstrip().startswith(("```", "~~~"))):
+            opens = fence is None
+            fence = stripped.lstrip()[:3] if opens else fence
+            if not opens and stripped.lstrip().startswith(fence):
+                fence = None
+            continue
+        if stripped.lstrip().startswith((OPEN, CLOSE)) and stripped[0].isspace():
+            raise BenchError(
+                f"line {number}: an indented marker is not read as one: a marker starts its line (an example "
+                "goes inside a ``` fence)"
+            )
         if stripped.startswith(OPEN):
             if opened is not None:
                 raise BenchError(
@@ -61,13 +75,12 @@ def blocks(text: str) -> list[Block]:
                 raise BenchError(
                     f"line {number}: {stripped[:60]!r}: a marker reads `{OPEN} COMMAND -->` on a line of its own"
                 )
-            opened = (m["command"], offset + len(line), number)
+            opened = (m["command"], end, number)
         elif stripped == CLOSE:
             if opened is None:
                 raise BenchError(f"line {number}: {CLOSE} closes no {OPEN} COMMAND --> marker")
-            out.append(Block(opened[0], text[opened[1] : offset], opened[1], offset, opened[2]))
+            out.append(Block(opened[0], text[opened[1] : start], opened[1], start, opened[2]))
             opened = None
-        offset += len(line)
     if opened is not None:
         raise BenchError(f"line {opened[2]}: {OPEN} {opened[0]} --> is not closed by {CLOSE}")
     return out
