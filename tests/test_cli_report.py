@@ -15,7 +15,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from llmbench.bench.report import COMPARISON_COLUMNS
 from llmbench.bench.report.compare import Change, verdict
+from llmbench.bench.report.format import format_pct
 from llmbench.bench.report.frame import TIDY_COLUMNS
 from llmbench.bench.runner import RunRequest, execute_run
 from llmbench.bench.scenario import load_scenario
@@ -81,6 +83,28 @@ def test_markdown_and_csv_are_views_of_one_tidy_frame(runs):
     got = df[(df["variant"] == "baseline") & (df["metric"] == "ttft_p50")]["value"].item()
     assert got == pytest.approx(expected)
     assert (df[df["metric"] == "ttft_p50"]["n"] == 2).all()
+    # -m picks the rows; --view deltas writes the comparisons, the figures the Markdown shows
+    picked = pd.read_csv(
+        io.StringIO(invoke("report", runs["baseline"].parent, "-f", "csv", "-m", "tpot_p50").stdout)
+    )
+    assert set(picked["metric"]) == {"tpot_p50"} and len(picked) == 2
+    res = invoke(
+        "report", runs["baseline"].parent, "-f", "csv", "--view", "deltas", "-m", "tpot_p50,ttft_p50"
+    )
+    deltas = pd.read_csv(io.StringIO(res.stdout))
+    assert list(deltas.columns) == list(COMPARISON_COLUMNS) and list(deltas["metric"]) == [
+        "tpot_p50",
+        "ttft_p50",
+    ]
+    row = deltas.iloc[0]
+    assert (row["baseline"], row["variant"]) == ("baseline", "attention_backend=torch")
+    assert row["change"] == pytest.approx(row["new"] / row["base"] - 1)
+    md = invoke(
+        "report", runs["baseline"].parent, "-f", "markdown", "--view", "deltas", "-m", "tpot_p50"
+    ).stdout
+    assert f"| {row['verdict']} |" in md and format_pct(row["change"]) in md
+    res = invoke("report", runs["baseline"].parent, "-f", "csv", "--view", "startup")
+    assert res.exit_code == 2 and "--view startup" in res.stderr and "no CSV form" in res.stderr
 
 
 def test_html_report_is_self_contained_with_plots(runs, tmp_path):

@@ -103,7 +103,7 @@ def report(
     if views and len(rep.empty) == len(set(views)):  # nothing asked for has anything to show
         raise typer.Exit(EXIT_FAILED)
     if format is Format.csv:
-        text = rep.frame().to_csv(index=False)
+        text = _csv(rep, metrics, views)
     elif format is Format.markdown:
         text = "\n".join(to_markdown(v) for s in rep.sections for v in s.views)
     elif format is Format.html:
@@ -130,6 +130,23 @@ def report(
     except OSError as exc:
         raise BenchError(f"--out {out}: cannot write the report there ({exc.strerror or exc})") from None
     note(f"report written to {out}")
+
+
+CSV_VIEWS = ("deltas", "changes")  # a view with a CSV form of its own: the comparisons
+
+
+def _csv(rep, metrics: list[str], views: list[str] | None) -> str:
+    """The tidy figures (one row per configuration, point and metric), or with ``--view deltas`` or
+    ``changes`` every comparison with the baseline (change, interval, verdict)."""
+    other = [v for v in views or [] if v not in CSV_VIEWS]
+    if other:
+        raise BenchError(
+            f"--format csv --view {other[0]}: CSV holds the figures (no --view) or the comparisons with the "
+            f"baseline (--view {' or '.join(CSV_VIEWS)}); that view has no CSV form (use --format markdown or html)"
+        )
+    if views:
+        return rep.comparisons(metrics or None).to_csv(index=False)
+    return rep.frame(metrics or None).to_csv(index=False)
 
 
 _SUFFIX = {Format.table: "txt", Format.markdown: "md", Format.html: "html", Format.csv: "csv"}

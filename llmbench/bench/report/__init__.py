@@ -21,7 +21,7 @@ import pandas as pd
 from llmbench.bench.errors import StoreError
 from llmbench.bench.metrics import METRICS
 from llmbench.bench.report.batches import batch_views
-from llmbench.bench.report.compare import DEFAULT_MIN_EFFECT
+from llmbench.bench.report.compare import DEFAULT_MIN_EFFECT, DELTA_METRICS, change, judged
 from llmbench.bench.report.format import SUMMARY_METRICS
 from llmbench.bench.report.frame import ABLATION_FILE, Group, load_groups, tidy
 from llmbench.bench.report.kept import is_text, read_object, show
@@ -39,16 +39,40 @@ class Section(NamedTuple):
     views: list[View]
 
 
+COMPARISON_COLUMNS = (
+    "scenario", "point", "baseline", "variant", "metric", "unit", "base", "new", "change", "ci_low", "ci_high",
+    "n", "method", "verdict",
+)  # fmt: skip
+
+
 class Report(NamedTuple):
     sections: list[Section]
     problems: list[Problem]
     empty: list[str] = []  # why a view asked for by name has nothing to show, one line each
     doubts: list[Problem] = []  # files read in part: values of the wrong type read as missing
+    threshold: float = DEFAULT_MIN_EFFECT
 
     def frame(self, metrics: list[str] | None = None) -> pd.DataFrame:
         """The tidy DataFrame (default: the summary metrics)."""
         groups = [g for s in self.sections for g in s.groups]
         return tidy(groups, metrics or list(SUMMARY_METRICS))
+
+    def comparisons(self, metrics: list[str] | None = None) -> pd.DataFrame:
+        """Every variant against its section's baseline, one row per (point, metric): the figures the deltas
+        view shows (default: its metrics), with the interval's ends and the verdict as numbers and words."""
+        rows = []
+        for s in self.sections:
+            for g in (g for g in s.groups if s.baseline is not None and g is not s.baseline):
+                for point in (p for p in s.baseline.points if p in g.points):
+                    for m in metrics or DELTA_METRICS:
+                        c = change(s.baseline, g, point, m)
+                        rows.append({
+                            "scenario": s.scenario, "point": point, "baseline": s.baseline.label,
+                            "variant": g.label, "metric": m, "unit": METRICS[m].unit, "base": c.base,
+                            "new": c.new, "change": c.rel, "ci_low": c.rel_low, "ci_high": c.rel_high,
+                            "n": c.n, "method": c.method, "verdict": judged(s.baseline, g, point, c, self.threshold),
+                        })  # fmt: skip
+        return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
 
 
 def _in(path: Path, group: Group) -> bool:
@@ -213,10 +237,10 @@ def build_report(
     if baseline and not found_baseline:
         raise StoreError(f"--baseline {baseline}: no run folder or variant of that name among the runs read")
     doubts = [d for g in groups for d in g.doubts] + side_file_problems(groups)
-    return Report(sections, problems, _empty_views(views or [], parts, built_kinds), doubts)
+    return Report(sections, problems, _empty_views(views or [], parts, built_kinds), doubts, threshold)
 
 
-__all__ = ["VIEWS", "Report", "Section", "build_report", "pick_baseline"]
+__all__ = ["COMPARISON_COLUMNS", "VIEWS", "Report", "Section", "build_report", "pick_baseline"]
 
 
 def _add(built: list[View], kinds: set[str], kind: str, views: list[View]) -> None:
