@@ -176,3 +176,12 @@ def test_classify_gives_each_outcome_by_where_the_interval_lies():
     assert int(classify(0.02, 0.05, "higher", h)) == BETTER
     with pytest.raises(ValueError, match="Unsupported direction"):
         classify(0.0, 0.1, "", h)
+
+
+def test_changes_read_as_percentages_and_very_large_ones_as_ratios():
+    from llmbench.bench.report.format import format_pct, format_pct_interval
+
+    assert [format_pct(v) for v in (0.034, -0.021, -0.0004, 0.0)] == ["+3.4%", "-2.1%", "0.0%", "0.0%"]
+    assert format_pct(32.307) == "×33.3" and format_pct(9.0) == "+900.0%"
+    assert format_pct_interval(30.597, 34.1) == "×31.6 … ×35.1"  # both ends in one form: no ">+999%"
+    assert format_pct_interval(-0.5, 2e6) == "-50.0% … ×2,000,001"

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from llmbench.bench.errors import StoreError
-from llmbench.bench.store import RunWriter, find_runs, load_run, slug, write_json
+from llmbench.bench.store import RESULT_FORMAT, RunWriter, find_runs, load_run, slug, write_json
 
 META = {"status": "complete", "scenario_name": "s", "variant": "v"}
 SUMMARY = {"status": "complete", "points": []}
@@ -86,6 +86,27 @@ def test_find_runs_walks_nested_folders_and_reports_every_broken_one(tmp_path):
     assert "lacks its 'points' list" in reasons["no_points"]
     assert reasons[leftover.tmp.name] == "left over by a run that died before it measured a repeat"
     assert reasons["missing"] == "no such file or directory"
+
+
+def test_a_run_of_a_newer_format_is_refused_not_misread(tmp_path):
+    old = finish(RunWriter(tmp_path, "scen", "old"))  # written before the files named a format: format 1
+    newer = finish(RunWriter(tmp_path, "scen", "newer"), summary={**SUMMARY, "format": RESULT_FORMAT + 1})
+    runs, problems = find_runs([tmp_path])
+    assert [r.path for r in runs] == [old]
+    (problem,) = problems
+    assert problem.path == newer and f"summary.json is of format {RESULT_FORMAT + 1}" in problem.reason
+    assert "written by a newer llmbench" in problem.reason
+
+
+def test_a_run_names_the_format_of_its_files(tmp_path):
+    from llmbench.bench.runner import RunRequest, execute_run
+    from llmbench.bench.scenario import load_scenario
+
+    path = tmp_path / "s.yaml"
+    path.write_text(json.dumps({"model": "qwen3-tiny", "engine": {"device": "cpu"},
+                                "workload": {"num_requests": 2, "input_len": 8, "output_len": 2}}))  # fmt: skip
+    run = load_run(execute_run(RunRequest(load_scenario(path, []), tmp_path / "r", "v")).run_dir)
+    assert run.meta["format"] == run.summary["format"] == RESULT_FORMAT
 
 
 def test_a_folder_without_runs_is_a_problem_not_a_crash(tmp_path):

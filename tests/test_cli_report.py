@@ -64,6 +64,11 @@ def test_table_report_groups_by_scenario_and_compares_to_the_baseline(runs):
     assert "attention_backend=torch against baseline" in out
     # sdpa and torch agree on greedy tokens here: 5 requests in each of 2 repeats
     assert "outputs against the baseline (greedy)" in out and "10/10 identical" in out
+    other = invoke(
+        "report", runs["baseline"].parent, "--baseline", "attention_backend=torch", "--view", "deltas"
+    )
+    assert "baseline against attention_backend=torch" in other.stdout
+    assert "outputs against attention_backend=torch (greedy)" in other.stdout  # not "the baseline"
     # one ablation: paired by repeat (a repeat shorter than the telemetry period may have no memory sample,
     # and then that one metric pairs one repeat: n=1/2)
     assert re.search(r"repeats paired by index \(n=(1/)?2\)", out), out
@@ -635,6 +640,10 @@ def test_an_existing_folder_as_out_gets_a_file_inside_it(runs, tmp_path):
     blocked.write_text("")
     res = invoke("report", runs["baseline"], "--format", "csv", "--out", blocked / "r.csv")
     assert res.exit_code == 2 and f"--out {blocked / 'r.csv'}: cannot write the report there" in res.stderr
+    res = invoke("report", runs["baseline"], "--format", "csv", "--out", f"{tmp_path / 'new' / 'dir'}/")
+    assert res.exit_code == 0, res.output  # a path ending in / is a folder to make, not a file named dir
+    (written,) = (tmp_path / "new" / "dir").glob("llmbench-report-*.csv")
+    assert written.read_text().startswith("scenario,")
 
 
 def test_a_folder_given_twice_or_inside_another_is_read_once(runs):

@@ -339,3 +339,15 @@ def test_an_interrupt_while_the_command_line_loads_prints_no_traceback(tmp_path,
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 130, done.stderr
     assert done.stderr.strip() == "error: interrupted", done.stderr
+
+
+def test_the_note_under_a_run_table_says_where_its_intervals_are():
+    from llmbench.cli.views import ci_note, summary_table
+
+    metric = {"value": 1.0, "ci_low": 0.9, "ci_high": 1.1, "ci": "repeats", "n": 2}
+    one = {"points": [{"label": "rate=1", "metrics": {"tpot_p50": metric}}]}
+    two = {"points": [{"label": f"rate={r}", "metrics": {"tpot_p50": metric}} for r in (1, 2)]}
+    headers = [[c.header for c in summary_table(s).columns] for s in (one, two)]
+    assert headers == [["metric", "value", "95% CI"], ["metric", "rate=1", "rate=2"]]
+    assert ci_note(one).startswith("95% CI: Student-t interval of the mean over 2 repeats")
+    assert "report RUN_FOLDER --intervals" in ci_note(two) and not ci_note(two).startswith("95% CI:")

@@ -20,6 +20,7 @@ from llmbench.bench.memory import memory_summary
 from llmbench.bench.peaks import choose_peak, derived_labels, peak_meta
 from llmbench.bench.scenario.loader import scenario_dict
 from llmbench.bench.slow_steps import find_slow_steps, slow_step_warning
+from llmbench.bench.store import RESULT_FORMAT
 from llmbench.bench.summary import Measured, build_summary, repeat_metrics, unavailable_reasons
 from llmbench.bench.tables import (
     REQUEST_COLUMNS,
@@ -59,6 +60,7 @@ def run_meta(req: RunRequest, backend: Backend) -> dict[str, Any]:
     once: the machine's and the commit's cost a process or a driver call)."""
     scenario = req.resolved.scenario
     return {
+        "format": RESULT_FORMAT,
         "llmbench_version": versions().get("llmbench"),
         "scenario_name": scenario.name,
         "scenario_path": str(req.resolved.path),
@@ -141,6 +143,7 @@ def assemble(
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     summary = {
+        "format": RESULT_FORMAT,
         "status": status,
         "stop_reason": stop_reason,
         "scenario": scenario.name,

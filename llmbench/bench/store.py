@@ -167,12 +167,24 @@ class Run(NamedTuple):
             raise StoreError(f"{self.path}: {name}.parquet is unreadable ({exc})") from None
 
 
+# The layout of a run's meta.json and summary.json; a reader refuses a newer one rather than misread it.
+# Raise it when a field changes meaning or a reader would need to know of a new one.
+RESULT_FORMAT = 1
+
+
 def load_run(path: Path) -> Run:
     path = Path(path)
     if not path.is_dir():
         raise StoreError(f"{path}: not a run folder (no such directory)")
     meta = _read_json(path / "meta.json")
     summary = _read_json(path / "summary.json")
+    for name, record in (("meta.json", meta), ("summary.json", summary)):
+        written = record.get("format", 1)  # runs written before the files said so are format 1
+        if not isinstance(written, int) or written > RESULT_FORMAT:
+            raise StoreError(
+                f"{path}: {name} is of format {written!r}, written by a newer llmbench; this one reads format "
+                f"{RESULT_FORMAT} and older (upgrade llmbench to read it)"
+            )
     if meta.get("status") == "running":
         raise StoreError(f"{path}: the run never finished writing (status 'running')")
     for key in ("scenario_name", "variant"):

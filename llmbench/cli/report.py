@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import io
+import os
 import time
 from pathlib import Path
 from typing import Annotated
@@ -55,12 +56,13 @@ def report(
     ] = None,
     format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
     out: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
             "--out",
             "-o",
             help="Write to this file instead of stdout (HTML always goes to a file: default "
-            "./llmbench-report-<time>.html); to a folder: llmbench-report-<time>.<format> inside it.",
+            "./llmbench-report-<time>.html); to a folder (one that exists, or a path ending in /): "
+            "llmbench-report-<time>.<format> inside it.",
         ),
     ] = None,
     min_effect: MinEffectOption = 1.0,
@@ -110,7 +112,7 @@ def report(
         problems = [f"{p.path}: {p.reason}" for p in rep.problems]
         doubts = [f"{p.path}: {p.reason}" for p in rep.doubts]
         text = render_html([(s.scenario, s.views, s.groups) for s in rep.sections], problems, doubts)
-        out = out or Path()  # megabytes of embedded plots are of no use on a terminal
+        out = out or "."  # megabytes of embedded plots are of no use on a terminal
     else:
         target = console if out is None else Console(record=True, width=160, file=io.StringIO())
         for s in rep.sections:
@@ -122,14 +124,15 @@ def report(
     if out is None:
         print(text, end="" if text.endswith("\n") else "\n")
         return
-    if out.is_dir():  # a folder: a new file inside it, named as the HTML report's default
-        out = _free(out / f"llmbench-report-{time.strftime('%Y%m%d-%H%M%S')}.{_SUFFIX[format]}")
+    target = Path(out)
+    if target.is_dir() or out.endswith(("/", os.sep)):  # a folder: a new file inside it, named by the time
+        target = _free(target / f"llmbench-report-{time.strftime('%Y%m%d-%H%M%S')}.{_SUFFIX[format]}")
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text, encoding="utf-8")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
     except OSError as exc:
-        raise BenchError(f"--out {out}: cannot write the report there ({exc.strerror or exc})") from None
-    note(f"report written to {out}")
+        raise BenchError(f"--out {target}: cannot write the report there ({exc.strerror or exc})") from None
+    note(f"report written to {target}")
 
 
 CSV_VIEWS = ("deltas", "changes")  # a view with a CSV form of its own: the comparisons

@@ -62,6 +62,11 @@ def ci_note(summary: dict[str, Any]) -> str | None:
     ns = sorted({int(m["n"]) for m in entries if m.get("ci") == "repeats" and m.get("n")})
     if ns:
         reps = "/".join(map(str, ns))
+        if len(summary.get("points", [])) > 1:  # the table has no room for them (``summary_table``)
+            return (
+                f"95% intervals over {reps} repeats (run-to-run variance) are in summary.json; `llmbench "
+                "report RUN_FOLDER --intervals` shows them beside each figure."
+            )
         return f"95% CI: Student-t interval of the mean over {reps} repeats (run-to-run variance)."
     if any(m.get("n") == 1 for m in entries):
         return (

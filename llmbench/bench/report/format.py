@@ -79,19 +79,22 @@ def format_ci(metric: str, low: Any, high: Any) -> str:
     return f"{_number(lo)} – {_number(hi)}"
 
 
+PCT_CAP = 9.99  # +999%: a relative change beyond it reads as the ratio (x33.3), not as +3230.7%
+
+
 def format_pct(value: Any, signed: bool = True) -> str:
+    """``+3.4%``; a change that rounds to nothing ``0.0%`` (no ``-0.0%``); beyond +999% the ratio, ``×33.3``."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return DASH
+    if signed and value > PCT_CAP:
+        return f"×{1 + value:.3g}" if value < 999 else f"×{1 + value:,.0f}"
+    if round(value * 100, 1) == 0:
+        return "0.0%"
     return f"{value * 100:+.1f}%" if signed else f"{value * 100:.1f}%"
 
 
-PCT_CAP = 9.99  # +999%: beyond it an interval bound says only "far", and its digits would drown the table
-
-
 def format_pct_interval(low: Any, high: Any) -> str:
-    """A relative change's interval, ``-2.1% … +3.4%``; bounds beyond +999% read ``>+999%``."""
-    if high is not None and not math.isnan(high) and high > PCT_CAP:
-        return f"{format_pct(low)} … >+999%"
+    """A relative change's interval, ``-2.1% … +3.4%`` (``format_pct``'s form for each end)."""
     return f"{format_pct(low)} … {format_pct(high)}"
 
 

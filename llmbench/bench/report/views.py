@@ -120,7 +120,7 @@ def deltas(
                 ])  # fmt: skip
             outputs = compare_outputs(baseline, g, point)
             text = describe(outputs) if isinstance(outputs, OutputComparison) else outputs
-            rows.append(["outputs against the baseline (greedy)", "", text, "", "", ""])
+            rows.append([f"outputs against {_the(baseline)} (greedy)", "", text, "", "", ""])
             notes = [method_note(changes, threshold)]
             flagged = [f"{h.label}: {', '.join(h.flags(point))}" for h in (baseline, g) if h.flags(point)]
             if flagged:
@@ -173,7 +173,7 @@ def changes(
         notes = [method_note(all_changes, threshold)]
         outputs = [(g, compare_outputs(baseline, g, point)) for g in members]
         notes += [
-            f"outputs of {g.label} against the baseline (greedy): {describe(o)}"
+            f"outputs of {g.label} against {_the(baseline)} (greedy): {describe(o)}"
             for g, o in outputs
             if isinstance(o, OutputComparison)
         ]
@@ -188,6 +188,11 @@ def changes(
             )
         )
     return views
+
+
+def _the(baseline: Group) -> str:
+    """The baseline as a sentence names it: "the baseline", or the configuration chosen as one."""
+    return "the baseline" if baseline.label == "baseline" else baseline.label
 
 
 def startup(scenario: str, groups: list[Group]) -> View:
