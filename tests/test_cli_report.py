@@ -257,6 +257,25 @@ def test_labels_are_unique_across_ablations_and_identical_run_folders(runs, tmp_
             assert new != base and base.endswith(section.scenario.split(" · ")[-1]), (new, base)
 
 
+def test_html_plots_latency_against_the_rate_a_sweep_served_and_lists_its_scenarios():
+    from llmbench.bench.report.frame import Group
+    from llmbench.bench.report.html import rate_curves, render_html
+
+    def repeats(rate: float, ttft: float) -> list[dict]:
+        metrics = {"request_throughput": rate, "ttft_p50": ttft, "ttft_p99": 2 * ttft, "tpot_p50": 0.01}
+        return [
+            {"repeat": r, "metrics": {k: v * (1 + 0.01 * r) for k, v in metrics.items()}} for r in range(2)
+        ]
+
+    sweep = Group(
+        "s", "a", "v", runs=[], label="v", points={f"rate={r}": repeats(r, 0.02 * r) for r in (1, 2, 4)}
+    )
+    single = Group("s", "a", "w", runs=[], label="w", points={"offline": repeats(3, 0.05)})
+    assert rate_curves([sweep, single]).startswith("<img") and rate_curves([single]) == ""
+    page = render_html([("first", [], []), ("second", [], [])], [])
+    assert "<a href='#s1'>second</a>" in page and "<h2 id='s1'>second</h2>" in page
+
+
 def test_html_without_out_writes_a_file_and_prints_its_path(runs, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     res = invoke("report", runs["baseline"], "--format", "html")

@@ -1,6 +1,8 @@
 """A self-contained HTML report: the report's tables plus matplotlib plots embedded as base64 PNG.
 
-Plots per scenario: latency CDFs (TTFT, TPOT, E2E) per variant, output throughput per variant with 95%
+Plots per scenario: latency against the request rate served (sweeps and runs of several rates: TTFT p50
+and p99, TPOT p50, with 95% intervals), latency CDFs (TTFT, TPOT, E2E) per variant, output throughput per
+variant with 95%
 intervals, telemetry over time (GPU utilisation and power with NVML; process CPU % and RSS without), and
 each decode step's time against the context it read (the decode step model's data: a variant that moves
 the fixed part shifts the cloud, one that moves the K/V read rate tilts it). The page loads nothing from
@@ -12,6 +14,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import math
 import time
 
 import numpy as np
@@ -106,10 +109,44 @@ def throughput_bars(groups: list[Group]) -> str:
         return ""
     fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(values)), 4))
     ax.bar(range(len(values)), values, yerr=[lows, highs], capsize=4, color="#4878a8")
-    ax.set_xticks(range(len(values)), labels, fontsize="small")
+    ax.set_xticks(range(len(values)), labels, fontsize="small", rotation=30, ha="right")
     ax.set_ylabel("output tok/s (95% CI)")
     ax.set_title("output throughput per variant")
     ax.grid(axis="y", alpha=0.3)
+    return _png(fig)
+
+
+RATE_PANELS = (("ttft_p50", "TTFT p50"), ("ttft_p99", "TTFT p99"), ("tpot_p50", "TPOT p50"))
+
+
+def rate_curves(groups: list[Group]) -> str:
+    """Latency against the request rate each sweep point served, one line per configuration (what a
+    serving benchmark's reader looks for first: where the latency bends as the load grows)."""
+    curves = []
+    for g in groups:
+        points = []
+        for point in g.points:
+            rate = g.estimate(point, "request_throughput")["value"]
+            if rate is not None and math.isfinite(rate):
+                points.append((rate, point))
+        if len(points) >= 2:
+            curves.append((g, sorted(points)))
+    if not curves:
+        return ""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(RATE_PANELS), figsize=(15, 4))
+    for ax, (metric, title) in zip(axes, RATE_PANELS, strict=True):
+        for g, points in curves:
+            ests = [g.estimate(point, metric) for _, point in points]
+            ys = np.array([np.nan if e["value"] is None else e["value"] * 1e3 for e in ests])
+            lo = np.array([0.0 if e["ci_low"] is None else (e["value"] - e["ci_low"]) * 1e3 for e in ests])
+            hi = np.array([0.0 if e["ci_high"] is None else (e["ci_high"] - e["value"]) * 1e3 for e in ests])
+            ax.errorbar([r for r, _ in points], ys, yerr=[lo, hi], marker="o", capsize=3, label=g.label)
+        ax.set_title(f"{title} against the rate served")
+        ax.set_xlabel("requests/s served")
+        ax.set_ylabel("ms (95% CI)")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize="small")
     return _png(fig)
 
 
@@ -224,10 +261,14 @@ def render_html(
     if doubts:
         items = "".join(f"<li>{html.escape(p)}</li>" for p in doubts)
         parts.append(f"<div class='problems'><p>Read in part:</p><ul>{items}</ul></div>")
-    for scenario, views, groups in sections:
-        parts.append(f"<h2>{html.escape(scenario)}</h2>")
+    if len(sections) > 1:  # a contents list: one link per scenario
+        links = "".join(f"<li><a href='#s{i}'>{html.escape(s[0])}</a></li>" for i, s in enumerate(sections))
+        parts.append(f"<nav><p>Scenarios:</p><ul>{links}</ul></nav>")
+    for i, (scenario, views, groups) in enumerate(sections):
+        parts.append(f"<h2 id='s{i}'>{html.escape(scenario)}</h2>")
         parts += [view_html(v) for v in views]
         for plot in (
+            rate_curves(groups),
             latency_cdfs(groups),
             throughput_bars(groups),
             telemetry_plot(groups),
