@@ -240,6 +240,25 @@ def test_a_token_id_outside_the_vocabulary_is_an_error_before_the_engine_starts(
     assert not (tmp_path / "r").exists()
 
 
+def test_a_kv_pool_too_small_for_the_workload_is_refused_before_the_run_starts(tmp_path):
+    # A pool given as num_kv_blocks is the user's to choose (a small one forces preemption), but the
+    # workload's longest request (32 prompt + 4 output tokens: 3 blocks of 16) must fit it whole.
+    path = scenario(tmp_path, workload={"num_requests": 4, "input_len": 32, "output_len": 4})
+    res = invoke("run", path, "--out", tmp_path / "r", "--set", "engine.num_kv_blocks=2")
+    assert res.exit_code == 2, res.output
+    assert "needs 3 KV blocks of 16 tokens, more than the whole pool (num_kv_blocks=2)" in res.stderr
+    assert not (tmp_path / "r").exists()
+    assert invoke("run", path, "--out", tmp_path / "r", "--set", "engine.num_kv_blocks=3").exit_code == 0
+
+
+def test_a_run_that_fails_names_the_error_without_its_class_path():
+    from llmbench.bench.runner import _last_line
+
+    trace = "Traceback ...\n  File x\nllmbench.engine.llm_engine.RequestError: request 'a' needs 3 KV blocks\n"
+    assert _last_line(trace) == "request 'a' needs 3 KV blocks"
+    assert _last_line("RuntimeError: the engine broke") == "RuntimeError: the engine broke"  # not ours: kept
+
+
 def test_engine_failure_mid_run_keeps_what_was_measured(tmp_path, monkeypatch):
     from llmbench.engine.llm_engine import LLMEngine
 

@@ -26,7 +26,8 @@ from llmbench.bench.arrivals import arrival_offsets, at_measured_rate, point_lab
 from llmbench.bench.backends import Backend, make_backend
 from llmbench.bench.backends.engine import engine_config, sampling_params
 from llmbench.bench.driver import DriveResult, Progress
-from llmbench.bench.errors import RunFailed, StoreError
+from llmbench.bench.errors import RunFailed, ScenarioError, StoreError
+from llmbench.bench.fit import fit_problem, longest_request
 from llmbench.bench.hardware import busy_warning, oversubscribed_warning, set_torch_threads
 from llmbench.bench.repeat_warnings import repeat_warnings
 from llmbench.bench.run_record import DIED, DIED_ERROR, RunContext, assemble, run_meta
@@ -196,6 +197,9 @@ def execute_run(req: RunRequest, events: RunEvents | None = None) -> RunOutcome:
     backend = make_backend(req.resolved.scenario)  # option errors go up before anything is written
     if getattr(backend, "launched_follower", False):
         backend.start()  # torchrun's rank > 0: serves rank 0's steps and exits, writing nothing
+    if (config := getattr(backend, "config", None)) is not None and (longest := longest_request(req.resolved)):
+        if problem := fit_problem(config, longest):  # the engine would refuse its first request
+            raise ScenarioError(problem)
     check_prompt_file(req.resolved.scenario.workload, backend.vocab_size)  # token ids, before any cost
     threads_before = torch.get_num_threads()
     try:
@@ -269,8 +273,13 @@ def _stop(telemetry: TelemetrySampler | None, backend: Backend | None) -> None:
 
 
 def _last_line(text: str | None) -> str:
+    """A traceback's last line, the error itself: a message of llmbench's own without its class's dotted path
+    (``llmbench.engine.llm_engine.RequestError: request ...`` reads ``request ...``)."""
     lines = [ln for ln in (text or "").strip().splitlines() if ln.strip()]
-    return lines[-1] if lines else "(no message)"
+    if not lines:
+        return "(no message)"
+    kind, sep, message = lines[-1].partition(": ")
+    return message if sep and kind.startswith("llmbench.") and message else lines[-1]
 
 
 __all__ = [

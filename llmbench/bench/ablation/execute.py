@@ -87,7 +87,7 @@ def config_problem(resolved: ResolvedScenario, variant: Variant | BackendVariant
     except ValidationError as exc:
         first = exc.errors()[0]
         return f"sampling.{'.'.join(map(str, first['loc']))}: {first['msg']}"
-    from llmbench.bench.ablation.fit import fit_problem, longest_request
+    from llmbench.bench.fit import fit_problem, longest_request
 
     longest = longest_request(resolved)
     return None if longest is None else fit_problem(config, longest)

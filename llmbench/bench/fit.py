@@ -1,6 +1,6 @@
-"""Whether a variant's engine can serve the workload at all, decided before an ablation runs anything:
-the workload's longest request against the variant's max_model_len and, where num_kv_blocks sizes it, the
-whole KV pool. The requests are built as every run builds them (their lengths depend on the seed alone),
+"""Whether an engine can serve the workload at all, decided before a run (or any run of an ablation's
+variants) starts: the workload's longest request against the engine's max_model_len and, where
+num_kv_blocks sizes it, the whole KV pool. The requests are built as every run builds them (their lengths depend on the seed alone),
 where that needs no tokenizer (synthetic, shared_prefix and trace sources; prompt files are checked by
 each run)."""
 
