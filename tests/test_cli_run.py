@@ -254,7 +254,9 @@ def test_a_kv_pool_too_small_for_the_workload_is_refused_before_the_run_starts(t
 def test_a_run_that_fails_names_the_error_without_its_class_path():
     from llmbench.bench.runner import _last_line
 
-    trace = "Traceback ...\n  File x\nllmbench.engine.llm_engine.RequestError: request 'a' needs 3 KV blocks\n"
+    trace = (
+        "Traceback ...\n  File x\nllmbench.engine.llm_engine.RequestError: request 'a' needs 3 KV blocks\n"
+    )
     assert _last_line(trace) == "request 'a' needs 3 KV blocks"
     assert _last_line("RuntimeError: the engine broke") == "RuntimeError: the engine broke"  # not ours: kept
 

@@ -197,7 +197,9 @@ def execute_run(req: RunRequest, events: RunEvents | None = None) -> RunOutcome:
     backend = make_backend(req.resolved.scenario)  # option errors go up before anything is written
     if getattr(backend, "launched_follower", False):
         backend.start()  # torchrun's rank > 0: serves rank 0's steps and exits, writing nothing
-    if (config := getattr(backend, "config", None)) is not None and (longest := longest_request(req.resolved)):
+    if (config := getattr(backend, "config", None)) is not None and (
+        longest := longest_request(req.resolved)
+    ):
         if problem := fit_problem(config, longest):  # the engine would refuse its first request
             raise ScenarioError(problem)
     check_prompt_file(req.resolved.scenario.workload, backend.vocab_size)  # token ids, before any cost
