@@ -147,6 +147,22 @@ def test_options_that_cannot_apply_are_errors_naming_their_path():
         TransformersBackend(scenario(backend_options={"transformers": {"cuda_graph": True}}))
 
 
+def test_engine_options_transformers_does_not_apply_are_named_not_dropped_in_silence():
+    assert TransformersBackend(scenario()).warnings == []  # device and dtype: it takes them
+    engine = {
+        "device": "cpu",
+        "dtype": "float32",
+        "paged_kv": False,
+        "max_num_seqs": 1,
+        "kv_cache_dtype": "fp8_e4m3",
+    }
+    (text,) = TransformersBackend(scenario(engine=engine)).warnings
+    assert text.startswith(
+        "engine options the transformers backend does not apply, so they do not shape this run: "
+        "kv_cache_dtype, max_num_seqs, paged_kv (it takes only device, dtype, seed, max_model_len, kv_cache_memory"
+    )
+
+
 def test_run_stores_engine_only_figures_as_unavailable(tmp_path, monkeypatch):
     # As on a GPU with a known peak, where the engine-only utilisation figures are computed.
     from llmbench.bench.peaks import PeakChoice, PeakUsed
@@ -182,7 +198,7 @@ def test_ablate_compares_engine_and_transformers_side_by_side(tmp_path):
     assert "Traceback" not in res.output, res.output
     assert res.exit_code == 0, res.output
     assert "backend=transformers against backend=engine" in res.stdout
-    row = next(line for line in res.stdout.splitlines() if "outputs against the baseline" in line)
+    row = next(line for line in res.stdout.splitlines() if "outputs against backend=engine" in line)
     assert re.search(r"(\d+)/\1 identical", row), row  # greedy, float32: the same tokens from both
     (folder,) = list((tmp_path / "r" / "abl").iterdir())
     record = json.loads((folder / "ablation.json").read_text())
@@ -234,5 +250,5 @@ def test_the_shipped_peer_scenarios_compare_engine_and_transformers(tmp_path, na
     args = ["ablate", str(shipped), "--profile", "cpu", "--out", str(tmp_path / "r")]
     res = CliRunner().invoke(app, args + [x for s in sets for x in ("--set", s)], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
-    row = next(line for line in res.stdout.splitlines() if "outputs against the baseline" in line)
+    row = next(line for line in res.stdout.splitlines() if "outputs against backend=engine" in line)
     assert re.search(r"(\d+)/\1 identical", row), row

@@ -42,6 +42,19 @@ def engine_only_reasons(backend: str) -> dict[str, str]:
     return dict.fromkeys(ENGINE_ONLY, why)
 
 
+def untaken_engine_options(scenario: Any, backend: str, taken: tuple[str, ...]) -> list[str]:
+    """A warning naming the ``engine:`` options a peer backend does not apply (a scenario shared with the
+    engine, or an ablation of backends, sets them for the engine); none when it takes all it was given."""
+    left = sorted(set(scenario.engine) - set(taken))
+    if not left:
+        return []
+    takes = f"it takes only {', '.join(taken)}" if taken else "it takes none"
+    return [
+        f"engine options the {backend} backend does not apply, so they do not shape this run: {', '.join(left)} "
+        f"({takes}; its own options go under backend_options.{backend})"
+    ]
+
+
 class Backend(Protocol):
     name: str  # "engine" | "transformers" | "openai"
     device: str  # where the model runs: "cpu", "cuda", "cuda:N", or "remote"

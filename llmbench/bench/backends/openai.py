@@ -20,7 +20,12 @@ import os
 import time
 from typing import Any
 
-from llmbench.bench.backends.base import OnProgress, check_drive_args, engine_only_reasons
+from llmbench.bench.backends.base import (
+    OnProgress,
+    check_drive_args,
+    engine_only_reasons,
+    untaken_engine_options,
+)
 from llmbench.bench.backends.engine import request_seed
 from llmbench.bench.backends.openai_driver import Client
 from llmbench.bench.backends.openai_http import Endpoint, body_lines, close, read_error_body, request
@@ -109,7 +114,7 @@ class OpenAIBackend:
         self.max_model_len: int | None = None
         self.server_models: list[str] | None = None
         self.startup: dict[str, Any] = {}
-        self.warnings: list[str] = []
+        self.warnings: list[str] = untaken_engine_options(scenario, self.name, ())
         self.unavailable = {
             **engine_only_reasons(self.name),
             "queue": "a remote server does not say when it scheduled a request (the client's own queue is "

@@ -18,7 +18,12 @@ from typing import Any
 
 import torch
 
-from llmbench.bench.backends.base import OnProgress, check_drive_args, engine_only_reasons
+from llmbench.bench.backends.base import (
+    OnProgress,
+    check_drive_args,
+    engine_only_reasons,
+    untaken_engine_options,
+)
 from llmbench.bench.backends.hf_model import folder_model, preset_model
 from llmbench.bench.driver import DriveResult
 from llmbench.bench.errors import BenchError
@@ -26,6 +31,7 @@ from llmbench.bench.scenario.schema import Scenario
 from llmbench.bench.workload.spec import RequestSpec
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+ENGINE_OPTIONS_TAKEN = ("device", "dtype", "seed", "max_model_len", "kv_cache_memory")  # from ``engine:``
 CPU_KV_BUDGET = 1 << 30  # bytes: the CPU cache, sized for the workload, stays within this (as the engine's)
 CPU_MAX_BATCH_TOKENS = 2048  # CB's per-step token budget on the CPU unless set (its warm-up scales with it)
 DEFAULT_PAGE_SIZE = 256  # transformers' own default page (block) size
@@ -102,7 +108,7 @@ class TransformersBackend:
         self.tokenizer: Any = None
         self.model_info: dict[str, Any] | None = None
         self.startup: dict[str, Any] = {}
-        self.warnings: list[str] = []
+        self.warnings: list[str] = untaken_engine_options(scenario, self.name, ENGINE_OPTIONS_TAKEN)
         if scenario.sampling.temperature > 0:
             self.warnings.append(
                 "transformers takes no per-request sampling seed: its sampled outputs are not reproducible "
