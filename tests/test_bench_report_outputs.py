@@ -84,6 +84,18 @@ def baseline_and_variant(folder):
     return base, new
 
 
+def test_a_request_cut_short_on_a_side_is_left_out_not_counted_as_a_divergence(tmp_path):
+    fake_run(tmp_path / "baseline-r0", "baseline", [[1, 2, 3], [4, 5, 6]])
+    new = fake_run(tmp_path / "x-r0", "x", [[1, 2, 3], [4]])  # the second stopped by an interrupt
+    table = pd.read_parquet(new / "requests.parquet")
+    table["finish_reason"] = ["length" if len(t) == 3 else "abort" for t in table["token_ids"]]
+    table.to_parquet(new / "requests.parquet", index=False)
+    base, variant = baseline_and_variant(tmp_path)
+    c = compare_outputs(base, variant, "offline")
+    assert (c.compared, c.identical, c.cut_short) == (2, 2, 2)  # one request in each of two repeats
+    assert describe(c) == "2/2 identical · 2 unfinished on a side, not compared"
+
+
 def test_an_ablation_keeps_the_comparison_for_reports_without_request_tables(tmp_path):
     folder = tmp_path / "20250101-100000-ablate"
     fake_run(folder / "baseline-r0", "baseline", [[1, 2, 3, 4], [5, 6, 7, 8]])

@@ -128,6 +128,13 @@ def test_more_torch_threads_than_cores_is_a_run_warning(monkeypatch):
         "cpu_threads=1000 on 2 cores: the threads take turns on the cores and timings suffer"
     )
     assert oversubscribed_warning(2) is None and oversubscribed_warning(None) is None
+    # tensor-parallel ranks on the CPU: each process has its threads
+    assert oversubscribed_warning(1, ranks=2) is None
+    assert oversubscribed_warning(None, ranks=4) == (
+        "tp=4 runs 4 processes with torch's default of 2 threads each, 8 threads on 2 cores: they take turns "
+        "on the cores and timings suffer"
+    )
+    assert oversubscribed_warning(2, ranks=2).startswith("tp=2 runs 2 processes with cpu_threads=2 each")
 
 
 def test_a_machine_kept_busy_by_other_work_is_flagged_as_the_run_starts():

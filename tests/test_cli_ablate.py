@@ -47,6 +47,7 @@ def test_variants_run_in_their_own_processes_with_interleaved_repeats(tmp_path):
         "ablate", path, "--toggle", "attention_backend=torch", "--repeats", "2", "--out", tmp_path / "r"
     )
     assert res.exit_code == 0, res.output
+    assert "design flip · 2 variants x 2 repeat(s) = 4 runs" in res.stderr  # what it is about to run
     assert "attention_backend=torch against baseline" in res.stdout
     assert "outputs against the baseline (greedy)" in res.stdout and "8/8 identical" in res.stdout
     folder = ablation_folder(tmp_path / "r")
@@ -216,6 +217,14 @@ def test_factorial_crosses_a_valued_toggle_over_its_values(tmp_path, monkeypatch
         (
             ["-t", "num_kv_blocks=1,100"],
             "error: variant num_kv_blocks=1 cannot run here: the workload's longest request (",
+        ),
+        (
+            ["-t", "paged_kv", "--max-repeats", "4"],
+            "error: --max-repeats bounds the repeats --until-ci adds: add --until-ci PCT, or leave it out",
+        ),
+        (
+            ["-t", "paged_kv", "--repeats", "3", "--until-ci", "5", "--max-repeats", "2"],
+            "error: --max-repeats 2 is fewer than the 3 repeats every variant runs first",
         ),
     ],
 )

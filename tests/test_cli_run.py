@@ -188,13 +188,15 @@ def test_output_beyond_max_model_len_is_rejected_as_the_api_rejects_it(tmp_path)
     res = invoke("run", scenario(tmp_path), "--out", tmp_path / "r",
                  "--set", "engine.max_model_len=64", "--set", "workload.output_len=60")  # fmt: skip
     assert res.exit_code == 2
-    assert "output tokens exceed the engine's max_model_len (64)" in res.stderr
+    assert (
+        "(29 prompt + 60 output tokens) does not fit max_model_len=64: give max_model_len >= 89" in res.stderr
+    )
     assert find_runs([tmp_path / "r"])[0] == []
 
 
 def test_workload_that_does_not_fit_the_model_is_a_clean_error(tmp_path):
     res = invoke("run", scenario(tmp_path), "--out", tmp_path / "r", "--set", "workload.input_len=5000")
-    assert res.exit_code == 2 and "exceed the engine's max_model_len" in res.stderr
+    assert res.exit_code == 2 and "does not fit max_model_len=4096: give max_model_len >= 5004" in res.stderr
     assert find_runs([tmp_path / "r"])[0] == []  # nothing measured, nothing kept
 
 

@@ -497,6 +497,23 @@ def test_the_cpu_at_tp2_uses_gloo_without_fusions():
             "tuning.tp_all_reduce='symm_mem' reads the other GPUs' memory over NVLink: it needs tp > 1 on CUDA "
             "devices (got tp=2 on 'cpu')",
         ),
+        (
+            CPU,
+            {"tuning": {"tp_all_reduce": "nccl"}},
+            "tuning.tp_all_reduce='nccl' is how tensor-parallel ranks sum their partial results: it needs tp > 1 "
+            "(got tp=1, one rank, nothing to sum); leave it 'auto'",
+        ),
+        (
+            CPU,
+            {"gpu_memory_utilization": 0.3},
+            "gpu_memory_utilization=0.3 sizes the KV pool from a GPU's memory: on the CPU, kv_cache_memory (or "
+            "num_kv_blocks) sizes it",
+        ),
+        (
+            h200s(),
+            {"kv_cache_memory": 1 << 30},
+            "kv_cache_memory sizes the CPU's KV pool: on a GPU, gpu_memory_utilization (or num_kv_blocks) sizes it",
+        ),
         (CPU, {"tp": 3}, "tp=3 does not divide the 4 attention heads of qwen3-tiny"),
         (
             CPU,

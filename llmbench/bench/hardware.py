@@ -124,9 +124,20 @@ def set_torch_threads(threads: int | None) -> int:
     return torch.get_num_threads()
 
 
-def oversubscribed_warning(threads: int | None) -> str | None:
-    """A warning when the scenario asks torch for more threads than the machine has cores, else None."""
+def oversubscribed_warning(threads: int | None, ranks: int = 1) -> str | None:
+    """A warning when a run on the CPU asks for more threads than the machine has cores, else None:
+    ``threads`` torch threads (None: torch's default, one a core) in each of ``ranks`` processes (the
+    tensor-parallel ranks)."""
     cores = os.cpu_count() or 1
+    if ranks > 1:
+        total = ranks * (threads or cores)
+        if total <= cores:
+            return None
+        each = f"cpu_threads={threads}" if threads else f"torch's default of {cores} threads"
+        return (
+            f"tp={ranks} runs {ranks} processes with {each} each, {total} threads on {cores} cores: they take "
+            "turns on the cores and timings suffer"
+        )
     if threads is None or threads <= cores:
         return None
     return f"cpu_threads={threads} on {cores} cores: the threads take turns on the cores and timings suffer"

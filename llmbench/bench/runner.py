@@ -215,7 +215,8 @@ def _execute(req: RunRequest, backend: Backend, events: RunEvents) -> RunOutcome
     writer = RunWriter(req.out_root, scenario.name, req.variant, req.run_dir)
     state = _Measuring()
     threads = set_torch_threads(scenario.cpu_threads)
-    for warning in (busy_warning(threads), oversubscribed_warning(scenario.cpu_threads)):
+    cpu_ranks = backend.tp if backend.device == "cpu" else 1
+    for warning in (busy_warning(threads), oversubscribed_warning(scenario.cpu_threads, cpu_ranks)):
         if warning:
             state.warnings.append(warning)
     started = time.time()

@@ -17,6 +17,8 @@ from llmbench.cli.errors import EXIT_FAILED, EXIT_INTERRUPTED, handle_errors
 from llmbench.cli.report import MinEffectOption
 from llmbench.cli.run import OutOption, ProfileOption, SetOption, profile_line, resolve
 
+DEFAULT_MAX_REPEATS = 10  # --until-ci's bound on each variant's repeats unless --max-repeats says
+
 
 class Design(enum.StrEnum):
     flip = "flip"
@@ -86,8 +88,8 @@ def ablate(
         ),
     ] = None,
     max_repeats: Annotated[
-        int, typer.Option(min=1, help="The most repeats --until-ci may run per variant.")
-    ] = 10,
+        int | None, typer.Option(min=1, help="The most repeats --until-ci may run per variant (default 10).")
+    ] = None,
     quality: Annotated[
         bool,
         typer.Option(
@@ -169,7 +171,21 @@ def ablate(
             "(e.g. --backend engine --backend transformers)"
         )
     n = repeats or sc.repeats
-    note(f"ablation of {sc.name} ({resolved.path}) · design {design_name} · {n} repeat(s) per variant")
+    if max_repeats is not None and until_ci is None:
+        raise BenchError(
+            "--max-repeats bounds the repeats --until-ci adds: add --until-ci PCT, or leave it out"
+        )
+    if until_ci is not None and max_repeats is not None and max_repeats < n:
+        raise BenchError(
+            f"--max-repeats {max_repeats} is fewer than the {n} repeats every variant runs first"
+        )
+    max_repeats = max(n, DEFAULT_MAX_REPEATS) if max_repeats is None else max_repeats
+    runs = len(variants) * n
+    upto = f", up to {len(variants) * max_repeats} with --until-ci" if until_ci is not None else ""
+    note(
+        f"ablation of {sc.name} ({resolved.path}) · design {design_name} · {len(variants)} variants x {n} "
+        f"repeat(s) = {runs} runs{upto}"
+    )
     note(profile_line(resolved))
     for v in variants:
         opts = ", ".join(f"{k}={val}" for k, val in v.options.items()) or (

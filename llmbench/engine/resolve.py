@@ -102,6 +102,7 @@ def resolve(config: EngineConfig, facts: Facts) -> ResolvedConfig:
         raise ConfigError("prefix_cache=True shares KV blocks between requests: it needs paged_kv=True")
     async_scheduling = auto(config.async_scheduling, cuda)  # on the CPU nothing would overlap
     _check_tp(config.tp, facts)
+    _check_pool_budget(config, cuda)
     max_model_len = _max_model_len(config.max_model_len, facts.model)
     if backend in GRAPH_SAFE_BACKENDS and config.block_size & (config.block_size - 1):
         raise ConfigError(
@@ -197,6 +198,20 @@ def _check_kv_cache(kv_cache_dtype: str, dtype: str, backend: str, tuning: Tunin
         raise ConfigError(
             "tuning.kv_cache_scale sets the scales of a float8 KV cache: it needs kv_cache_dtype "
             "'fp8_e4m3' or 'fp8_e5m2'"
+        )
+
+
+def _check_pool_budget(config: EngineConfig, cuda: bool) -> None:
+    """Each device's KV pool has its own budget: the other one's, set, would be ignored."""
+    default = EngineConfig.__dataclass_fields__["gpu_memory_utilization"].default
+    if not cuda and config.gpu_memory_utilization != default:
+        raise ConfigError(
+            f"gpu_memory_utilization={config.gpu_memory_utilization} sizes the KV pool from a GPU's memory: on "
+            "the CPU, kv_cache_memory (or num_kv_blocks) sizes it"
+        )
+    if cuda and config.kv_cache_memory is not None:
+        raise ConfigError(
+            "kv_cache_memory sizes the CPU's KV pool: on a GPU, gpu_memory_utilization (or num_kv_blocks) sizes it"
         )
 
 

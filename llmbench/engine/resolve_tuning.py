@@ -263,6 +263,11 @@ def _all_reduce(asked: str, tp: int, device: str, facts: Facts) -> str:
                 "the first): start this engine in a new process, or use tuning.tp_all_reduce='nccl' or 'auto'"
             )
         return "symm_mem"
+    if asked == "nccl" and tp == 1:
+        raise ConfigError(
+            "tuning.tp_all_reduce='nccl' is how tensor-parallel ranks sum their partial results: it needs "
+            "tp > 1 (got tp=1, one rank, nothing to sum); leave it 'auto'"
+        )
     if tp == 1:
         return "none"
     if asked == "nccl":

@@ -31,6 +31,7 @@ class OutputComparison(NamedTuple):
     identical: int  # exactly the same token ids
     mean_first_divergence: float  # 1-based position of the first differing token, mean over those differing
     agreement: float  # tokens equal before each request's first divergence / all tokens generated
+    cut_short: int = 0  # requests in both left out: on one side or both they did not finish (an interrupt)
 
 
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
@@ -73,6 +74,8 @@ def describe(c: OutputComparison) -> str:
             f" · first divergence at token {c.mean_first_divergence:.0f} (mean of {differ}) · "
             f"{c.agreement * 100:.1f}% of tokens agree before it"
         )
+    if c.cut_short:
+        text += f" · {c.cut_short} unfinished on a side, not compared"
     return text
 
 
@@ -92,12 +95,21 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, point: str) -> OutputCompar
         ):
             return "n/a (token ids not returned)"
     keys = ["repeat", "request_id"]
-    ta = a[a["point"] == point].set_index(keys)["token_ids"]
-    tb = b[b["point"] == point].set_index(keys)["token_ids"]
+    ta, tb = (side[side["point"] == point].set_index(keys) for side in (a, b))
     common = ta.index.intersection(tb.index)
     if len(common) == 0:
         return "n/a (no common requests)"
-    return compare_tokens([list(ta[k]) for k in common], [list(tb[k]) for k in common])
+    # A request an interrupt (or a failure) cut short has fewer tokens than its twin: no divergence.
+    done = [k for k in common if _finished(ta, k) and _finished(tb, k)]
+    if not done:
+        return "n/a (no request finished on both sides)"
+    c = compare_tokens([list(ta["token_ids"][k]) for k in done], [list(tb["token_ids"][k]) for k in done])
+    return c._replace(cut_short=len(common) - len(done))
+
+
+def _finished(table: pd.DataFrame, key: Any) -> bool:
+    """Whether the request ran to its end (its length or a stop token); tables without the column: yes."""
+    return "finish_reason" not in table or table["finish_reason"][key] in ("length", "stop")
 
 
 def compare_outputs(base: Group, new: Group, point: str) -> OutputComparison | str:
@@ -134,6 +146,7 @@ def stored_comparison(base: Group, new: Group, point: str) -> OutputComparison |
                 row["identical"],
                 finite(row.get("mean_first_divergence")),
                 finite(row.get("agreement")),
+                row["cut_short"] if is_int(row.get("cut_short")) else 0,
             )
     return None
 
