@@ -149,7 +149,11 @@ def test_the_report_view_has_a_row_per_variant_and_says_why_one_failed(tmp_path:
     assert view.rows[0][:5] == ["kv_cache_dtype=fp8_e4m3", "0.0123", "0.01 … 0.015", "0.05", "87.5%"]
     assert view.rows[0][5] == "2/3 identical; first at 7, median 7" and view.rows[0][6] == "10.5 -> 10.75"
     assert view.rows[1][:2] == ["tp=2", "failed: the engine said no"]
-    assert "Note: N" in view.title
+    assert "Note: N" in view.title and "(3 prompts x 8 tokens, m)" in view.title
+    record["settings"]["prompts"] = 100  # more asked for than the workload's 3 requests: 3 were used
+    (tmp_path / "quality.json").write_text(json.dumps(record))
+    (view,) = quality_views("s", [group])
+    assert "(3 prompts (100 asked; the workload has no more) x 8 tokens" in view.title
     assert (
         quality_views("s", [Group("s", "x", "b", runs=[SimpleNamespace(path=tmp_path / "none" / "r")])]) == []
     )

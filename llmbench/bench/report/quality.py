@@ -140,9 +140,14 @@ def quality_views(scenario: str, groups: list[Group]) -> list[View]:
             _num(entry.get("kl_p99")), _pct(entry.get("top1_agreement")), _divergence(entry), ppl,
         ])  # fmt: skip
     settings = record.get("settings") if isinstance(record.get("settings"), dict) else {}
+    prompts = f"{_text_or_num(settings.get('prompts'))} prompts"
+    entries = variants if isinstance(variants, list) else []
+    used = [e["greedy_prompts"] for e in entries if isinstance(e, dict) and is_int(e.get("greedy_prompts"))]
+    if used and is_int(settings.get("prompts")) and max(used) < settings["prompts"]:
+        prompts = f"{max(used)} prompts ({settings['prompts']} asked; the workload has no more)"
     title = (
-        f"{scenario}: outputs against {_text(record.get('baseline'))} ({_text_or_num(settings.get('prompts'))} "
-        f"prompts x {_text_or_num(settings.get('tokens'))} tokens, {_text(record.get('method'))})"
+        f"{scenario}: outputs against {_text(record.get('baseline'))} ({prompts} x "
+        f"{_text_or_num(settings.get('tokens'))} tokens, {_text(record.get('method'))})"
     )
     if record.get("status") == "interrupted":
         title += ". Interrupted: the rows it reached"
