@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from llmbench.bench.ablation import BASELINE, Variant, fit, parse_toggle, parse_toggles, plan
-from llmbench.bench.ablation.execute import child_command, config_problem
+from llmbench.bench import fit
+from llmbench.bench.ablation import BASELINE, Variant, parse_toggle, parse_toggles, plan
+from llmbench.bench.ablation.checks import config_problem
+from llmbench.bench.ablation.execute import child_command
 from llmbench.bench.errors import BenchError
 from llmbench.bench.scenario import load_scenario
 from llmbench.bench.scenario.schema import Sampling
@@ -79,6 +81,11 @@ def test_bad_toggles_and_designs_are_errors(cpu_config):
         BenchError, match=r"Unknown toggle: 'cuda_graphs' \(did you mean 'cuda_graph'\?\)\. Toggles: paged_kv"
     ):
         parse_toggle("cuda_graphs")
+    with pytest.raises(
+        BenchError,
+        match=r"'paged_kv,chunked_prefill': one toggle a --toggle; give each its own: --toggle paged_kv ",
+    ):
+        parse_toggle("paged_kv,chunked_prefill")
     with pytest.raises(BenchError, match="Supported: flip, one-at-a-time"):
         plan("random", [parse_toggle("tp")], cpu_config)
     with pytest.raises(BenchError, match="named twice"):

@@ -192,3 +192,15 @@ def test_a_checkpoint_whose_process_still_runs_is_being_written(tmp_path):
     assert sorted((p.path, p.reason) for p in problems) == sorted(
         [(here.tmp, being_written), (starting.tmp, being_written)]
     )
+
+
+def test_a_file_where_a_folder_must_be_is_named_as_such(tmp_path):
+    from llmbench.bench.store import os_reason
+
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    with pytest.raises(StoreError, match=f"{blocked} is a file, not a folder"):
+        RunWriter(blocked, "scen", "v")
+    with pytest.raises(StoreError, match=f"{blocked} is a file, not a folder"):
+        RunWriter(blocked / "deeper", "scen", "v")
+    assert os_reason(PermissionError(13, "Permission denied"), tmp_path / "free") == "Permission denied"

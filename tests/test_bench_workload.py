@@ -225,7 +225,7 @@ def test_sharegpt_errors(tmp_path):
 
 @pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
 def test_trace_replay_lengths_and_offsets(tmp_path, suffix):
-    rows = [(10.5, 30, 4), (10.0, 20, 2), (12.0, 8, 1)]
+    rows = [(10.0, 20, 2), (10.5, 30, 4), (12.0, 8, 1)]
     path = tmp_path / f"t{suffix}"
     if suffix == ".csv":
         path.write_text("timestamp,input_len,output_len\n" + "".join(f"{t},{i},{o}\n" for t, i, o in rows))

@@ -219,6 +219,11 @@ def test_factorial_crosses_a_valued_toggle_over_its_values(tmp_path, monkeypatch
             "error: variant num_kv_blocks=1 cannot run here: the workload's longest request (",
         ),
         (
+            ["-t", "sampling.temperature=0,-1"],  # a value no machine takes: no list of runnable toggles
+            "error: not a valid value: sampling.temperature=-1: sampling.temperature: Input should be greater "
+            "than or equal to 0. Nothing was run.",
+        ),
+        (
             ["-t", "paged_kv", "--max-repeats", "4"],
             "error: --max-repeats bounds the repeats --until-ci adds: add --until-ci PCT, or leave it out",
         ),
@@ -262,7 +267,8 @@ def test_many_variants_that_cannot_run_are_counted_not_all_listed(tmp_path, monk
 
 def test_a_tuning_variant_is_set_by_its_path_and_checked_by_the_engine(tmp_path):
     from llmbench.bench.ablation import Variant
-    from llmbench.bench.ablation.execute import child_command, config_problem
+    from llmbench.bench.ablation.checks import config_problem
+    from llmbench.bench.ablation.execute import child_command
     from llmbench.bench.scenario import load_scenario
 
     path = tmp_path / "abl.yaml"

@@ -374,3 +374,10 @@ def test_the_note_under_a_run_table_says_where_its_intervals_are():
     assert headers == [["metric", "value", "95% CI"], ["metric", "rate=1", "rate=2"]]
     assert ci_note(one).startswith("95% CI: Student-t interval of the mean over 2 repeats")
     assert "report RUN_FOLDER --intervals" in ci_note(two) and not ci_note(two).startswith("95% CI:")
+
+
+@pytest.mark.parametrize("variant", ["a/b", "", "..", "x\\y"])
+def test_a_variant_name_that_is_a_path_is_refused(tmp_path, variant):
+    res = invoke("run", scenario(tmp_path), "--out", tmp_path / "r", "--variant", variant)
+    assert res.exit_code == 2 and "a variant names a configuration in the results" in res.stderr
+    assert not (tmp_path / "r").exists()

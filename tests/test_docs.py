@@ -244,6 +244,9 @@ def test_documents_keep_their_line_endings_and_none_is_written_unless_all_are_ma
     assert b"\r\nx\r\n" not in raw and b"| output tok/s" in raw
     assert raw.count(b"\n") == raw.count(b"\r\n") > 5  # every line still ends with CRLF
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".part")] == []
+    bad.write_bytes(b"\xff\xfe not text")
+    res = CliRunner().invoke(app, ["docs", "--check", str(bad)])
+    assert res.exit_code == 2 and f"{bad}: not a UTF-8 text file" in res.output
 
 
 def test_a_bad_option_or_an_empty_view_in_a_block_is_an_error_naming_it(tmp_path):

@@ -734,3 +734,19 @@ def test_an_unknown_model_or_metric_names_the_nearest_one(tmp_path):
         resolve_model("qwen3-06b")
     with pytest.raises(StoreError, match=r"^Unknown metric: 'tpot' \(did you mean 'tpot_p50'\?\)\. Metrics"):
         build_report([tmp_path], metrics=["tpot"])
+
+
+def test_weights_that_cannot_fit_where_they_go_are_refused_before_any_loads():
+    eight = model_facts("qwen3-8b")  # 8.2e9 parameters: 30.5 GiB in float32, 15.3 GiB in bfloat16
+    host = Facts(model=eight, host_memory_available=20 * 2**30)
+    with pytest.raises(ConfigError) as exc:
+        resolve(EngineConfig.from_options("qwen3-8b"), host)
+    assert str(exc.value) == (
+        "qwen3-8b in float32 needs 30.5 GiB of weights, more than the memory this machine has free now "
+        "(20.0 GiB): use dtype='bfloat16' or a smaller model"
+    )
+    assert resolve(EngineConfig.from_options("qwen3-8b", dtype="bfloat16"), host).dtype == "bfloat16"
+    small_gpu = h200s("qwen3-8b", device_memory=20 * 2**30)  # 18 GiB at gpu_memory_utilization 0.9
+    with pytest.raises(ConfigError, match=r"needs 15\.3 GiB of weights, more than each GPU's 0\.5 share"):
+        resolve(EngineConfig.from_options("qwen3-8b", gpu_memory_utilization=0.5), small_gpu)
+    assert resolve(EngineConfig.from_options("qwen3-8b", tp=2, gpu_memory_utilization=0.5), small_gpu).tp == 2

@@ -3,8 +3,9 @@
 offline: every request at 0. poisson: exponential gaps with mean 1/rate. gamma: gamma gaps with mean
 1/rate and coefficient of variation cv (shape k = 1/cv^2, scale = cv^2/rate), so cv=1 is Poisson and a
 larger cv is burstier. The first request is due at 0 in every process, so the measured window starts
-with the first arrival. trace: the workload's own offsets. ``concurrency`` has no schedule: the driver
-sends a request whenever one of its N slots frees up (``None`` here).
+with the first arrival. A rate at which the requests would arrive over more than ``MAX_ARRIVAL_SPAN_S``
+(num_requests / rate) is refused. trace: the workload's own offsets. ``concurrency`` has no schedule: the
+driver sends a request whenever one of its N slots frees up (``None`` here).
 
 A ``sweep`` is made of such points: ``sync`` (concurrency 1), ``throughput`` (offline), then Poisson
 points at fractions of the throughput point's requests/s, whose rate ``at_measured_rate`` sets from
@@ -19,7 +20,9 @@ from typing import Any
 import numpy as np
 
 from llmbench.bench.driver import DriveResult
+from llmbench.bench.errors import ScenarioError
 from llmbench.bench.metrics import window
+from llmbench.bench.scenario.schema import rate_span_problem
 from llmbench.bench.workload.spec import RequestSpec
 
 
@@ -45,7 +48,11 @@ def arrival_offsets(
         return None
     if kind == "trace":
         return [float(r.arrival or 0.0) for r in requests]
-    g = gaps(kind, n, float(point["rate"]), point.get("cv"), rng)
+    rate = float(point["rate"])
+    # The schema checks this where num_requests is given; a file's record count is known only here.
+    if problem := rate_span_problem(rate, n):
+        raise ScenarioError(f"{point_label(point)}: {problem}")
+    g = gaps(kind, n, rate, point.get("cv"), rng)
     g[0] = 0.0
     return np.cumsum(g).tolist()
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from llmbench.bench.errors import BenchError
+from llmbench.bench.store import os_reason
 
 CALIBRATION_ENV = "LLMBENCH_CALIBRATION"
 FILE_FORMAT = 1
@@ -162,7 +163,7 @@ def check_writable(path: Path) -> None:
         probe.write_text("")
         probe.unlink()
     except OSError as e:
-        raise CalibrationError(f"cannot write the calibration file {path}: {e.strerror or e}") from None
+        raise CalibrationError(f"cannot write the calibration file {path}: {os_reason(e, path)}") from None
 
 
 def store_calibration(path: Path, entry: dict[str, Any]) -> None:
@@ -175,7 +176,7 @@ def store_calibration(path: Path, entry: dict[str, Any]) -> None:
         os.replace(tmp, path)
     except OSError as e:
         tmp.unlink(missing_ok=True)
-        raise CalibrationError(f"cannot write the calibration file {path}: {e.strerror or e}") from None
+        raise CalibrationError(f"cannot write the calibration file {path}: {os_reason(e, path)}") from None
 
 
 def find_calibration(entries: list[dict[str, Any]], key: dict[str, Any]) -> dict[str, Any] | None:

@@ -202,7 +202,9 @@ def execute_run(req: RunRequest, events: RunEvents | None = None) -> RunOutcome:
     ):
         if problem := fit_problem(config, longest):  # the engine would refuse its first request
             raise ScenarioError(problem)
-    check_prompt_file(req.resolved.scenario.workload, backend.vocab_size)  # token ids, before any cost
+    check_prompt_file(
+        req.resolved.scenario.workload, backend.vocab_size, req.resolved.scenario.model
+    )  # before any cost
     threads_before = torch.get_num_threads()
     try:
         return _execute(req, backend, events or QuietEvents())

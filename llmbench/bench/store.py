@@ -67,6 +67,17 @@ def write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+def os_reason(exc: OSError, path: Path) -> str:
+    """Why ``path`` (or a folder to be made on the way to it) could not be written, in words: a file where
+    a folder must be says so (the system's "File exists" or "Not a directory" would not)."""
+    for above in [Path(path), *Path(path).parents]:
+        if above.is_file() and above != Path(path):
+            return f"{above} is a file, not a folder"
+        if above.exists():
+            break
+    return exc.strerror or str(exc)
+
+
 class RunWriter:
     """Creates the hidden working folder now; :meth:`finish` writes the tables and renames it."""
 
@@ -86,7 +97,9 @@ class RunWriter:
             self.tmp = self.parent / f".tmp-{self.name}-{os.getpid()}"
             self.tmp.mkdir()
         except OSError as exc:
-            raise StoreError(f"cannot create a results folder under {self.parent}: {exc}") from None
+            raise StoreError(
+                f"cannot create a results folder under {self.parent}: {os_reason(exc, self.parent / 'x')}"
+            ) from None
         here = {"status": "running", "pid": os.getpid(), "machine": {"hostname": platform.node()}}
         write_json(self.tmp / "meta.json", here)
 

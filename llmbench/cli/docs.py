@@ -38,8 +38,11 @@ def docs(
     for path in paths:
         if not path.is_file():
             raise BenchError(f"no such document: {path}")
-        with open(path, encoding="utf-8", newline="") as f:  # line endings as they are
-            raw = f.read()
+        try:
+            with open(path, encoding="utf-8", newline="") as f:  # line endings as they are
+                raw = f.read()
+        except UnicodeDecodeError as exc:
+            raise BenchError(f"{path}: not a UTF-8 text file (byte at position {exc.start})") from None
         ending = "\r\n" if "\r\n" in raw else "\n"
         text = raw.replace("\r\n", "\n")
         root = path.resolve().parent  # the commands' result folders are relative to the document

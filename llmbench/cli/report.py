@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 
 from llmbench.bench.errors import BenchError
-from llmbench.cli.console import console, note, warning
+from llmbench.cli.console import console, error, note, warning
 from llmbench.cli.errors import EXIT_FAILED, handle_errors
 
 MinEffectOption = Annotated[
@@ -91,6 +91,7 @@ def report(
     from llmbench.bench.report import build_report
     from llmbench.bench.report.html import render_html
     from llmbench.bench.report.views import to_markdown
+    from llmbench.bench.store import os_reason
     from llmbench.cli.views import print_view
 
     metrics = [m.strip() for item in metric or [] for m in item.split(",") if m.strip()]
@@ -100,9 +101,10 @@ def report(
         warning(f"skipped {p.path}: {p.reason}")
     for p in rep.doubts:
         warning(f"{p.path}: {p.reason}")
+    nothing = bool(views) and len(rep.empty) == len(set(views))  # nothing asked for has anything to show
     for line in rep.empty:
-        warning(line)
-    if views and len(rep.empty) == len(set(views)):  # nothing asked for has anything to show
+        (error if nothing else warning)(line)
+    if nothing:
         raise typer.Exit(EXIT_FAILED)
     if format is Format.csv:
         text = _csv(rep, metrics, views)
@@ -131,7 +133,9 @@ def report(
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
     except OSError as exc:
-        raise BenchError(f"--out {target}: cannot write the report there ({exc.strerror or exc})") from None
+        raise BenchError(
+            f"--out {target}: cannot write the report there ({os_reason(exc, target)})"
+        ) from None
     note(f"report written to {target}")
 
 

@@ -9,6 +9,7 @@ import typer
 import yaml
 from rich.markup import escape
 
+from llmbench.bench.errors import BenchError
 from llmbench.bench.scenario.loader import AUTO, ResolvedScenario, find_scenario, load_scenario, scenario_dict
 from llmbench.bench.slow_steps import SLOW_FACTOR
 from llmbench.cli.console import console, note, warning
@@ -129,6 +130,11 @@ def run(
     """Run a scenario against its backend (the built-in engine, or a peer) and store the results."""
     if ablation is not None:
         listen_for_interrupts()
+    if not variant.strip() or any(c in variant for c in "/\\") or variant.strip(".") == "":
+        raise BenchError(
+            f"--variant {variant!r}: a variant names a configuration in the results (e.g. cuda_graph=off), not "
+            "a path: give a non-empty name without a slash or backslash"
+        )
     resolved = resolve(scenario, set_, profile, repeats)
     if dry_run:
         print_dry_run(resolved)

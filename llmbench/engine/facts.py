@@ -27,6 +27,7 @@ class ModelFacts:
     num_key_value_heads: int
     intermediate_size: int
     max_position_embeddings: int
+    num_params: int = 0  # 0: not known (facts a test made by hand)
 
     @classmethod
     def of(cls, name: str, model: ModelConfig) -> ModelFacts:
@@ -37,6 +38,7 @@ class ModelFacts:
             model.num_key_value_heads,
             model.intermediate_size,
             model.max_position_embeddings,
+            model.num_params(),
         )
 
 
@@ -57,6 +59,8 @@ class Facts:
     world_size: int = 1  # torchrun: the ranks it started (WORLD_SIZE) ...
     local_world_size: int = 1  # ... and how many of them are on this host
     symm_mem_used: bool = False  # this process set up symmetric memory already (once per process)
+    host_memory_available: int | None = None  # bytes the host can give this process now (None: unknown)
+    device_memory: int | None = None  # bytes of the first GPU
 
     @property
     def ranks_share_memory(self) -> bool:
@@ -92,7 +96,18 @@ def read_facts(model: ModelFacts) -> Facts:
         world_size=launched.world_size if launched else 1,
         local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", launched.world_size)) if launched else 1,
         symm_mem_used=symmetric.rendezvous_count > 0,
+        host_memory_available=_host_memory_available(),
+        device_memory=props.total_memory if props else None,
     )
+
+
+def _host_memory_available() -> int | None:
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except (ImportError, OSError):
+        return None
 
 
 def _triton_installed() -> bool:

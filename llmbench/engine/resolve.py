@@ -103,6 +103,7 @@ def resolve(config: EngineConfig, facts: Facts) -> ResolvedConfig:
     async_scheduling = auto(config.async_scheduling, cuda)  # on the CPU nothing would overlap
     _check_tp(config.tp, facts)
     _check_pool_budget(config, cuda)
+    _check_weights_fit(config, facts, device, dtype)
     max_model_len = _max_model_len(config.max_model_len, facts.model)
     if backend in GRAPH_SAFE_BACKENDS and config.block_size & (config.block_size - 1):
         raise ConfigError(
@@ -213,6 +214,35 @@ def _check_pool_budget(config: EngineConfig, cuda: bool) -> None:
         raise ConfigError(
             "kv_cache_memory sizes the CPU's KV pool: on a GPU, gpu_memory_utilization (or num_kv_blocks) sizes it"
         )
+
+
+def _check_weights_fit(config: EngineConfig, facts: Facts, device: str, dtype: str) -> None:
+    """The weights must fit where they go, before any is loaded: on the CPU the memory the host has free
+    now (every rank of a CPU run shares it), on a GPU its share (gpu_memory_utilization) of each rank's."""
+    size = {"float32": 4, "float16": 2, "bfloat16": 2}.get(dtype, 2)
+    weights = facts.model.num_params * size
+    if device.startswith("cuda"):
+        room = None if facts.device_memory is None else facts.device_memory * config.gpu_memory_utilization
+        weights //= config.tp
+        where = f"each GPU's {config.gpu_memory_utilization:g} share of {_gib(facts.device_memory or 0)}"
+    else:
+        room, where = facts.host_memory_available, "the memory this machine has free now"
+    if room is None or not weights or weights <= room:
+        return
+    cuda = device.startswith("cuda")
+    ways = [
+        *(["dtype='bfloat16'"] if dtype == "float32" else []),
+        "a smaller model",
+        *(["a larger tp"] if cuda else []),
+    ]
+    raise ConfigError(
+        f"{facts.model.name} in {dtype} needs {_gib(weights)} of weights{' per GPU' if cuda and config.tp > 1 else ''}, "
+        f"more than {where} ({_gib(room)}): use {', '.join(ways[:-1])} or {ways[-1]}"
+    )
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB"
 
 
 def _check_cuda_graph(cuda_graph: bool, cuda: bool, backend: str) -> None:

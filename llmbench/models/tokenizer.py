@@ -1,8 +1,9 @@
 """Tokenizers: a folder's own through transformers, or a byte-level one for presets.
 
 The byte-level tokenizer maps each UTF-8 byte to its value (0-255) and reserves 256/257 for BOS/EOS,
-so text prompts work with any preset whose vocabulary has at least 258 entries. A model with a smaller
-vocabulary and no tokenizer files of its own takes token-id prompts only (``IdsOnly``).
+so text prompts work with any preset whose vocabulary has at least 258 entries. It never stands in for a
+model folder's missing tokenizer files: a real checkpoint's ids mean its own tokens (its id 257 is no
+EOS), so such a folder, like a preset with a smaller vocabulary, takes token-id prompts only (``IdsOnly``).
 """
 
 from __future__ import annotations
@@ -43,24 +44,34 @@ class ByteTokenizer:
 
 
 class IdsOnly:
-    """The tokenizer of a model with no tokenizer files and too small a vocabulary for the byte-level one:
-    token-id prompts run; a text prompt is a clear error naming the model."""
+    """The tokenizer of a model that has none to use (a model folder without tokenizer files, a preset's
+    vocabulary too small for the byte-level one): token-id prompts run; a text prompt is a ModelError
+    with ``reason``, which names the model."""
 
-    def __init__(self, vocab_size: int, model: str) -> None:
+    def __init__(self, vocab_size: int, reason: str) -> None:
         self.vocab_size = vocab_size
         self.eos_token_id: int | None = None
-        self._model = model
+        self._reason = reason
 
     def encode(self, text: str) -> list[int]:
-        raise ModelError(
-            f"{self._model}: a text prompt needs a tokenizer, and the model has no tokenizer files "
-            f"({', '.join(TOKENIZER_FILES)}) while its vocabulary of {self.vocab_size} ids is too small for "
-            f"the byte-level one that stands in for them (at least {ByteTokenizer.EOS + 1}); add the model's "
-            "tokenizer files, or give prompts as token ids"
-        )
+        raise ModelError(self._reason)
 
     def decode(self, ids: list[int]) -> str:
         return " ".join(map(str, ids))
+
+
+def has_tokenizer_files(folder: str | Path) -> bool:
+    return any((Path(folder) / f).is_file() for f in TOKENIZER_FILES)
+
+
+def text_needs_tokenizer(folder: str | Path) -> str:
+    """Why a text prompt cannot run on a model folder without tokenizer files (used here and by the
+    workload check that refuses such prompts before a backend starts)."""
+    return (
+        f"a text prompt needs the model's tokenizer, and the model folder {folder} has no tokenizer files "
+        f"({', '.join(TOKENIZER_FILES)}): add its tokenizer.json / tokenizer_config.json, or give prompts as "
+        "token ids (the byte-level tokenizer stands in for presets only)"
+    )
 
 
 class HFTokenizer:
@@ -86,9 +97,9 @@ class HFTokenizer:
 
 
 def load_tokenizer(folder: str | Path | None, vocab_size: int, model: str | None = None) -> Tokenizer:
-    """The folder's own tokenizer where it has tokenizer files, else the byte-level one, else (a vocabulary
-    under 258 ids) ``IdsOnly``; ``model`` names the model in its errors (default: the folder)."""
-    if folder is not None and any((Path(folder) / f).is_file() for f in TOKENIZER_FILES):
+    """The folder's own tokenizer where it has tokenizer files; else, for a preset (no folder), the
+    byte-level one; else ``IdsOnly``. ``model`` names the model in its errors (default: the folder)."""
+    if folder is not None and has_tokenizer_files(folder):
         tok = HFTokenizer(folder)
         if tok.vocab_size > vocab_size:  # its ids past the model's embedding could reach no token
             raise ModelError(
@@ -97,5 +108,13 @@ def load_tokenizer(folder: str | Path | None, vocab_size: int, model: str | None
             )
         return tok
     if vocab_size <= ByteTokenizer.EOS:
-        return IdsOnly(vocab_size, model or str(folder or "the model"))
+        return IdsOnly(
+            vocab_size,
+            f"{model or folder or 'the model'}: a text prompt needs a tokenizer, and the model has no "
+            f"tokenizer files ({', '.join(TOKENIZER_FILES)}) while its vocabulary of {vocab_size} ids is too "
+            f"small for the byte-level one that stands in for a preset's (at least {ByteTokenizer.EOS + 1}); "
+            "add the model's tokenizer files, or give prompts as token ids",
+        )
+    if folder is not None:
+        return IdsOnly(vocab_size, text_needs_tokenizer(folder))
     return ByteTokenizer(vocab_size)

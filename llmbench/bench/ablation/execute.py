@@ -35,13 +35,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from pydantic import ValidationError
-
-from llmbench.bench.ablation.plan import SAMPLING, BackendVariant, Toggle, Variant, plan
+from llmbench.bench.ablation.checks import config_problem, toggles_hint, value_problem
+from llmbench.bench.ablation.plan import SAMPLING, BackendVariant, Toggle, Variant
 from llmbench.bench.errors import BenchError, StoreError
 from llmbench.bench.hardware import command_line
 from llmbench.bench.scenario.loader import ResolvedScenario
-from llmbench.bench.scenario.schema import Sampling
 from llmbench.bench.store import owner, slug, write_json
 from llmbench.lifeline import child_env
 
@@ -62,35 +60,6 @@ class AblationOutcome(NamedTuple):
     folder: Path
     status: str  # "complete" | "interrupted"
     variants: list[VariantState]
-
-
-def config_problem(resolved: ResolvedScenario, variant: Variant | BackendVariant) -> str | None:
-    """The engine's (or the peer backend's) objection to this variant, if any."""
-    from llmbench.engine.config import ConfigError, EngineConfig, with_option
-    from llmbench.engine.resolve import resolve_here
-
-    sc = resolved.scenario
-    if isinstance(variant, BackendVariant):
-        from llmbench.bench.backends import backend_problem
-
-        return backend_problem(sc.model_copy(update={"backend": variant.backend}))
-    options = dict(sc.engine)
-    for name, value in variant.options.items():
-        if not name.startswith(SAMPLING):
-            options = with_option(options, name, value)
-    sampling = {k.removeprefix(SAMPLING): v for k, v in variant.options.items() if k.startswith(SAMPLING)}
-    try:
-        config = resolve_here(EngineConfig.from_options(sc.model, **options))
-        Sampling.model_validate({**sc.sampling.model_dump(), **sampling})
-    except ConfigError as exc:
-        return str(exc)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        return f"sampling.{'.'.join(map(str, first['loc']))}: {first['msg']}"
-    from llmbench.bench.fit import fit_problem, longest_request
-
-    longest = longest_request(resolved)
-    return None if longest is None else fit_problem(config, longest)
 
 
 def child_command(
@@ -219,32 +188,6 @@ def write_comparison(folder: Path, baseline: str) -> None:
         write_json(folder / COMPARISON_FILE, ablation_comparisons(base[0], others))
 
 
-def toggles_hint(resolved: ResolvedScenario) -> str:
-    """``Toggles this scenario can flip here: ...``, said when a variant cannot run; "" when none can."""
-    here = runnable_toggles(resolved)
-    return f"Toggles this scenario can flip here: {', '.join(here)}." if here else ""
-
-
-def runnable_toggles(resolved: ResolvedScenario) -> list[str]:
-    """The on/off toggles whose flip this scenario can run on this machine."""
-    from llmbench.bench.backends.engine import engine_config
-    from llmbench.engine.config import toggle_names
-
-    try:
-        config = engine_config(resolved.scenario)
-    except ValueError:  # the scenario itself cannot run: no toggle can
-        return []
-    names = []
-    for name in toggle_names():
-        try:
-            variants = plan("flip", [Toggle(name, None)], config)
-        except (BenchError, ValueError):  # ValueError: the engine's ConfigError
-            continue
-        if all(config_problem(resolved, v) is None for v in variants):
-            names.append(name)
-    return names
-
-
 def run_ablation(
     resolved: ResolvedScenario,
     sets: list[str],
@@ -259,6 +202,11 @@ def run_ablation(
     max_repeats: int | None = None,
 ) -> AblationOutcome:
     sc = resolved.scenario
+    invalid = [(v.name, why) for v in variants if (why := value_problem(resolved, v)) is not None]
+    if invalid:
+        listed = "; ".join(f"{n}: {why}" for n, why in invalid[:MOST_LISTED])
+        more = f"; and {len(invalid) - MOST_LISTED} more" if len(invalid) > MOST_LISTED else ""
+        raise BenchError(f"not a valid value: {listed}{more}. Nothing was run.")
     cannot = [(v.name, why) for v in variants if (why := config_problem(resolved, v)) is not None]
     if cannot:
         if len(cannot) == 1:

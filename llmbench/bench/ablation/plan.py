@@ -86,6 +86,12 @@ def parse_toggle(text: str) -> Toggle:
             raise BenchError(
                 f"--toggle {name} is a knob, not an on/off toggle: give its values, e.g. {name}=A,B"
             )
+        several = [n.strip() for n in name.split(",")]
+        if not sep and len(several) > 1 and all(n in switches for n in several):
+            raise BenchError(
+                f"--toggle {text!r}: one toggle a --toggle; give each its own: "
+                + " ".join(f"--toggle {n}" for n in several)
+            )
         raise BenchError(
             f"Unknown toggle: {name!r}{did_you_mean(name, [*switches, *knobs, *SAMPLING_TOGGLES])}. "
             f"Toggles: {', '.join(switches)}; "

@@ -16,13 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from llmbench.bench.ablation.execute import (
-    PACKAGE_ROOT,
-    ChildTimeout,
-    _run_child,
-    child_error,
-    config_problem,
-)
+from llmbench.bench.ablation.checks import config_problem
+from llmbench.bench.ablation.execute import PACKAGE_ROOT, ChildTimeout, _run_child, child_error
 from llmbench.bench.ablation.plan import Variant
 from llmbench.bench.quality.compare import RANDOM_WEIGHTS_NOTE
 from llmbench.bench.quality.measure import QualitySettings, read_side

@@ -21,20 +21,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from llmbench.bench.ablation.execute import (
-    PACKAGE_ROOT,
-    _run_child,
-    child_command,
-    child_error,
-    config_problem,
-    toggles_hint,
-)
+from llmbench.bench.ablation.checks import config_problem, toggles_hint
+from llmbench.bench.ablation.execute import PACKAGE_ROOT, _run_child, child_command, child_error
 from llmbench.bench.ablation.plan import Variant
 from llmbench.bench.errors import BenchError
 from llmbench.bench.hardware import command_line
 from llmbench.bench.profile.diff import diff_rows
 from llmbench.bench.scenario.loader import ResolvedScenario
-from llmbench.bench.store import owner, slug, write_json
+from llmbench.bench.store import os_reason, owner, slug, write_json
 
 
 class ProfileSettings(NamedTuple):
@@ -83,7 +77,9 @@ def new_folder(out_root: Path, scenario: str) -> Path:
         probe.write_text("")
         probe.unlink()
     except OSError as exc:
-        raise BenchError(f"--out {out_root}: cannot write a profile there ({exc.strerror or exc})") from None
+        raise BenchError(
+            f"--out {out_root}: cannot write a profile there ({os_reason(exc, folder)})"
+        ) from None
     return folder
 
 

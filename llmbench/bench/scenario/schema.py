@@ -15,7 +15,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from llmbench.bench.scenario.backend_options import BACKENDS, BackendOptions
 from llmbench.bench.scenario.fields import FieldIssue, FieldIssues, StrictModel
-from llmbench.bench.scenario.workload_schema import Workload
+from llmbench.bench.scenario.workload_schema import MAX_ARRIVAL_SPAN_S, Workload
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -28,8 +28,24 @@ def _one_point_each(values: list[float] | list[int], what: str) -> None:
         raise ValueError(f"each {what} names one point of the sweep; {twice[0]:g} is given twice")
 
 
+def rate_span_problem(rate: float, num_requests: int) -> str | None:
+    """Why ``num_requests`` arrivals at ``rate`` requests/s are refused: their expected span,
+    num_requests / rate, is past ``MAX_ARRIVAL_SPAN_S``; None when it is not."""
+    span = num_requests / rate
+    if span <= MAX_ARRIVAL_SPAN_S:
+        return None
+    return (
+        f"{num_requests} requests at {rate:g} requests/s arrive over about {span / 3600:,.1f} hours "
+        f"(num_requests / rate), past the limit of {MAX_ARRIVAL_SPAN_S / 3600:g} hours; a rate is requests "
+        "per second"
+    )
+
+
 ArrivalKind = Literal["offline", "poisson", "gamma", "concurrency", "trace", "sweep"]
 SWEEP_FRACTIONS = (0.25, 0.5, 0.75)  # a sweep's default: light, moderate and heavy load for the machine
+# Fractions above 1 overload the machine on purpose; one past this is taken for a typo (50 for 0.5).
+MAX_SWEEP_FRACTION = 4.0
+MIN_TELEMETRY_PERIOD_MS = 10.0  # a sampler any faster would take a CPU from the run it measures
 
 
 class Arrival(StrictModel):
@@ -41,7 +57,9 @@ class Arrival(StrictModel):
     A list of rates or concurrencies is a sweep: one run per point.
     sweep: a load that fits the machine, found by measuring it: first ``sync`` (one request at a time),
     then ``throughput`` (all at once: the requests/s it reaches is the machine's capacity), then Poisson
-    points at ``fractions`` of that capacity (default 0.25, 0.5, 0.75), labelled ``poisson@0.5x``.
+    points at ``fractions`` of that capacity (default 0.25, 0.5, 0.75; above 1 overloads it on purpose,
+    at most 4), labelled ``poisson@0.5x``.
+    Rate arrivals spread over more than ``MAX_ARRIVAL_SPAN_S`` (num_requests / rate) are refused.
     """
 
     kind: ArrivalKind = "offline"
@@ -95,6 +113,12 @@ class Arrival(StrictModel):
             bad = [f for f in value if not f > 0]
             if bad:
                 raise ValueError(f"fractions of the measured capacity must be > 0, got {bad[0]}")
+            bad = [f for f in value if f > MAX_SWEEP_FRACTION]
+            if bad:
+                raise ValueError(
+                    f"fractions of the measured capacity must be at most {MAX_SWEEP_FRACTION:g} (above 1 "
+                    f"overloads the machine on purpose; 0.5 is half its capacity, not 50), got {bad[0]:g}"
+                )
             _one_point_each(value, "fraction")
         return value
 
@@ -167,7 +191,17 @@ class SLO(StrictModel):
 
 class Telemetry(StrictModel):
     enabled: bool = True
-    period_ms: float = Field(default=200.0, gt=0)  # telemetry.py says why 200
+    period_ms: float = 200.0  # telemetry.py says why 200
+
+    @field_validator("period_ms")
+    @classmethod
+    def _not_too_often(cls, value: float) -> float:
+        if not value >= MIN_TELEMETRY_PERIOD_MS:
+            raise ValueError(
+                f"must be at least {MIN_TELEMETRY_PERIOD_MS:g} ms (a faster sampler takes a CPU from the run "
+                f"it measures; default 200), got {value:g}"
+            )
+        return value
 
 
 class Profile(StrictModel):
@@ -242,6 +276,11 @@ class Scenario(StrictModel):
             raise FieldIssue(
                 "arrival", "kind 'trace' replays a trace's times: it needs workload.source 'trace'"
             )
+        if self.arrival.kind in ("poisson", "gamma") and self.workload.num_requests is not None:
+            # (without num_requests a file's record count sets it: arrival_offsets checks it then)
+            for rate in self.arrival.rate or []:
+                if problem := rate_span_problem(rate, self.workload.num_requests):
+                    raise FieldIssue("arrival.rate", problem)
         if "openai" in self.backends and self.backend_options.openai is None:
             raise FieldIssue(
                 "backend_options.openai.url", "required for backend 'openai' (the server's base URL)"

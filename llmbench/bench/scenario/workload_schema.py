@@ -12,6 +12,9 @@ from llmbench.bench.scenario.fields import FieldIssue, StrictModel
 Dist = Literal["fixed", "uniform", "normal", "lognormal"]
 MAX_LENGTH = 10_000_000  # tokens: past any model's context; a typo's length would exhaust memory first
 MAX_REQUESTS = 1_000_000  # a workload is built in memory before it runs
+# Arrivals spread over more than this (a trace's span, num_requests / rate) are, far more often, a unit
+# mistake (a trace in milliseconds, a rate meant per minute or hour) than a benchmark anyone plans.
+MAX_ARRIVAL_SPAN_S = 6 * 3600.0
 _DIST_FIELDS: dict[str, tuple[set[str], set[str]]] = {  # dist -> (required, optional)
     "fixed": ({"value"}, set()),
     "uniform": ({"min", "max"}, set()),
@@ -95,15 +98,19 @@ class Workload(StrictModel):
 
     - synthetic: random token ids, ``input_len`` / ``output_len`` distributions (exact token counts).
     - shared_prefix: ``num_prefixes`` random prefixes of ``prefix_len`` tokens; each request is one of
-      them (round-robin) followed by a unique suffix of ``input_len`` tokens.
+      them (round-robin) followed by a unique suffix of ``input_len`` tokens. ``num_prefixes`` must be
+      below ``num_requests``, or no two requests would share a prefix.
     - file: JSONL (one object a line: ``prompt`` text or token-id list, or ``prompt_token_ids``;
       optional ``output_len``) or plain text (one prompt a line). ``output_len`` fills in what a record
       does not say.
-    - sharegpt: ShareGPT-style JSON (``conversations`` of ``from``/``value`` turns, or ``messages`` of
-      ``role``/``content``); prompt = first user turn, output length = the first reply's token count
-      unless ``output_len`` is given.
-    - trace: CSV or JSONL with ``timestamp`` (seconds), ``input_len``, ``output_len``; replayed with
-      its own arrival times (``arrival.kind: trace``), stretched by ``time_scale``.
+    - sharegpt: ShareGPT-style JSON, one list of conversations (or JSONL, one a line, in a ``.jsonl``
+      file): ``conversations`` of ``from``/``value`` turns, or ``messages`` of ``role``/``content``;
+      prompt = first user turn, output length = the first reply's token count unless ``output_len`` is
+      given.
+    - trace: CSV or JSONL with ``timestamp`` (seconds, >= 0, never decreasing), ``input_len``,
+      ``output_len``; replayed with its own arrival times (offsets from the first timestamp,
+      ``arrival.kind: trace``), stretched by ``time_scale``.
+    Files are read as UTF-8 text.
     ``num_requests`` on a file-based source samples that many records (cycling when it asks for more).
     ``token_ids`` (synthetic, shared_prefix): the range random prompt ids come from; default: the whole
     vocabulary.
@@ -126,4 +133,10 @@ class Workload(StrictModel):
             raise FieldIssue("path", f"{self.path} is a folder; give the file in it to read")
         if self.path is not None and not Path(self.path).is_file():
             raise FieldIssue("path", f"file not found: {self.path}")
+        if self.source == "shared_prefix" and self.num_prefixes >= self.num_requests:
+            raise FieldIssue(
+                "num_prefixes",
+                f"must be below num_requests ({self.num_requests}): request i takes prefix i % num_prefixes, "
+                f"so with {self.num_prefixes} prefixes no two requests would share one",
+            )
         return self
