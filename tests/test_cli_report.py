@@ -441,6 +441,17 @@ def test_compare_shows_the_rates_a_sweep_point_served_when_they_differ(runs, tmp
     assert "(BASE at 4 req/s, NEW at 3 req/s)" in res.stdout, res.output
 
 
+def test_a_prefix_cache_with_nothing_to_share_is_said_beside_its_changes(runs, tmp_path):
+    root = tmp_path / "abl"
+    shutil.copytree(runs["baseline"].parent, root)
+    variant = next(p for p in root.iterdir() if p.name.startswith(runs["attention_backend=torch"].name))
+    edit_json(variant / "meta.json", lambda m: m["engine_config"].update(prefix_cache=False))
+    out = invoke("report", root, "--view", "deltas").stdout
+    assert "prefix_cache: no request of this workload found a cached prefix" in out  # random prompts: 0%
+    edit_json(variant / "meta.json", lambda m: m["engine_config"].update(prefix_cache=True))
+    assert "prefix_cache: no request" not in invoke("report", root, "--view", "deltas").stdout
+
+
 def test_compare_needs_one_configuration_per_side(runs):
     res = invoke("compare", runs["baseline"].parent, runs["baseline"])
     assert res.exit_code == 2 and "holds several configurations" in res.stderr

@@ -121,7 +121,7 @@ def deltas(
             outputs = compare_outputs(baseline, g, point)
             text = describe(outputs) if isinstance(outputs, OutputComparison) else outputs
             rows.append([f"outputs against {_the(baseline)} (greedy)", "", text, "", "", ""])
-            notes = [method_note(changes, threshold)]
+            notes = [method_note(changes, threshold), *idle_toggle_notes(baseline, g, point)]
             flagged = [f"{h.label}: {', '.join(h.flags(point))}" for h in (baseline, g) if h.flags(point)]
             if flagged:
                 notes.append(f"run warnings ({'; '.join(flagged)}) are listed in full under the first table")
@@ -171,6 +171,7 @@ def changes(
                 ]
             rows.append(row)
         notes = [method_note(all_changes, threshold)]
+        notes += dict.fromkeys(n for g in members for n in idle_toggle_notes(baseline, g, point))
         outputs = [(g, compare_outputs(baseline, g, point)) for g in members]
         notes += [
             f"outputs of {g.label} against {_the(baseline)} (greedy): {describe(o)}"
@@ -188,6 +189,25 @@ def changes(
             )
         )
     return views
+
+
+def idle_toggle_notes(baseline: Group, variant: Group, point: str) -> list[str]:
+    """A toggle the two differ in that had nothing to act on in this workload, said beside the changes: what
+    they show is then the toggle's own cost, or noise. The prefix cache, when no request found a cached
+    prefix with it on."""
+    configs = [g.meta.get("engine_config") for g in (baseline, variant)]
+    if not all(isinstance(c, dict) for c in configs):  # a peer backend's run: the backends differ
+        return []
+    on = [g for g, c in zip((baseline, variant), configs, strict=True) if c.get("prefix_cache")]
+    if len(on) != 1:
+        return []
+    rates = [v for v in on[0].repeat_values(point, "prefix_cache_hit_rate") if math.isfinite(v)]
+    if not rates or max(rates) > 0:
+        return []
+    return [
+        "prefix_cache: no request of this workload found a cached prefix with the cache on (hit rate 0%): the "
+        "toggle has nothing to act on here, and a change shown is its bookkeeping's cost, or noise"
+    ]
 
 
 def _the(baseline: Group) -> str:
