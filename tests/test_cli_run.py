@@ -381,3 +381,14 @@ def test_a_variant_name_that_is_a_path_is_refused(tmp_path, variant):
     res = invoke("run", scenario(tmp_path), "--out", tmp_path / "r", "--variant", variant)
     assert res.exit_code == 2 and "a variant names a configuration in the results" in res.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_prompts_past_the_step_budget_without_chunked_prefill_are_a_run_warning(tmp_path):
+    path = scenario(tmp_path, workload={"num_requests": 2, "input_len": 32, "output_len": 2}, warmup=0)
+    sets = ["--set", "engine.chunked_prefill=false", "--set", "engine.max_num_batched_tokens=16"]
+    res = invoke("run", path, "--out", tmp_path / "r", *sets)
+    assert res.exit_code == 0, res.output
+    text = "chunked_prefill=False with prompts of up to 32 tokens: one longer than max_num_batched_tokens=16"
+    assert text in res.stderr and any(text in w for w in only_run(tmp_path / "r").summary["warnings"])
+    res = invoke("run", path, "--out", tmp_path / "s", "--set", "engine.max_num_batched_tokens=16")
+    assert "chunked_prefill=False" not in res.stderr  # chunked: the budget holds

@@ -41,6 +41,17 @@ def longest_request(resolved: ResolvedScenario) -> RequestSpec | None:
     return _longest_built[key]
 
 
+def budget_warning(config: ResolvedConfig, longest: RequestSpec) -> str | None:
+    """Without chunked prefill a prompt longer than the step budget still runs, whole and alone in its step:
+    said, since such steps are past max_num_batched_tokens."""
+    if config.chunked_prefill or longest.input_len <= config.max_num_batched_tokens:
+        return None
+    return (
+        f"chunked_prefill=False with prompts of up to {longest.input_len} tokens: one longer than "
+        f"max_num_batched_tokens={config.max_num_batched_tokens} runs whole, alone in its step, past the budget"
+    )
+
+
 def fit_problem(config: ResolvedConfig, longest: RequestSpec) -> str | None:
     """Why the workload's longest request cannot be served by an engine of this resolved config: past its
     max_model_len, or, where num_kv_blocks sizes the KV pool, past the whole pool."""

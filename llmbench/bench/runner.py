@@ -27,7 +27,7 @@ from llmbench.bench.backends import Backend, make_backend
 from llmbench.bench.backends.engine import engine_config, sampling_params
 from llmbench.bench.driver import DriveResult, Progress
 from llmbench.bench.errors import RunFailed, ScenarioError, StoreError
-from llmbench.bench.fit import fit_problem, longest_request
+from llmbench.bench.fit import budget_warning, fit_problem, longest_request
 from llmbench.bench.hardware import busy_warning, oversubscribed_warning, set_torch_threads
 from llmbench.bench.repeat_warnings import repeat_warnings
 from llmbench.bench.run_record import DIED, DIED_ERROR, RunContext, assemble, run_meta
@@ -218,7 +218,9 @@ def _execute(req: RunRequest, backend: Backend, events: RunEvents) -> RunOutcome
     state = _Measuring()
     threads = set_torch_threads(scenario.cpu_threads)
     cpu_ranks = backend.tp if backend.device == "cpu" else 1
-    for warning in (busy_warning(threads), oversubscribed_warning(scenario.cpu_threads, cpu_ranks)):
+    config, longest = getattr(backend, "config", None), longest_request(req.resolved)
+    budget = budget_warning(config, longest) if config is not None and longest is not None else None
+    for warning in (busy_warning(threads), oversubscribed_warning(scenario.cpu_threads, cpu_ranks), budget):
         if warning:
             state.warnings.append(warning)
     started = time.time()
