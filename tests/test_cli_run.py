@@ -392,3 +392,20 @@ def test_prompts_past_the_step_budget_without_chunked_prefill_are_a_run_warning(
     assert text in res.stderr and any(text in w for w in only_run(tmp_path / "r").summary["warnings"])
     res = invoke("run", path, "--out", tmp_path / "s", "--set", "engine.max_num_batched_tokens=16")
     assert "chunked_prefill=False" not in res.stderr  # chunked: the budget holds
+
+
+def test_an_overview_too_wide_for_the_terminal_is_cut_into_tables_that_fit():
+    from llmbench.bench.report.views import View
+    from llmbench.cli.views import split_columns
+
+    headers = ["metric", *(f"variant {i} · offline" for i in range(6))]
+    rows = [["TPOT p50 (ms)", *(f"{i}.000 (+{i}.0%)" for i in range(6))]]
+    view = View("s", headers, rows, [False, *[True] * 6], ("a note",))
+    parts = split_columns(view, 80)
+    assert len(parts) > 1 and [p.title for p in parts][-1] == f"s ({len(parts)}/{len(parts)})"
+    assert all(p.headers[0] == "metric" and p.rows[0][0] == "TPOT p50 (ms)" for p in parts)  # labels in each
+    assert [h for p in parts for h in p.headers[1:]] == headers[1:]  # every column once, in order
+    assert all(sum(max(len(h), len(c)) + 3 for h, c in zip(p.headers, p.rows[0])) <= 80 for p in parts)
+    assert split_columns(view, 400) == [view]
+    mixed = view._replace(numeric=[False, True, False, *[True] * 4])  # a verdict column: kept whole
+    assert split_columns(mixed, 80) == [mixed]

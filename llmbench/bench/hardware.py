@@ -143,11 +143,11 @@ def oversubscribed_warning(threads: int | None, ranks: int = 1) -> str | None:
     return f"cpu_threads={threads} on {cores} cores: the threads take turns on the cores and timings suffer"
 
 
-BUSY_SAMPLE_S = 0.3  # how long the demand for the CPUs is sampled when a run starts
+BUSY_SAMPLE_S = 0.2  # how long the demand for the CPUs is sampled when a run starts
 BUSY_SHARE = 0.75  # other runnable threads per core from which the machine is busy
 
 
-def runnable_others(sample_s: float = BUSY_SAMPLE_S, samples: int = 15) -> float | None:
+def runnable_others(sample_s: float = BUSY_SAMPLE_S, samples: int = 11) -> float | None:
     """Threads of other processes ready to run, on average over ``sample_s`` (Linux: /proc/stat's
     procs_running, which counts this one too); None where it cannot be read.
 

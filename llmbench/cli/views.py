@@ -54,6 +54,36 @@ def summary_table(summary: dict[str, Any], title: str | None = None) -> Table:
     return table
 
 
+def split_columns(view: View, width: int) -> list[View]:
+    """``view`` cut into views of as many of its figure columns as fit ``width`` beside its label column
+    (each column's widest cell and a separator); the view itself when it fits or has other columns."""
+    sizes = [
+        max([len(view.headers[i]), *(len(r[i]) for r in view.rows)]) + 3 for i in range(len(view.headers))
+    ]
+    if sum(sizes) <= width or len(sizes) < 3 or not all(view.numeric[1:]):
+        return [view]
+    parts, current, used = [], [], sizes[0]
+    for i in range(1, len(sizes)):
+        if current and used + sizes[i] > width:
+            parts.append(current)
+            current, used = [], sizes[0]
+        current.append(i)
+        used += sizes[i]
+    parts.append(current)
+    out = []
+    for k, cols in enumerate(parts, start=1):
+        keep = [0, *cols]
+        out.append(
+            View(
+                f"{view.title} ({k}/{len(parts)})",
+                [view.headers[i] for i in keep],
+                [[row[i] for i in keep] for row in view.rows],
+                [view.numeric[i] for i in keep],
+            )
+        )
+    return out
+
+
 def ci_note(summary: dict[str, Any]) -> str | None:
     """What the intervals of a run's summary are, or why it has none."""
     entries = [
@@ -77,8 +107,10 @@ def ci_note(summary: dict[str, Any]) -> str | None:
 
 
 def print_view(view: View, target: Console) -> None:
-    """A report view as a Rich table, its notes under it."""
-    target.print(rich_table(view))
+    """A report view as a Rich table, its notes under it; one too wide for the terminal whose columns are
+    all figures (an overview of many configurations) goes in several tables, each with its row labels."""
+    for part in split_columns(view, target.width):
+        target.print(rich_table(part))
     for line in view.notes:
         target.print(f"[dim]· {escape(line)}[/]", soft_wrap=True, highlight=False)
     target.print()
