@@ -405,7 +405,9 @@ def test_an_overview_too_wide_for_the_terminal_is_cut_into_tables_that_fit():
     assert len(parts) > 1 and [p.title for p in parts][-1] == f"s ({len(parts)}/{len(parts)})"
     assert all(p.headers[0] == "metric" and p.rows[0][0] == "TPOT p50 (ms)" for p in parts)  # labels in each
     assert [h for p in parts for h in p.headers[1:]] == headers[1:]  # every column once, in order
-    assert all(sum(max(len(h), len(c)) + 3 for h, c in zip(p.headers, p.rows[0])) <= 80 for p in parts)
+    assert all(
+        sum(max(len(h), len(c)) + 3 for h, c in zip(p.headers, p.rows[0], strict=True)) <= 80 for p in parts
+    )
     assert split_columns(view, 400) == [view]
     mixed = view._replace(numeric=[False, True, False, *[True] * 4])  # a verdict column: kept whole
     assert split_columns(mixed, 80) == [mixed]
