@@ -116,7 +116,7 @@ def method_note(changes: list[Change], threshold: float, confidence: float = CON
     """One line saying how the intervals and verdicts of a comparison were made."""
     methods = {c.method.split(" ")[0] for c in changes if c.method}
     ns = sorted({c.n for c in changes if c.n})
-    reps = f"n={'/'.join(map(str, ns))}" if ns else "no repeats"
+    reps = f" (n={'/'.join(map(str, ns))})" if ns else ""
     if "paired" in methods:
         how = "t-interval on per-repeat log ratios, repeats paired by index"
     elif "unpaired" in methods:
@@ -129,7 +129,7 @@ def method_note(changes: list[Change], threshold: float, confidence: float = CON
         how += "; for a metric with a zero among its repeats, on the difference of the means"
     few = ns and max(ns) < MIN_VERDICT_REPEATS
     return (
-        f"{confidence * 100:.3g}% CI: {how} ({reps}); change: ratio of the repeats' geometric means (the "
+        f"{confidence * 100:.3g}% CI: {how}{reps}; change: ratio of the repeats' geometric means (the "
         f"values shown beside it). Verdicts: better/worse when the whole interval lies beyond "
         f"±{threshold * 100:g}%, equivalent when it lies within it, else inconclusive; none below "
         f"{MIN_VERDICT_REPEATS} repeats" + (" (use --repeats 3 or more for one)." if few else ".")
