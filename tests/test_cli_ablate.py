@@ -320,10 +320,11 @@ def test_a_run_past_the_timeout_is_stopped_and_keeps_what_it_measured(tmp_path, 
     assert "timed out after 12 s" in res.output
     # Each child is interrupted at the limit and killed if it outlives the grace period after it.
     assert len(took) == 2 and all(t < 12 + execute.CHILD_GRACE_S for t in took), took
-    record = json.loads((ablation_folder(tmp_path / "r") / "ablation.json").read_text())
+    folder = ablation_folder(tmp_path / "r")
+    record = json.loads((folder / "ablation.json").read_text())
     assert [v["status"] for v in record["variants"]] == ["failed", "failed"]
     assert all("timed out" in v["error"] for v in record["variants"])
-    kept = [load_run(Path(d)) for v in record["variants"] for d in v["runs"]]
+    kept = [load_run(folder / d) for v in record["variants"] for d in v["runs"]]  # named beside it
     assert kept, "an interrupted run keeps what it measured"
     assert all(r.meta["status"] == "incomplete" for r in kept)
 
@@ -356,11 +357,12 @@ def test_sigterm_stops_an_ablation_like_ctrl_c_and_records_it(tmp_path):
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=HANG_GUARD_S)
     assert proc.returncode == 130, err
-    record = json.loads((ablation_folder(tmp_path / "r") / "ablation.json").read_text())
+    folder = ablation_folder(tmp_path / "r")
+    record = json.loads((folder / "ablation.json").read_text())
     assert record["status"] == "interrupted"
     (kept,) = [d for v in record["variants"] for d in v["runs"]] or [None]
     assert kept is not None, "the interrupted variant keeps its partial run"
-    assert load_run(Path(kept)).meta["status"] == "incomplete"
+    assert load_run(folder / kept).meta["status"] == "incomplete"
 
 
 class FakeChild:

@@ -259,7 +259,7 @@ def run_ablation(
                         "backend": getattr(s.variant, "backend", None),
                         "status": s.status,
                         "error": s.error,
-                        "runs": s.run_dirs,
+                        "runs": [Path(p).name for p in s.run_dirs],  # folders beside ablation.json
                     }
                     for s in states.values()
                 ],
