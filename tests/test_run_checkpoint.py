@@ -32,6 +32,7 @@ from llmbench.bench.runner import RunRequest, execute_run
 from llmbench.bench.scenario import load_scenario
 
 class KillAtThird:
+    repeat_traced = False
     def observe(self, engine):
         return engine
     def end_of_run(self, engine):

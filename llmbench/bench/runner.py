@@ -60,6 +60,18 @@ class QuietEvents:
         pass
 
 
+class StepObserver(Protocol):
+    """What sees a run's measured engine steps (``llmbench profile``'s window, bench/profile/window.py)."""
+
+    repeat_traced: bool  # whether the profiler ran during the repeat under way (the runner records it)
+
+    def observe(self, engine: Any) -> Any: ...  # the engine, as the driver is to step it
+
+    def begin_repeat(self, point: int, repeat: int, last: bool) -> None: ...
+
+    def end_of_run(self, engine: Any) -> None: ...  # a sweep point is over (or was interrupted)
+
+
 class RunRequest(NamedTuple):
     resolved: ResolvedScenario
     out_root: Path = Path("results")
@@ -70,7 +82,7 @@ class RunRequest(NamedTuple):
     ablation: str | None = None  # groups runs that belong together (an ablation)
     repeat_index: int | None = None  # run only this repeat (ablation children interleave repeats)
     slow_factor: float = SLOW_FACTOR  # a step this many times the median of its kind is slow
-    step_observer: Any = None  # sees every measured engine step (``llmbench profile``'s window)
+    step_observer: StepObserver | None = None  # sees every measured engine step
 
 
 class RunOutcome(NamedTuple):
@@ -294,6 +306,7 @@ __all__ = [
     "RunEvents",
     "RunOutcome",
     "RunRequest",
+    "StepObserver",
     "engine_config",
     "execute_run",
     "sampling_params",
