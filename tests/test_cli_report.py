@@ -452,6 +452,16 @@ def test_a_prefix_cache_with_nothing_to_share_is_said_beside_its_changes(runs, t
     assert "prefix_cache: no request" not in invoke("report", root, "--view", "deltas").stdout
 
 
+def test_a_report_says_when_its_baseline_and_a_variant_ran_different_models(runs, tmp_path):
+    base = doctored(runs["baseline"], tmp_path / "a" / "base", 1.0)
+    new = doctored(runs["baseline"], tmp_path / "b" / "new", 1.0)
+    edit_json(new / "meta.json", lambda m: m.update(model_info={"name": "qwen3-0.6b"}, ablation=None))
+    edit_json(base / "meta.json", lambda m: m.update(ablation=None))  # two standalone runs
+    for view in ("deltas", "changes"):
+        out = invoke("report", base, new, "--baseline", base, "--view", view).stdout
+        assert "ran qwen3-tiny" in out and "ran qwen3-0.6b: a comparison across models" in out, out
+
+
 def test_compare_needs_one_configuration_per_side(runs):
     res = invoke("compare", runs["baseline"].parent, runs["baseline"])
     assert res.exit_code == 2 and "holds several configurations" in res.stderr

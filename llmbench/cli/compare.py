@@ -36,22 +36,6 @@ if TYPE_CHECKING:
 WORKLOAD_KEYS = ("workload", "arrival", "sampling", "slo", "warmup", "seed")
 
 
-def _models(a: Group, b: Group) -> tuple[str, str] | None:
-    """The models two groups measured, when they differ: as loaded (model_info) where both recorded it,
-    else as their scenarios named them. One name read from two folders (a hub id's cache moved to another
-    revision) is two models, named by their folders."""
-    ia, ib = ((g.meta.get("model_info") or {}) for g in (a, b))
-    fa, fb = ia.get("folder"), ib.get("folder")
-    if ia.get("name") and ia.get("name") == ib.get("name") and fa and fb and fa != fb:
-        return f"{ia['name']} from {fa}", f"{ib['name']} from {fb}"
-    for outer in ("model_info", "scenario"):
-        key = "name" if outer == "model_info" else "model"
-        ma, mb = ((g.meta.get(outer) or {}).get(key) for g in (a, b))
-        if ma and mb:
-            return (ma, mb) if ma != mb else None
-    return None
-
-
 def _one_per_scenario(path: Path, role: str) -> dict[str, Group]:
     from llmbench.bench.report.frame import load_groups
 
@@ -178,7 +162,7 @@ def compare(
     """Fail (exit 1) when NEW is worse than BASE: the whole interval of a change beyond the threshold; exit
     2 when they have nothing to compare, 3 when the data cannot support a verdict."""
     from llmbench.bench.metrics import METRICS
-    from llmbench.bench.report.compare import GATE_METRICS
+    from llmbench.bench.report.compare import GATE_METRICS, different_models
     from llmbench.bench.stats import CONFIDENCE
     from llmbench.suggest import did_you_mean
 
@@ -221,7 +205,7 @@ def compare(
     shown: list[str] = []  # every comparison's verdict
     for scenario in common:
         ga, gb = a[scenario], b[scenario]
-        if models := _models(ga, gb):
+        if models := different_models(ga, gb):
             warning(f"{scenario}: BASE ran {models[0]}, NEW ran {models[1]}: the comparison is across models")
         points = [p for p in ga.points if p in gb.points]
         if not points:

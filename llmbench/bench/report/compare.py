@@ -66,6 +66,22 @@ class Change(NamedTuple):
     method: str | None  # "paired" | "unpaired" (+ " (difference)"), None without an interval
 
 
+def different_models(a: Group, b: Group) -> tuple[str, str] | None:
+    """The models two groups measured, when they differ: as loaded (model_info) where both recorded it,
+    else as their scenarios named them. One name read from two folders (a hub id's cache moved to another
+    revision) is two models, named by their folders."""
+    ia, ib = ((g.meta.get("model_info") or {}) for g in (a, b))
+    fa, fb = ia.get("folder"), ib.get("folder")
+    if ia.get("name") and ia.get("name") == ib.get("name") and fa and fb and fa != fb:
+        return f"{ia['name']} from {fa}", f"{ib['name']} from {fb}"
+    for outer in ("model_info", "scenario"):
+        key = "name" if outer == "model_info" else "model"
+        ma, mb = ((g.meta.get(outer) or {}).get(key) for g in (a, b))
+        if ma and mb:
+            return (ma, mb) if ma != mb else None
+    return None
+
+
 def change(base: Group, new: Group, point: str, metric: str, confidence: float = CONFIDENCE) -> Change:
     """``confidence``: of the interval (``llmbench compare`` widens it for the many metrics it gates)."""
     a, b = base.repeat_values(point, metric), new.repeat_values(point, metric)

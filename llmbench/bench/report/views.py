@@ -9,7 +9,14 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from llmbench.bench.report.compare import DEFAULT_MIN_EFFECT, DELTA_METRICS, change, judged, method_note
+from llmbench.bench.report.compare import (
+    DEFAULT_MIN_EFFECT,
+    DELTA_METRICS,
+    change,
+    different_models,
+    judged,
+    method_note,
+)
 from llmbench.bench.report.format import (
     DASH,
     format_ci,
@@ -122,6 +129,10 @@ def deltas(
             text = describe(outputs) if isinstance(outputs, OutputComparison) else outputs
             rows.append([f"outputs against {_the(baseline)} (greedy)", "", text, "", "", ""])
             notes = [method_note(changes, threshold), *idle_toggle_notes(baseline, g, point)]
+            if models := different_models(baseline, g):
+                notes.append(
+                    f"{baseline.label} ran {models[0]}, {g.label} ran {models[1]}: a comparison across models"
+                )
             flagged = [f"{h.label}: {', '.join(h.flags(point))}" for h in (baseline, g) if h.flags(point)]
             if flagged:
                 notes.append(f"run warnings ({'; '.join(flagged)}) are listed in full under the first table")
@@ -172,6 +183,11 @@ def changes(
             rows.append(row)
         notes = [method_note(all_changes, threshold)]
         notes += dict.fromkeys(n for g in members for n in idle_toggle_notes(baseline, g, point))
+        notes += [
+            f"{baseline.label} ran {m[0]}, {g.label} ran {m[1]}: a comparison across models"
+            for g in members
+            if (m := different_models(baseline, g))
+        ]
         outputs = [(g, compare_outputs(baseline, g, point)) for g in members]
         notes += [
             f"outputs of {g.label} against {_the(baseline)} (greedy): {describe(o)}"
