@@ -185,3 +185,45 @@ def test_presets_have_the_published_shapes():
     expected = {"qwen3-0.6b": 0.596e9, "qwen3-8b": 8.19e9, "llama3.2-1b": 1.236e9, "llama3.1-8b": 8.03e9}
     for name, n in expected.items():
         assert abs(PRESETS[name].config.num_params() - n) / n < 0.01, name
+
+
+def test_a_call_whose_step_fails_leaves_the_engine_usable_for_the_next(tiny, monkeypatch):
+    real = tiny.engine.step
+    monkeypatch.setattr(tiny.engine, "step", lambda: (_ for _ in ()).throw(RuntimeError("a step broke")))
+    with pytest.raises(RuntimeError, match="a step broke"):
+        tiny.generate([[1, 2, 3], [4, 5]], GREEDY)
+    monkeypatch.setattr(tiny.engine, "step", real)
+    outs = tiny.generate([[1, 2, 3], [4, 5]], GREEDY)  # the same request ids again
+    assert [len(o.token_ids) for o in outs] == [6, 6] and not tiny.engine.has_unfinished()
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"max_tokens": 2.5}, "max_tokens must be an integer >= 1, got 2.5"),
+        ({"max_tokens": float("nan")}, "max_tokens must be an integer >= 1, got nan"),
+        ({"max_tokens": True}, "max_tokens must be an integer >= 1, got True"),
+        ({"max_tokens": "5"}, "max_tokens must be an integer >= 1, got '5'"),
+        ({"ignore_eos": "no"}, "ignore_eos must be True or False, got 'no'"),
+        ({"temperature": "hot"}, "temperature must be a number, got 'hot'"),
+    ],
+)
+def test_sampling_values_of_the_wrong_type_are_refused_where_they_are_made(options, message):
+    with pytest.raises(ValueError) as exc:
+        SamplingParams(**options)
+    assert str(exc.value) == message
+
+
+def test_prompts_and_settings_of_the_wrong_type_are_clear_errors(tiny):
+    with pytest.raises(RequestError, match=r"token ids are integers, got 2\.9"):
+        tiny.generate([[1, 2.9]], GREEDY)
+    with pytest.raises(TypeError, match="sampling_params takes SamplingParams .* got a dict"):
+        tiny.generate([[1, 2]], {"temperature": 0})
+    assert tiny.generate([torch.tensor([1, 2, 3])], GREEDY)[0].prompt_token_ids == [1, 2, 3]  # ints still
+
+
+def test_a_step_after_shutdown_says_the_engine_was_shut_down():
+    llm = LLM("qwen3-tiny", max_model_len=64, num_kv_blocks=8)
+    llm.shutdown()
+    with pytest.raises(RuntimeError, match="this engine was shut down"):
+        llm.engine.step()

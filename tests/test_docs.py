@@ -15,7 +15,8 @@ from llmbench.cli.app import app
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_the_repository_documents_match_what_their_commands_make_now():
+def test_the_repository_documents_match_what_their_commands_make_now(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a block's folders (--baseline's too) are the document's, wherever it runs
     res = CliRunner().invoke(app, ["docs", "--check"])
     assert res.exit_code == 0, res.output
 

@@ -139,6 +139,25 @@ CASES: list[tuple[str, str, Callable[[Path], object], str]] = [
         "{m}/config.json: Unsupported rope type: 'yarn'. Supported: ['default', 'llama3']",
     ),
     (
+        "unsupported activation",  # it would run SiLU and differ from the checkpoint's own model
+        "qwen3",
+        lambda m: edit_config(m, lambda c: c.update(hidden_act="gelu")),
+        "{m}/config.json: Unsupported hidden_act: 'gelu' (the MLP's activation). Supported: ['silu']",
+    ),
+    (
+        "a bias on every attention projection",
+        "qwen3",
+        lambda m: edit_config(m, lambda c: c.update(attention_bias=True)),
+        "{m}/config.json: attention_bias=true (a bias on every attention projection, the output's too) is "
+        "not supported; supported: a bias on q/k/v alone, as Qwen2 has",
+    ),
+    (
+        "generation_config.json's eos_token_id of the wrong type",
+        "qwen3",
+        lambda m: (m / "generation_config.json").write_text('{"eos_token_id": "end"}'),
+        "{m}/generation_config.json: 'eos_token_id' must be a token id or a list of them, got 'end'",
+    ),
+    (
         "no safetensors",
         "qwen3",
         lambda m: (m / "model.safetensors").unlink(),
@@ -281,6 +300,26 @@ def test_a_tensor_parallel_engine_raises_the_same_error(qwen3, tmp_path):
     assert str(info.value) == (
         f"{folder}/model.safetensors: tensor 'model.norm.weight': shape (3,) does not fit the parameter's (64,)"
     )
+
+
+def test_generation_stops_at_the_end_ids_generation_config_adds_as_transformers_does(qwen3, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    folder = tmp_path / "m"
+    shutil.copytree(qwen3, folder)
+    prompt = [5, 6, 7, 8]
+    llm = LLM(str(folder), device="cpu", dtype="float32", num_kv_blocks=16)
+    free = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=12))[0].token_ids
+    llm.shutdown()
+    stop = free[3]  # an id the greedy continuation reaches: named an end id only in generation_config.json
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [stop]}))
+    assert stop in read_model_config(folder).eos_token_ids
+    llm = LLM(str(folder), device="cpu", dtype="float32", num_kv_blocks=16)
+    ours = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=12))[0].token_ids
+    llm.shutdown()
+    hf = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    out = hf.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False)[0, len(prompt) :].tolist()
+    assert ours == out == free[: free.index(stop) + 1]
 
 
 @pytest.mark.parametrize("arch", ["qwen3", "llama"])

@@ -59,22 +59,35 @@ class LLM:
         params = sampling_params or SamplingParams()
         if isinstance(params, SamplingParams):
             params = [params] * len(prompts)
+        elif not isinstance(params, list | tuple):
+            raise TypeError(
+                f"sampling_params takes SamplingParams (one, or a list of one a prompt), got a "
+                f"{type(params).__name__}: SamplingParams(temperature=..., max_tokens=...)"
+            )
         if len(params) != len(prompts):
             raise ValueError(f"{len(params)} SamplingParams for {len(prompts)} prompts")
+        wrong = [p for p in params if not isinstance(p, SamplingParams)]
+        if wrong:
+            raise TypeError(
+                f"sampling_params takes SamplingParams (one, or a list of one a prompt), got a list holding a "
+                f"{type(wrong[0]).__name__}: SamplingParams(temperature=..., max_tokens=...)"
+            )
         ids = [f"gen-{i}" for i in range(len(prompts))]
         added = []
+        done: dict[str, RequestOutput] = {}
         try:
             for rid, prompt, p in zip(ids, prompts, params, strict=True):
                 self.engine.add_request(rid, prompt, p)
                 added.append(rid)
+            while self.engine.has_unfinished():
+                for out in self.engine.step().finished:
+                    done[out.request_id] = out
         except BaseException:
-            for rid in added:  # a bad prompt later in the list: leave the engine as it was
+            # A bad prompt later in the list, a step that failed, Ctrl-C: this call's requests leave the
+            # engine, which stays usable for the next call (whose ids are these again).
+            for rid in added:
                 self.engine.abort(rid)
             raise
-        done: dict[str, RequestOutput] = {}
-        while self.engine.has_unfinished():
-            for out in self.engine.step().finished:
-                done[out.request_id] = out
         outputs = [done[rid] for rid in ids]
         for out in outputs:
             out.text = self.engine.tokenizer.decode(out.token_ids)

@@ -6,7 +6,9 @@ of scenarios, tables or files of results; the bench layer drives it through ``ad
 
 from __future__ import annotations
 
+import operator
 import time
+from collections.abc import Iterable
 
 import torch
 
@@ -31,6 +33,19 @@ from llmbench.models.tokenizer import load_tokenizer
 
 class RequestError(ValueError):
     """A request the engine cannot serve (too long, bad token ids, duplicate id...)."""
+
+
+def _token_ids(request_id: str, prompt: Iterable[object]) -> list[int]:
+    """A prompt of token ids as plain ints; a float (2.9 would silently become 2) or a bool is refused."""
+    ids = []
+    for t in prompt:
+        try:
+            if isinstance(t, bool):
+                raise TypeError
+            ids.append(operator.index(t))
+        except TypeError:
+            raise RequestError(f"request {request_id!r}: token ids are integers, got {t!r}") from None
+    return ids
 
 
 class LLMEngine:
@@ -93,7 +108,7 @@ class LLMEngine:
             raise RuntimeError("this engine was shut down: build a new one to generate again")
         if request_id in self._seqs:
             raise RequestError(f"request id {request_id!r} is already in the engine")
-        ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else _token_ids(request_id, prompt)
         if not ids:
             raise RequestError(f"request {request_id!r} has an empty prompt")
         vocab = self.model_config.vocab_size
@@ -147,6 +162,8 @@ class LLMEngine:
         allocator growth, garbage collection: engine/step_counters.py), so that a slow step is explained by
         what slowed it: under asynchronous scheduling from the delivery of the step before to its own (the
         span its duration covers), else during the call."""
+        if self._closed:
+            raise RuntimeError("this engine was shut down: build a new one to generate again")
         with step_range():
             return self._step_async() if self.config.async_scheduling else self._step_sync()
 

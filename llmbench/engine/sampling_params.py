@@ -44,6 +44,10 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         # Written so that NaN fails every check.
+        for name in ("temperature", "top_p", "min_p"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"{name} must be a number, got {value!r}")
         if not (self.temperature >= 0 and math.isfinite(self.temperature)):
             raise ValueError(
                 f"temperature must be a finite number >= 0 (0 is greedy), got {self.temperature}"
@@ -54,8 +58,10 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1] (1 is no cut), got {self.top_p}")
         if not 0.0 <= self.min_p <= 1.0:
             raise ValueError(f"min_p must be in [0, 1] (0 is no cut), got {self.min_p}")
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
+        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
+        if not isinstance(self.ignore_eos, bool):
+            raise ValueError(f"ignore_eos must be True or False, got {self.ignore_eos!r}")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
             raise ValueError(f"seed must be an integer or None, got {self.seed!r}")
 

@@ -141,6 +141,14 @@ def model_config_from_hf(cfg: dict[str, Any], supported: dict[str, dict[str, boo
         raise ModelConfigError(f"Unsupported architecture: {named}. Supported: {sorted(supported)}")
     if cfg.get("use_sliding_window"):
         raise ModelConfigError("Sliding-window attention (use_sliding_window=true) is not supported")
+    act = cfg.get("hidden_act", "silu")
+    if act not in ("silu", "swish"):  # (transformers takes "swish" for SiLU too)
+        raise ModelConfigError(f"Unsupported hidden_act: {act!r} (the MLP's activation). Supported: ['silu']")
+    if cfg.get("attention_bias") and not supported[arch]["qkv_bias"]:
+        raise ModelConfigError(
+            "attention_bias=true (a bias on every attention projection, the output's too) is not supported; "
+            "supported: a bias on q/k/v alone, as Qwen2 has"
+        )
     flags = supported[arch]
     heads = _number(cfg, "num_attention_heads", arch)
     hidden = _number(cfg, "hidden_size", arch)
@@ -168,7 +176,7 @@ def model_config_from_hf(cfg: dict[str, Any], supported: dict[str, dict[str, boo
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         rope=_rope_from_hf(cfg, arch),
         qk_norm=flags["qk_norm"],
-        qkv_bias=flags["qkv_bias"] or bool(cfg.get("attention_bias", False)),
+        qkv_bias=flags["qkv_bias"],
         mlp_bias=bool(cfg.get("mlp_bias", False)),
         dtype=cfg.get("dtype") or cfg.get("torch_dtype"),
         bos_token_id=cfg.get("bos_token_id"),

@@ -9,6 +9,7 @@ unexpected one, a shape that does not fit -- is a :class:`ModelError` naming the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -56,9 +57,24 @@ def read_model_config(folder: str | Path) -> ModelConfig:
     if isinstance(raw.get("text_config"), dict) and "hidden_size" not in raw:
         raw = {**raw["text_config"], "architectures": raw.get("architectures")}
     try:
-        return model_config_from_hf(raw, ARCHITECTURES)
+        config = model_config_from_hf(raw, ARCHITECTURES)
     except ModelConfigError as e:
         raise ModelConfigError(f"{path}: {e}") from None
+    return _with_generation_eos(config, Path(folder) / "generation_config.json")
+
+
+def _with_generation_eos(config: ModelConfig, path: Path) -> ModelConfig:
+    """``config`` with the end-of-sequence ids of the folder's generation_config.json added, as
+    transformers' generation stops at them too (an instruct checkpoint names its chat turn's end there)."""
+    if not path.is_file():
+        return config
+    raw = _read_json(path, ModelConfigError)
+    eos = raw.get("eos_token_id") if isinstance(raw, dict) else None
+    extra = [] if eos is None else eos if isinstance(eos, list) else [eos]
+    if not all(isinstance(e, int) and not isinstance(e, bool) for e in extra):
+        raise ModelConfigError(f"{path}: 'eos_token_id' must be a token id or a list of them, got {eos!r}")
+    ids = tuple(dict.fromkeys([*config.eos_token_ids, *extra]))
+    return dataclasses.replace(config, eos_token_id=ids or None)
 
 
 def safetensors_files(folder: str | Path) -> list[Path]:

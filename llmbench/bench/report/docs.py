@@ -95,6 +95,9 @@ def _report(args: list[str], root: Path) -> str:
     missing = [str(d) for d, p in zip(dirs, paths, strict=True) if not p.exists()]
     if missing:
         raise BenchError(f"no such result folder: {', '.join(missing)}")
+    baseline = options["baseline"]
+    if baseline is not None and (root / baseline).exists():  # a run folder, named as the dirs are
+        options["baseline"] = str(root / baseline)
     rep = build_report(paths, **options)
     if rep.empty:  # a table the document asks for by name would be missing
         raise BenchError("; ".join(rep.empty))
