@@ -115,6 +115,11 @@ def test_a_built_engine_is_out_of_the_collectors_reach_until_shutdown():
         llm.generate([[1, 2, 3]], GREEDY)
         del model
     assert gc.get_freeze_count() == 0
+    dropped = LLM("qwen3-tiny", num_kv_blocks=16, max_model_len=64)  # never shut down
+    assert gc.get_freeze_count() > 0
+    del dropped
+    gc.collect()
+    assert gc.get_freeze_count() == 0
 
 
 def test_request_larger_than_the_pool_is_rejected_not_hung(tiny):

@@ -378,8 +378,11 @@ class LLMEngine:
         collector.thaw()
 
     def __del__(self) -> None:
-        # Dropped without shutdown(): stop the ranks and free the process group now, so that another
-        # tensor-parallel engine can start in this process.
+        # Dropped without shutdown(): give what start-up froze back to the collector (engine/collector.py),
+        # stop the ranks and free the process group now, so that another tensor-parallel engine can start
+        # in this process.
+        if not getattr(self, "_closed", True):
+            collector.thaw()
         if getattr(self, "workers", None) is not None:
             try:
                 tp_lifecycle.close(self)
