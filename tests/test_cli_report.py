@@ -339,7 +339,10 @@ def test_two_repeats_a_side_show_an_interval_and_no_verdict(runs, tmp_path):
     res = invoke("compare", base, slow, "--fail-above", "10")
     assert res.exit_code == 3, res.output  # the gate needs a verdict: none from two repeats, so no pass
     assert "+200.0%" in res.stdout and "inconclusive (n=2)" in res.stdout and "worse" not in res.stdout
-    assert "no verdict: none of the 4 comparisons could be judged" in res.stderr
+    assert (
+        "no verdict: none of the 4 comparisons could be judged (too few repeats: use --repeats 3"
+        in res.stderr
+    )
     assert "no regression beyond" not in res.stderr
     assert "none below 3 repeats (use --repeats 3 or more for one)" in res.stdout + res.stderr
 
@@ -410,6 +413,8 @@ def test_the_gate_holds_its_false_alarms_for_all_its_comparisons_together(runs, 
     assert res.exit_code == 0, res.output
     assert "98.8% CI" in res.stdout and "worse" not in res.stdout
     assert "4 comparisons, each interval at 98.8%" in res.stderr
+    res = invoke("compare", base, slow, "--fail-above", "20", "-m", "ttft_p50,ttft_p99")  # no verdict left
+    assert res.exit_code == 3 and "the repeats spread too widely" in res.stderr, res.output
     res = invoke("compare", base, slow, "-m", "output_throughputt")
     assert res.exit_code == 2 and "did you mean 'output_throughput'" in res.stderr
 

@@ -163,7 +163,7 @@ def compare(
     2 when they have nothing to compare, 3 when the data cannot support a verdict."""
     from llmbench.bench.metrics import METRICS
     from llmbench.bench.report.compare import GATE_METRICS, different_models
-    from llmbench.bench.stats import CONFIDENCE
+    from llmbench.bench.stats import CONFIDENCE, MIN_VERDICT_REPEATS
     from llmbench.suggest import did_you_mean
 
     gated = [m.strip() for item in metric or [] for m in item.split(",") if m.strip()] or list(GATE_METRICS)
@@ -237,9 +237,19 @@ def compare(
         error(f"no verdict: {'; '.join(incomplete)} (an incomplete run is shown, never judged)")
         raise typer.Exit(EXIT_UNJUDGED)
     if not verdicts:
+        fewest = (
+            min(len(g.points.get(p, [])) for s in common for g in (a[s], b[s]) for p in g.points)
+            if common
+            else 0
+        )
+        why = (
+            f"too few repeats: use --repeats {MIN_VERDICT_REPEATS} or more"
+            if fewest < MIN_VERDICT_REPEATS
+            else "the repeats spread too widely for an interval that narrow: more repeats narrow it"
+        )
         error(
-            f"no verdict: none of the {judged_metrics} comparisons could be judged (too few repeats or too much "
-            "spread between them; use --repeats 3 or more): no regression shown, none ruled out"
+            f"no verdict: none of the {judged_metrics} comparisons could be judged ({why}): no regression "
+            "shown, none ruled out"
         )
         raise typer.Exit(EXIT_UNJUDGED)
     if verdicts < judged_metrics:
