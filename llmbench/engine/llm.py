@@ -59,19 +59,18 @@ class LLM:
         params = sampling_params or SamplingParams()
         if isinstance(params, SamplingParams):
             params = [params] * len(prompts)
-        elif not isinstance(params, list | tuple):
+        wrong = (
+            [p for p in params if not isinstance(p, SamplingParams)]
+            if isinstance(params, list | tuple)
+            else [params]
+        )
+        if wrong:
             raise TypeError(
                 f"sampling_params takes SamplingParams (one, or a list of one a prompt), got a "
-                f"{type(params).__name__}: SamplingParams(temperature=..., max_tokens=...)"
+                f"{type(wrong[0]).__name__}: SamplingParams(temperature=..., max_tokens=...)"
             )
         if len(params) != len(prompts):
             raise ValueError(f"{len(params)} SamplingParams for {len(prompts)} prompts")
-        wrong = [p for p in params if not isinstance(p, SamplingParams)]
-        if wrong:
-            raise TypeError(
-                f"sampling_params takes SamplingParams (one, or a list of one a prompt), got a list holding a "
-                f"{type(wrong[0]).__name__}: SamplingParams(temperature=..., max_tokens=...)"
-            )
         ids = [f"gen-{i}" for i in range(len(prompts))]
         added = []
         done: dict[str, RequestOutput] = {}

@@ -219,8 +219,9 @@ def _check_pool_budget(config: EngineConfig, cuda: bool) -> None:
 def _check_weights_fit(config: EngineConfig, facts: Facts, device: str, dtype: str) -> None:
     """The weights must fit where they go, before any is loaded: on the CPU the memory the host has free
     now (every rank of a CPU run shares it), on a GPU its share (gpu_memory_utilization) of each rank's."""
-    size = {"float32": 4, "float16": 2, "bfloat16": 2}.get(dtype, 2)
-    weights = facts.model.num_params * size
+    import torch
+
+    weights = facts.model.num_params * getattr(torch, dtype).itemsize
     if device.startswith("cuda"):
         room = None if facts.device_memory is None else facts.device_memory * config.gpu_memory_utilization
         weights //= config.tp

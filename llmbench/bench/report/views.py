@@ -128,11 +128,7 @@ def deltas(
             outputs = compare_outputs(baseline, g, point)
             text = describe(outputs) if isinstance(outputs, OutputComparison) else outputs
             rows.append([f"outputs against {_the(baseline)} (greedy)", "", text, "", "", ""])
-            notes = [method_note(changes, threshold), *idle_toggle_notes(baseline, g, point)]
-            if models := different_models(baseline, g):
-                notes.append(
-                    f"{baseline.label} ran {models[0]}, {g.label} ran {models[1]}: a comparison across models"
-                )
+            notes = [method_note(changes, threshold), *pair_notes(baseline, g, point)]
             flagged = [f"{h.label}: {', '.join(h.flags(point))}" for h in (baseline, g) if h.flags(point)]
             if flagged:
                 notes.append(f"run warnings ({'; '.join(flagged)}) are listed in full under the first table")
@@ -182,12 +178,7 @@ def changes(
                 ]
             rows.append(row)
         notes = [method_note(all_changes, threshold)]
-        notes += dict.fromkeys(n for g in members for n in idle_toggle_notes(baseline, g, point))
-        notes += [
-            f"{baseline.label} ran {m[0]}, {g.label} ran {m[1]}: a comparison across models"
-            for g in members
-            if (m := different_models(baseline, g))
-        ]
+        notes += dict.fromkeys(n for g in members for n in pair_notes(baseline, g, point))
         outputs = [(g, compare_outputs(baseline, g, point)) for g in members]
         notes += [
             f"outputs of {g.label} against {_the(baseline)} (greedy): {describe(o)}"
@@ -207,7 +198,19 @@ def changes(
     return views
 
 
-def idle_toggle_notes(baseline: Group, variant: Group, point: str) -> list[str]:
+def pair_notes(baseline: Group, variant: Group, point: str) -> list[str]:
+    """What to read a variant's changes against the baseline with: that they ran different models; that a
+    toggle they differ in had nothing to act on in this workload."""
+    notes = _idle_toggle(baseline, variant, point)
+    if models := different_models(baseline, variant):
+        across = (
+            f"{baseline.label} ran {models[0]}, {variant.label} ran {models[1]}: a comparison across models"
+        )
+        notes.insert(0, across)
+    return notes
+
+
+def _idle_toggle(baseline: Group, variant: Group, point: str) -> list[str]:
     """A toggle the two differ in that had nothing to act on in this workload, said beside the changes: what
     they show is then the toggle's own cost, or noise. The prefix cache, when no request found a cached
     prefix with it on."""
