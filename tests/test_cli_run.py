@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -360,7 +361,7 @@ def test_an_interrupt_while_the_command_line_loads_prints_no_traceback(tmp_path,
         )
     )
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 130, done.stderr
+    assert done.returncode == 128 + getattr(signal, signame), done.stderr  # 130 or 143
     assert done.stderr.strip() == "error: interrupted", done.stderr
 
 
@@ -411,3 +412,47 @@ def test_an_overview_too_wide_for_the_terminal_is_cut_into_tables_that_fit():
     assert split_columns(view, 400) == [view]
     mixed = view._replace(numeric=[False, True, False, *[True] * 4])  # a verdict column: kept whole
     assert split_columns(mixed, 80) == [mixed]
+
+
+def test_a_changes_table_too_wide_is_cut_between_metrics_never_inside_one(tmp_path):
+    from types import SimpleNamespace
+
+    from llmbench.bench.report.frame import Group
+    from llmbench.bench.report.views import changes
+    from llmbench.cli.views import split_columns
+
+    metrics = ["output_throughput", "tpot_p50", "ttft_p50", "e2e_p99"]
+
+    def group(name: str, scale: float) -> Group:
+        repeats = [{"repeat": r, "metrics": {m: scale * (1 + 0.01 * r) for m in metrics}} for r in range(3)]
+        run = SimpleNamespace(summary={}, meta={}, path=tmp_path / name)
+        return Group("s", "a", name, runs=[run], label=name, points={"offline": repeats})
+
+    base, other = group("baseline", 1.0), group("tuning.some_toggle=off", 0.9)
+    (view,) = changes("s", base, [other], metrics=metrics)
+    parts = split_columns(view, 100)
+    assert len(parts) > 1
+    for p in parts:  # the variant and its repeats in each; each metric's value, change and verdict together
+        assert p.headers[:2] == ["variant", "repeats"] and (len(p.headers) - 2) % 3 == 0
+        assert all(h == "change [95% CI]" for h in p.headers[3::3]) and all(h == "verdict" for h in p.headers[4::3])
+    assert [h for p in parts for h in p.headers[2:]] == view.headers[2:]
+
+
+def test_a_repeat_cut_by_max_duration_says_how_many_requests_completed(tmp_path):
+    # One request at a time, each far longer than the limit: none completes, and the run must say its
+    # latencies are undefined rather than leave a throughput figure standing alone.
+    path = scenario(
+        tmp_path,
+        workload={"num_requests": 4, "input_len": 8, "output_len": 4000},
+        sampling={"ignore_eos": True},
+        engine={"device": "cpu", "max_model_len": 4096},
+        arrival={"kind": "offline"},
+        warmup=0,
+        max_duration_s=0.5,
+    )
+    res = invoke("run", path, "--out", tmp_path / "r")
+    assert res.exit_code == 0, res.output
+    run = only_run(tmp_path / "r")
+    (said,) = [w for w in run.summary["warnings"] if "max_duration_s" in w]
+    assert "0 of 4 requests completed" in said and "undefined" in said, said
+    assert run.summary["points"][0]["metrics"]["num_completed"]["value"] == 0

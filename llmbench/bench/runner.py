@@ -193,8 +193,11 @@ def _measure(req: RunRequest, backend: Backend, events: RunEvents, state: _Measu
             state.measured.append(Measured(pi, label, point, r, result, traced))
             state.warnings += repeat_warnings(f"{label} repeat {r}", result, point, offsets is not None)
             if result.status == "timeout":
+                done = sum(x.finished for x in result.requests)
                 state.warnings.append(
-                    f"{label} repeat {r}: stopped after max_duration_s={scenario.max_duration_s}"
+                    f"{label} repeat {r}: stopped after max_duration_s={scenario.max_duration_s}; "
+                    f"{done} of {len(result.requests) + result.not_submitted} requests completed"
+                    + ("" if done else ": its latencies and request rate are undefined (raise max_duration_s)")
                 )
             elif result.status != "complete":
                 state.stop_reason, state.error = result.status, result.error

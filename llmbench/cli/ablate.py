@@ -13,7 +13,8 @@ from rich.markup import escape
 from llmbench.bench.errors import BenchError
 from llmbench.bench.stats import MIN_VERDICT_REPEATS
 from llmbench.cli.console import console, error, note, warning
-from llmbench.cli.errors import EXIT_FAILED, EXIT_INTERRUPTED, handle_errors
+from llmbench.cli.errors import EXIT_FAILED, handle_errors
+from llmbench.interrupts import interrupted_exit
 from llmbench.cli.report import MinEffectOption
 from llmbench.cli.run import OutOption, ProfileOption, SetOption, profile_line, resolve
 
@@ -250,7 +251,7 @@ def ablate(
     console.print(f"results: [bold]{escape(str(outcome.folder))}[/]", highlight=False, soft_wrap=True)
     if outcome.status == "interrupted":
         warning("the ablation was interrupted; what was measured is kept")
-        raise typer.Exit(EXIT_INTERRUPTED)
+        raise typer.Exit(interrupted_exit())
     if not any(s.variant.name == baseline for s in ok):
         error("the baseline did not run, so nothing was compared")
         raise typer.Exit(EXIT_FAILED)

@@ -11,23 +11,20 @@ import os
 import signal
 import sys
 
+from llmbench.interrupts import handle_interrupts, interrupted_exit
 from llmbench.lifeline import follow_parent
 
 
-def as_interrupt(signum, frame) -> None:
-    """SIGTERM (a timeout, a batch scheduler, docker stop) handled as Ctrl-C is: what was measured so far is
-    written and marked incomplete, and an ablation records itself as interrupted."""
-    raise KeyboardInterrupt
-
-
 def main() -> None:
-    signal.signal(signal.SIGTERM, as_interrupt)
+    # SIGTERM (a timeout, a batch scheduler, docker stop) is handled as Ctrl-C is: what was measured so far
+    # is written and marked incomplete; the exit status names the signal (130 or 143)
+    handle_interrupts()
     follow_parent()  # a variant's run under ``ablate`` or ``profile`` ends with them
     try:
         from llmbench.cli.app import app
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
-        raise SystemExit(130) from None
+        raise SystemExit(interrupted_exit()) from None
     try:
         app()
     except SystemExit as done:

@@ -1,7 +1,7 @@
 """Turning exceptions into a message on stderr and an exit status, never a traceback.
 
 Exit status: 2 for bad input (scenario, options, files, engine options, a model folder or checkpoint
-that cannot be used), 1 for a run that failed, 130 after Ctrl-C. ``LLMBENCH_DEBUG=1`` lets unexpected
+that cannot be used), 1 for a run that failed, 130 after Ctrl-C and 143 after SIGTERM (``llmbench.interrupts``). ``LLMBENCH_DEBUG=1`` lets unexpected
 exceptions through with their traceback.
 """
 
@@ -16,6 +16,7 @@ import typer
 
 from llmbench.bench.errors import BenchError, RunFailed
 from llmbench.cli.console import error
+from llmbench.interrupts import interrupted_exit
 from llmbench.models.errors import ModelError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -23,7 +24,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 EXIT_FAILED = 1
 EXIT_INPUT = 2
 EXIT_UNJUDGED = 3  # ``compare``: the data cannot support a verdict
-EXIT_INTERRUPTED = 130
 
 
 def _is_config_error(exc: BaseException) -> bool:
@@ -47,7 +47,7 @@ def handle_errors(fn: F) -> F:
             raise typer.Exit(EXIT_INPUT) from None
         except KeyboardInterrupt:
             error("interrupted")
-            raise typer.Exit(EXIT_INTERRUPTED) from None
+            raise typer.Exit(interrupted_exit()) from None
         except Exception as exc:
             if _is_config_error(exc):
                 error(f"engine options: {exc}")

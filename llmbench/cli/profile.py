@@ -13,7 +13,8 @@ from llmbench.bench.errors import BenchError
 from llmbench.bench.slow_steps import SLOW_FACTOR
 from llmbench.cli.ablate import DESIGN_HELP, Design
 from llmbench.cli.console import console, error, note, warning
-from llmbench.cli.errors import EXIT_FAILED, EXIT_INTERRUPTED, handle_errors
+from llmbench.cli.errors import EXIT_FAILED, handle_errors
+from llmbench.interrupts import interrupted_exit
 from llmbench.cli.run import ProfileOption, SetOption, profile_line, resolve
 
 if TYPE_CHECKING:
@@ -147,6 +148,6 @@ def profile(
     )
     if outcome.status == "interrupted":
         warning("the profile was interrupted; what was recorded is kept, marked incomplete")
-        raise typer.Exit(EXIT_INTERRUPTED)
+        raise typer.Exit(interrupted_exit())
     if failed or not outcome.variants:
         raise typer.Exit(EXIT_FAILED)

@@ -13,7 +13,8 @@ from llmbench.bench.errors import BenchError
 from llmbench.bench.scenario.loader import AUTO, ResolvedScenario, find_scenario, load_scenario, scenario_dict
 from llmbench.bench.slow_steps import SLOW_FACTOR
 from llmbench.cli.console import console, note, warning
-from llmbench.cli.errors import EXIT_INTERRUPTED, handle_errors
+from llmbench.cli.errors import handle_errors
+from llmbench.interrupts import interrupted_exit
 
 ScenarioArg = Annotated[
     str, typer.Argument(help="Scenario YAML file, or the name of a shipped one (chat, throughput, ...).")
@@ -185,5 +186,5 @@ def run(
         warning(
             f"the run stopped ({outcome.stop_reason}); partial results, marked incomplete, are in {outcome.run_dir}"
         )
-        raise typer.Exit(EXIT_INTERRUPTED if outcome.stop_reason == "interrupted" else 1)
+        raise typer.Exit(interrupted_exit() if outcome.stop_reason == "interrupted" else 1)
     console.print(f"results: [bold]{escape(str(outcome.run_dir))}[/]", highlight=False, soft_wrap=True)

@@ -55,24 +55,32 @@ def summary_table(summary: dict[str, Any], title: str | None = None) -> Table:
 
 
 def split_columns(view: View, width: int) -> list[View]:
-    """``view`` cut into views of as many of its figure columns as fit ``width`` beside its label column
-    (each column's widest cell and a separator); the view itself when it fits or has other columns."""
+    """``view`` cut into views of as many of its column groups (``View.group``) as fit ``width`` beside
+    its key columns (each column's widest cell and a separator); the view itself when it fits or cannot be
+    cut."""
     sizes = [
         max([len(view.headers[i]), *(len(r[i]) for r in view.rows)]) + 3 for i in range(len(view.headers))
     ]
-    if sum(sizes) <= width or len(sizes) < 3 or not all(view.numeric[1:]):
+    keys = list(range(view.keys))
+    group = view.group or (1 if all(view.numeric[view.keys :]) else 0)
+    if sum(sizes) <= width or not group or len(sizes) - view.keys < 2 * group:
         return [view]
-    parts, current, used = [], [], sizes[0]
-    for i in range(1, len(sizes)):
-        if current and used + sizes[i] > width:
+    units = [list(range(i, min(i + group, len(sizes)))) for i in range(view.keys, len(sizes), group)]
+    base = sum(sizes[i] for i in keys)
+    parts: list[list[int]] = []
+    current: list[int] = []
+    used = base
+    for unit in units:
+        size = sum(sizes[i] for i in unit)
+        if current and used + size > width:
             parts.append(current)
-            current, used = [], sizes[0]
-        current.append(i)
-        used += sizes[i]
+            current, used = [], base
+        current += unit
+        used += size
     parts.append(current)
     out = []
     for k, cols in enumerate(parts, start=1):
-        keep = [0, *cols]
+        keep = [*keys, *cols]
         out.append(
             View(
                 f"{view.title} ({k}/{len(parts)})",

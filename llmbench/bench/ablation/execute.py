@@ -41,6 +41,7 @@ from llmbench.bench.errors import BenchError, StoreError
 from llmbench.bench.hardware import command_line
 from llmbench.bench.scenario.loader import ResolvedScenario
 from llmbench.bench.store import owner, slug, write_json
+from llmbench.interrupts import is_interrupted_exit
 from llmbench.lifeline import child_env
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[3]  # so children import this same llmbench
@@ -58,7 +59,7 @@ class VariantState(NamedTuple):
 
 class AblationOutcome(NamedTuple):
     folder: Path
-    status: str  # "complete" | "interrupted"
+    status: str  # "complete" | "failed" (no variant ran) | "interrupted"
     variants: list[VariantState]
 
 
@@ -295,7 +296,7 @@ def run_ablation(
                     result = _run_child(
                         child_command(resolved, sets, v, run_dir, ablation, r), env, timeout_s
                     )
-                    if not isinstance(result, ChildTimeout) and result[0] == 130:
+                    if not isinstance(result, ChildTimeout) and is_interrupted_exit(result[0]):
                         raise KeyboardInterrupt
                 except KeyboardInterrupt:  # the child kept what it measured: list it with the variant
                     states[v.name] = state._replace(run_dirs=[*state.run_dirs, *_kept_run(run_dir)])
@@ -318,7 +319,7 @@ def run_ablation(
                     states[v.name] = state._replace(status="ok", run_dirs=[*state.run_dirs, str(run_dir)])
                 record()
             r += 1
-        status = "complete"
+        status = "complete" if any(s.status == "ok" for s in states.values()) else "failed"
     except KeyboardInterrupt:
         status = "interrupted"
     record()

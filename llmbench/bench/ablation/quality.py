@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from llmbench.bench.ablation.checks import config_problem
+from llmbench.interrupts import is_interrupted_exit
 from llmbench.bench.ablation.execute import PACKAGE_ROOT, ChildTimeout, _run_child, child_error
 from llmbench.bench.ablation.plan import Variant
 from llmbench.bench.quality.compare import RANDOM_WEIGHTS_NOTE
@@ -62,7 +63,7 @@ def _child(
     if isinstance(result, ChildTimeout):
         return f"timed out after {result.seconds:g} s (--timeout)"
     code, stderr = result
-    if code == 130:
+    if is_interrupted_exit(code):
         raise KeyboardInterrupt
     return None if code == 0 else child_error(stderr)
 

@@ -29,6 +29,7 @@ from llmbench.bench.hardware import command_line
 from llmbench.bench.profile.diff import diff_rows
 from llmbench.bench.scenario.loader import ResolvedScenario
 from llmbench.bench.store import os_reason, owner, slug, write_json
+from llmbench.interrupts import is_interrupted_exit
 
 
 class ProfileSettings(NamedTuple):
@@ -149,7 +150,7 @@ def run_profile(
             except KeyboardInterrupt:
                 done.append(VariantProfile(v, target, "incomplete", "interrupted", _read_profile(target)))
                 raise
-            if isinstance(result, tuple) and result[0] == 130:
+            if isinstance(result, tuple) and is_interrupted_exit(result[0]):
                 done.append(VariantProfile(v, target, "incomplete", "interrupted", _read_profile(target)))
                 raise KeyboardInterrupt
             profile = _read_profile(target)

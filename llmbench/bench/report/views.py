@@ -42,6 +42,11 @@ class View(NamedTuple):
     rows: list[list[str]]
     numeric: list[bool]  # per column: right-align
     notes: tuple[str, ...] = ()  # lines under the table
+    # A view too wide for a terminal is cut into several: ``keys`` leading columns name a row and go in each
+    # part; the columns after them go in runs of ``group`` that stay together (a metric's value, change and
+    # verdict). 0: cut into single columns only when every one after the keys is a figure, else not at all.
+    keys: int = 1
+    group: int = 0
 
 
 def by_scenario(groups: list[Group]) -> dict[str, list[Group]]:
@@ -193,6 +198,8 @@ def changes(
                 rows,
                 numeric,
                 tuple(notes),
+                keys=2,
+                group=3,
             )
         )
     return views
