@@ -188,9 +188,9 @@ def test_token_ids_outside_the_vocabulary_name_the_file_line_and_id(tmp_path, co
 def test_the_early_check_needs_no_tokenizer_and_passes_good_files(tmp_path):
     path = tmp_path / "p.jsonl"
     path.write_text('{"prompt": "text is left for the tokenizer", "output_len": 2}\n{"prompt": [4095]}\n')
-    check_prompt_file(wl(source="file", path=str(path)), VOCAB)
+    assert check_prompt_file(wl(source="file", path=str(path)), VOCAB) is None
     (tmp_path / "p.txt").write_text("one prompt\n")
-    check_prompt_file(wl(source="file", path=str(tmp_path / "p.txt")), VOCAB)
+    assert check_prompt_file(wl(source="file", path=str(tmp_path / "p.txt")), VOCAB) is None
 
 
 def test_sharegpt_takes_the_first_user_turn_and_the_reply_length(tmp_path):

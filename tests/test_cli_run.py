@@ -434,7 +434,9 @@ def test_a_changes_table_too_wide_is_cut_between_metrics_never_inside_one(tmp_pa
     assert len(parts) > 1
     for p in parts:  # the variant and its repeats in each; each metric's value, change and verdict together
         assert p.headers[:2] == ["variant", "repeats"] and (len(p.headers) - 2) % 3 == 0
-        assert all(h == "change [95% CI]" for h in p.headers[3::3]) and all(h == "verdict" for h in p.headers[4::3])
+        assert all(h == "change [95% CI]" for h in p.headers[3::3]) and all(
+            h == "verdict" for h in p.headers[4::3]
+        )
     assert [h for p in parts for h in p.headers[2:]] == view.headers[2:]
 
 
@@ -455,4 +457,6 @@ def test_a_repeat_cut_by_max_duration_says_how_many_requests_completed(tmp_path)
     run = only_run(tmp_path / "r")
     (said,) = [w for w in run.summary["warnings"] if "max_duration_s" in w]
     assert "0 of 4 requests completed" in said and "undefined" in said, said
-    assert run.summary["points"][0]["metrics"]["num_completed"]["value"] == 0
+    metrics = run.summary["points"][0]["metrics"]
+    assert metrics["num_completed"]["value"] == 0 and metrics["num_aborted"]["value"] == 4  # all were sent
+    assert any([c.strip() for c in line.split("│")] == ["aborted", "4"] for line in res.stdout.splitlines())

@@ -52,24 +52,45 @@ def _generate(folder, **options):
     return [o.token_ids for o in llm.last_outputs], llm
 
 
-TOGGLES = [
-    dict(paged_kv=p, prefix_cache=pc, continuous_batching=cb, chunked_prefill=ch)
-    for p, pc, cb, ch in itertools.product([True, False], [True, False], [True, False], [True, False])
-    if p or not pc
+# Every toggle is one of two kinds. Those that change which tokens a step holds or when its work is
+# launched, never what is computed for a token: greedy output equals transformers' under every combination
+# of them (below). Those that change how a token is computed: each has tests of its own.
+NUMERICS_NEUTRAL = ("paged_kv", "prefix_cache", "continuous_batching", "chunked_prefill", "async_scheduling")
+OWN_TESTS = {
+    "attention_backend": "test_greedy_matches_transformers_per_attention_backend",
+    "triton_kernels": "test_greedy_matches_transformers_with_each_skinny_fusion",
+    "torch_compile": "test_torch_compile_keeps_tokens_and_does_not_recompile",
+    "cuda_graph": "test_cuda_graph_replay_keeps_tokens",
+    "tp": "tests/test_tensor_parallel.py",
+    "kv_cache_dtype": "tests/test_kv_fp8_engine.py",
+}
+COMBINATIONS = [
+    dict(zip(NUMERICS_NEUTRAL, values, strict=True))
+    for values in itertools.product([True, False], repeat=len(NUMERICS_NEUTRAL))
+    if values[0] or not values[1]  # the prefix cache needs the paged pool
 ]
 
 
-@pytest.mark.parametrize("async_", [False, True], ids=["sync", "async"])
-@pytest.mark.parametrize("toggles", TOGGLES, ids=lambda t: "-".join(f"{k}={int(v)}" for k, v in t.items()))
-def test_greedy_matches_transformers_under_scheduling_toggles(arch_model, toggles, async_):
+def test_every_toggle_is_checked_against_transformers_one_way_or_the_other():
+    from pathlib import Path
+
+    from llmbench.engine.config import TOGGLES
+
+    assert not set(NUMERICS_NEUTRAL) & set(OWN_TESTS)
+    assert set(NUMERICS_NEUTRAL) | set(OWN_TESTS) == set(TOGGLES), "a new toggle: which kind is it?"
+    here = Path(__file__).resolve()
+    for where in OWN_TESTS.values():
+        path = here.parents[1] / where if where.startswith("tests/") else here
+        assert path.exists() and (where.startswith("tests/") or f"def {where}(" in path.read_text()), where
+
+
+@pytest.mark.parametrize(
+    "toggles", COMBINATIONS, ids=lambda t: "-".join(f"{k}={int(v)}" for k, v in t.items())
+)
+def test_greedy_matches_transformers_under_scheduling_toggles(arch_model, toggles):
     _, folder, expected = arch_model
     got, _ = _generate(
-        folder,
-        attention_backend="torch",
-        max_num_batched_tokens=24,
-        max_num_seqs=4,
-        async_scheduling=async_,
-        **toggles,
+        folder, attention_backend="torch", max_num_batched_tokens=24, max_num_seqs=4, **toggles
     )
     assert got == expected
 
@@ -129,14 +150,25 @@ def test_greedy_matches_transformers_with_each_skinny_fusion(arch_model, fusion)
 
 
 @pytest.mark.slow
-def test_decode_in_fixed_length_slices_keeps_tokens(arch_model):
+def test_decode_in_fixed_length_slices_keeps_tokens(arch_model, monkeypatch):
     if not triton_usable("cuda" if torch.cuda.is_available() else "cpu"):
         pytest.skip("triton is not installed")
+    from llmbench.layers.attention import backends
+
     _, folder, expected = arch_model
+    splits = []
+    real = backends.decode_attention
+
+    def spy(*args, **kwargs):  # the knob must reach the kernel, not only leave the tokens as they were
+        splits.append(kwargs.get("split_tokens"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(backends, "decode_attention", spy)
     got, _ = _generate(
         folder, attention_backend="triton", triton_kernels=True, tuning={"decode_split_tokens": 64}
     )
     assert got == expected
+    assert splits and set(splits) == {64}, splits
 
 
 @pytest.mark.parametrize("async_", [False, True], ids=["sync", "async"])

@@ -1,6 +1,8 @@
 """Property tests of the scheduler with the block manager, without a model: whatever the arrival order,
 pool size, budgets and policy, every request finishes with exactly max_tokens (EOS ignored), budgets
-and limits are respected each step, and no KV block leaks."""
+and limits are respected each step, each policy holds (without chunked prefill a prompt is never split
+and no step mixes prefill with decodes; with static batching nobody new joins a batch that has decoded),
+and no KV block leaks."""
 
 from __future__ import annotations
 
@@ -55,6 +57,8 @@ def test_every_request_finishes_with_max_tokens(
     pending = sorted(enumerate(reqs), key=lambda r: r[1][2])
     seqs: dict[str, Sequence] = {}
     done: dict[str, Sequence] = {}
+    scheduled_before: set[str] = set()  # requests that have run in some step
+    batch_decoded = False  # static batching: the current batch has had a decode step
     for step in range(5000):
         while pending and pending[0][1][2] <= step:
             i, (plen, mt, _) = pending.pop(0)
@@ -63,6 +67,8 @@ def test_every_request_finishes_with_max_tokens(
             sched.add(s)
         if not pending and not sched.has_unfinished():
             break
+        if not sched.running:  # the batch has emptied: a new one may form
+            batch_decoded = False
         batch = sched.schedule()
         if batch is None:
             assert not sched.running, "running sequences but nothing scheduled"
@@ -74,6 +80,27 @@ def test_every_request_finishes_with_max_tokens(
         for s, n in zip(batch.seqs, batch.num_new_tokens, strict=True):
             assert 1 <= n <= s.num_uncomputed_tokens
             assert len(s.block_table) * block_size >= s.num_computed_tokens + n
+        newly = batch.newly_scheduled
+        prefill_tokens, decode_tokens = batch.token_counts()
+        if not chunked:
+            whole = {s.request_id: s.num_uncomputed_tokens for s in newly}
+            took = {
+                s.request_id: n for s, n in zip(batch.seqs, batch.num_new_tokens, strict=True) if s in newly
+            }
+            assert took == whole, "chunked_prefill=False scheduled part of a prompt"
+            # No mixed step: a step admits whole prompts and nothing else, or is all decode. Not read from
+            # step_kind: a preempted sequence whose recompute the prefix cache serves down to its last
+            # token takes one token, which token_counts() counts as a decode, so a step of admissions
+            # alone can read "mixed" (block_size=1, prefix cache, prompts of 1-2 tokens).
+            if newly:
+                assert len(newly) == len(batch.seqs), "chunked_prefill=False put prompts beside decodes"
+            else:
+                assert step_kind(prefill_tokens, decode_tokens) == "decode", batch.num_new_tokens
+        if not continuous:
+            joined = [s.request_id for s in newly if s.request_id not in scheduled_before]
+            assert not (batch_decoded and joined), f"{joined} joined a static batch that had decoded"
+            batch_decoded = batch_decoded or decode_tokens > 0
+        scheduled_before |= {s.request_id for s in newly}
         for s in sched.advance(batch):
             s.token_ids.append(7)
             if s.num_output_tokens == s.params.max_tokens:

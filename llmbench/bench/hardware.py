@@ -18,16 +18,6 @@ from typing import Any
 from llmbench.bench.peaks import Peak, peak_for  # noqa: F401  (re-exported)
 
 
-def cuda_device_name(device: str) -> str | None:
-    """torch's name for the device an engine runs on; None on the CPU."""
-    if not device.startswith("cuda"):
-        return None
-    import torch
-
-    index = int(device.split(":")[1]) if ":" in device else 0
-    return torch.cuda.get_device_name(index)
-
-
 def _version(dist: str) -> str | None:
     try:
         return importlib.metadata.version(dist)

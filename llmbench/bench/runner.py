@@ -197,7 +197,11 @@ def _measure(req: RunRequest, backend: Backend, events: RunEvents, state: _Measu
                 state.warnings.append(
                     f"{label} repeat {r}: stopped after max_duration_s={scenario.max_duration_s}; "
                     f"{done} of {len(result.requests) + result.not_submitted} requests completed"
-                    + ("" if done else ": its latencies and request rate are undefined (raise max_duration_s)")
+                    + (
+                        ""
+                        if done
+                        else ": its latencies and request rate are undefined (raise max_duration_s)"
+                    )
                 )
             elif result.status != "complete":
                 state.stop_reason, state.error = result.status, result.error

@@ -14,9 +14,9 @@ from llmbench.bench.errors import BenchError
 from llmbench.bench.stats import MIN_VERDICT_REPEATS
 from llmbench.cli.console import console, error, note, warning
 from llmbench.cli.errors import EXIT_FAILED, handle_errors
-from llmbench.interrupts import interrupted_exit
 from llmbench.cli.report import MinEffectOption
 from llmbench.cli.run import OutOption, ProfileOption, SetOption, profile_line, resolve
+from llmbench.interrupts import interrupted_exit
 
 DEFAULT_MAX_REPEATS = 10  # --until-ci's bound on each variant's repeats unless --max-repeats says
 

@@ -14,8 +14,8 @@ from llmbench.bench.slow_steps import SLOW_FACTOR
 from llmbench.cli.ablate import DESIGN_HELP, Design
 from llmbench.cli.console import console, error, note, warning
 from llmbench.cli.errors import EXIT_FAILED, handle_errors
-from llmbench.interrupts import interrupted_exit
 from llmbench.cli.run import ProfileOption, SetOption, profile_line, resolve
+from llmbench.interrupts import interrupted_exit
 
 if TYPE_CHECKING:
     from llmbench.bench.scenario.schema import Scenario

@@ -319,16 +319,16 @@ def knob_names() -> tuple[str, ...]:
 
 
 def flippable_knobs() -> tuple[str, ...]:
-    """Tuning knobs that are on/off switches: ``ablate --toggle tuning.NAME`` flips them like toggles."""
-    return (
-        "tuning.decode_longest_first",
-        "tuning.decode_uniform_tiling",
-        "tuning.mixed_step_decodes",
-        "tuning.graph_sampling",
-        "tuning.prefill_graphs",
-        "tuning.tp_fuse_norm",
-        "tuning.tp_fuse_matmul",
-    )
+    """Tuning knobs that are on/off switches (their check takes true and false as they are): ``ablate
+    --toggle tuning.NAME`` flips them like toggles."""
+    return tuple(f"tuning.{name}" for name, check in TUNING_CHECKS.items() if _is_switch(check))
+
+
+def _is_switch(check: Check) -> bool:
+    try:
+        return check(True) is True and check(False) is False
+    except Invalid:
+        return False
 
 
 def _check_one(

@@ -34,10 +34,6 @@ class StepInputs:
     logits_indices: torch.Tensor  # (N,) rows of the flat batch whose logits are sampled
     sample_rows: tuple[torch.Tensor, torch.Tensor] | None = None  # StepArrays.sample_params, sample_keys
 
-    @property
-    def decode_only(self) -> bool:
-        return self.meta.is_decode_only
-
 
 class StepUploader:
     def __init__(self, config: ResolvedConfig, device: torch.device, kv_heads: int, head_dim: int) -> None:

@@ -49,10 +49,6 @@ def _copy_checked(dst: torch.Tensor, src: torch.Tensor) -> None:
     dst.copy_(src)
 
 
-class ReplicatedLinear(LinearBase):
-    pass
-
-
 class ColumnParallelLinear(LinearBase):
     """Output features split over ranks; no communication."""
 

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from llmbench.bench.ablation.checks import config_problem
-from llmbench.interrupts import is_interrupted_exit
 from llmbench.bench.ablation.execute import PACKAGE_ROOT, ChildTimeout, _run_child, child_error
 from llmbench.bench.ablation.plan import Variant
 from llmbench.bench.quality.compare import RANDOM_WEIGHTS_NOTE
@@ -25,6 +24,7 @@ from llmbench.bench.quality.measure import QualitySettings, read_side
 from llmbench.bench.report.quality import QUALITY_FILE, QUALITY_WORK
 from llmbench.bench.scenario.loader import ResolvedScenario
 from llmbench.bench.store import slug, write_json
+from llmbench.interrupts import is_interrupted_exit
 
 METHOD = (
     "teacher-forced on the baseline's greedy continuation, one decode step per token; KL(baseline || "

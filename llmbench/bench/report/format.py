@@ -18,7 +18,8 @@ UNAVAILABLE = "unavailable"
 SUMMARY_METRICS = (
     "ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p99", "itl_p50", "itl_p99", "e2e_p50", "e2e_p99",
     "queue_p50", "client_queue_p50", "client_queue_p99", "output_throughput", "total_throughput",
-    "request_throughput", "goodput", "slo_attainment", "num_completed", "num_failed", "num_output_mismatch",
+    "request_throughput", "goodput", "slo_attainment", "num_completed", "num_aborted", "num_failed",
+    "num_output_mismatch",
     "duration", "arrival_lag_p99", "decode_step_mean", "decode_bw_util_mean", "decode_fixed", "decode_kv_rate",
     "decode_host_time", "device_wait_share",
     "prefill_flop_util_mean", "kv_usage_max", "kv_capacity_tokens", "kv_capacity_seqs", "limit_kv_share",
