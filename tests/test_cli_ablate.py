@@ -475,3 +475,26 @@ def test_a_child_run_hears_sigint_even_when_started_with_it_ignored():
         assert signal.getsignal(signal.SIGINT) is handler
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+@pytest.mark.parametrize(
+    "until_ci,max_repeats,expected",
+    [(None, None, 2), (5.0, None, 10), (5.0, 4, 4)],  # without --until-ci nothing is added
+)
+def test_a_settled_plan_bounds_its_repeats_as_asked(tmp_path, until_ci, max_repeats, expected):
+    from llmbench.bench.ablation.request import AblationRequest, settle
+    from llmbench.bench.scenario.loader import load_scenario
+
+    path = tmp_path / "abl.yaml"
+    path.write_text(yaml.safe_dump(TINY))
+    resolved = load_scenario(str(path))
+    request = AblationRequest(
+        ["prefix_cache", "chunked_prefill"], [], "one-at-a-time", 2, until_ci, max_repeats, False, None
+    )
+    planned = settle(request, resolved)
+    assert [v.name for v in planned.variants] == ["baseline", "prefix_cache=off", "chunked_prefill=off"]
+    assert (planned.repeats, planned.max_repeats) == (2, expected)
+    head, *lines = planned.describe()
+    assert head.startswith("design one-at-a-time · 3 variants x 2 repeat(s) = 6 runs")
+    assert head.endswith(f"up to {3 * expected} with --until-ci") == (until_ci is not None)
+    assert [line.split(":")[0].strip() for line in lines] == [v.name for v in planned.variants]

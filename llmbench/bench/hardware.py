@@ -15,8 +15,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from llmbench.bench.peaks import Peak, peak_for  # noqa: F401  (re-exported)
-
 
 def _version(dist: str) -> str | None:
     try:

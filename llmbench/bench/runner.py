@@ -24,7 +24,6 @@ import numpy as np
 
 from llmbench.bench.arrivals import arrival_offsets, at_measured_rate, point_label
 from llmbench.bench.backends import Backend, make_backend
-from llmbench.bench.backends.engine import engine_config, sampling_params
 from llmbench.bench.driver import DriveResult, Progress
 from llmbench.bench.errors import RunFailed, ScenarioError, StoreError
 from llmbench.bench.fit import budget_warning, fit_problem, longest_request
@@ -314,7 +313,5 @@ __all__ = [
     "RunOutcome",
     "RunRequest",
     "StepObserver",
-    "engine_config",
     "execute_run",
-    "sampling_params",
 ]

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from llmbench.bench.ablation.request import DEFAULT_MAX_REPEATS
 from llmbench.bench.errors import BenchError
 from llmbench.bench.stats import MIN_VERDICT_REPEATS
 from llmbench.cli.console import console, error, note, warning
@@ -17,8 +18,6 @@ from llmbench.cli.errors import EXIT_FAILED, handle_errors
 from llmbench.cli.report import MinEffectOption
 from llmbench.cli.run import OutOption, ProfileOption, SetOption, profile_line, resolve
 from llmbench.interrupts import interrupted_exit
-
-DEFAULT_MAX_REPEATS = 10  # --until-ci's bound on each variant's repeats unless --max-repeats says
 
 
 class Design(enum.StrEnum):
@@ -89,7 +88,10 @@ def ablate(
         ),
     ] = None,
     max_repeats: Annotated[
-        int | None, typer.Option(min=1, help="The most repeats --until-ci may run per variant (default 10).")
+        int | None,
+        typer.Option(
+            min=1, help=f"The most repeats --until-ci may run per variant (default {DEFAULT_MAX_REPEATS})."
+        ),
     ] = None,
     quality: Annotated[
         bool,
@@ -119,16 +121,9 @@ def ablate(
     ] = None,
 ) -> None:
     """Run the scenario once per variant (each in its own process) and print the deltas against the baseline."""
-    from llmbench.bench.ablation import (
-        BACKENDS_DESIGN,
-        BackendVariant,
-        parse_toggles,
-        plan,
-        plan_backends,
-        run_ablation,
-    )
+    from llmbench.bench.ablation import run_ablation
+    from llmbench.bench.ablation.request import AblationRequest, settle
     from llmbench.bench.report import build_report
-    from llmbench.bench.runner import engine_config
     from llmbench.cli.views import print_view
     from llmbench.engine.tp import launched_rank
 
@@ -138,66 +133,23 @@ def ablate(
             "run `llmbench ablate` without torchrun (tp on one host), or `llmbench run` under torchrun"
         )
     resolved = resolve(scenario, set_, profile)
-    sc = resolved.scenario
-    if toggle and backend:
-        raise BenchError(
-            "--toggle varies the engine's options and --backend compares backends: give one or the other"
-        )
-    if quality_text is not None and not quality:
-        raise BenchError("--quality-text gives --quality a text for perplexity: add --quality")
-    if quality_text is not None and not quality_text.is_file():
-        raise BenchError(f"--quality-text {quality_text}: no such file")
-    if toggle:
-        if sc.backends != ["engine"]:
-            raise BenchError(
-                f"--toggle varies the engine's options, but this scenario is served by {', '.join(sc.backends)}; "
-                "add --set backend=engine, or compare backends with --backend"
-            )
-        toggles = parse_toggles(toggle)  # every bad value at once, before anything starts
-        config = engine_config(sc)  # the scenario itself must be runnable
-        variants = plan(design.value, toggles, config, sc.sampling)
-        design_name = design.value
-    elif backend or len(sc.backends) > 1:
-        if quality:
-            raise BenchError(
-                "--quality compares engine configurations on the engine's own distributions; it does not "
-                "apply to --backend (peers do not return them)"
-            )
-        toggles = []
-        variants = plan_backends(list(backend or sc.backends))
-        design_name = BACKENDS_DESIGN
-    else:
-        raise BenchError(
-            "give at least one --toggle (e.g. llmbench ablate --toggle cuda_graph) or two --backend "
-            "(e.g. --backend engine --backend transformers)"
-        )
-    n = repeats or sc.repeats
-    if max_repeats is not None and until_ci is None:
-        raise BenchError(
-            "--max-repeats bounds the repeats --until-ci adds: add --until-ci PCT, or leave it out"
-        )
-    if until_ci is not None and max_repeats is not None and max_repeats < n:
-        raise BenchError(
-            f"--max-repeats {max_repeats} is fewer than the {n} repeats every variant runs first"
-        )
-    max_repeats = max(n, DEFAULT_MAX_REPEATS) if max_repeats is None else max_repeats
-    runs = len(variants) * n
-    upto = f", up to {len(variants) * max_repeats} with --until-ci" if until_ci is not None else ""
-    note(
-        f"ablation of {sc.name} ({resolved.path}) · design {design_name} · {len(variants)} variants x {n} "
-        f"repeat(s) = {runs} runs{upto}"
+    request = AblationRequest(
+        list(toggle or []),
+        list(backend or []),
+        design.value,
+        repeats,
+        until_ci,
+        max_repeats,
+        quality,
+        quality_text,
     )
+    planned = settle(request, resolved)
+    variants = planned.variants
+    head, *lines = planned.describe()
+    note(f"ablation of {resolved.scenario.name} ({resolved.path}) · {head}")
     note(profile_line(resolved))
-    for v in variants:
-        opts = ", ".join(f"{k}={val}" for k, val in v.options.items()) or (
-            f"the {v.backend} backend" if isinstance(v, BackendVariant) else "the scenario's engine options"
-        )
-        note(f"  {v.name}: {opts}")
-    if design is Design.flip and len(toggles) > 1:
-        note(
-            f"  (design flip: the {len(toggles)} toggles change together in one variant; "
-            "--design one-at-a-time gives each a variant of its own)"
-        )
+    for line in lines:
+        note(line)
 
     def on_event(level: str, text: str) -> None:
         (warning if level == "warning" else note)(text if level == "warning" else f"· {text}")
@@ -206,14 +158,14 @@ def ablate(
         resolved,
         list(set_ or []),
         variants,
-        toggles,
-        design_name,
-        n,
+        planned.toggles,
+        planned.design,
+        planned.repeats,
         out,
         on_event,
         timeout_s=timeout,
         until_ci=until_ci,
-        max_repeats=max_repeats,
+        max_repeats=planned.max_repeats,
     )
     quality_failed = False
     if quality and outcome.status == "complete":

@@ -13,7 +13,8 @@ def env() -> None:
     """Print the GPU, driver and library versions that a run records in its meta.json."""
     import torch
 
-    from llmbench.bench.hardware import git_commit, machine, peak_for, versions
+    from llmbench.bench.hardware import git_commit, machine, versions
+    from llmbench.bench.peaks import peak_for
 
     table = Table(show_header=False, show_edge=False, title="environment", title_justify="left")
     table.add_column("item", no_wrap=True)

@@ -91,9 +91,9 @@ def profile(
 ) -> None:
     """Record each variant's steady-state steps with torch.profiler and show where their time goes."""
     from llmbench.bench.ablation import BASELINE, Variant, parse_toggle, plan
+    from llmbench.bench.backends.engine import engine_config
     from llmbench.bench.profile.execute import ProfileSettings, check_variants, new_folder, run_profile
     from llmbench.bench.profile.views import diff_view, profile_views
-    from llmbench.bench.runner import engine_config
     from llmbench.cli.tables import rich_table
     from llmbench.engine.tp import launched_rank
 

@@ -163,8 +163,8 @@ def run(
             outcome = execute_run(request, events)
     finally:
         if window is not None:  # written even when the run stopped: what was recorded is kept
+            from llmbench.bench.backends.engine import engine_config
             from llmbench.bench.profile.summary import write_profile
-            from llmbench.bench.runner import engine_config
 
             done = outcome is not None and outcome.status == "complete"
             device = engine_config(sc).device

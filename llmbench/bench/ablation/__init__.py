@@ -1,5 +1,6 @@
-"""Ablations: the planner (``plan.py``) and the process-per-variant executor (``execute.py``); the
-variants are engine options, or backends serving the same scenario."""
+"""Ablations: what was asked, checked whole (``request.py``), the planner of variants (``plan.py``) and the
+process-per-variant executor (``execute.py``); the variants are engine options, or backends serving the
+same scenario."""
 
 from __future__ import annotations
 
