@@ -467,3 +467,26 @@ def test_ctrl_c_and_max_duration_keep_what_was_measured(monkeypatch):
     reasons = {r.request_id: r.finish_reason for r in timed.requests}
     assert reasons == {"0": "length", "1": "length", "2": "abort", "3": "abort"}
     assert all(len(r.token_times) > 0 for r in timed.requests)  # the aborted ones keep their tokens
+
+
+def test_a_client_that_falls_behind_an_open_loop_schedule_says_so(monkeypatch):
+    # Without a concurrency limit, a request held in the client was held by the client itself (here a
+    # loop blocked 40 ms before each send): the server saw a gentler load than the schedule asked.
+    from llmbench.bench.backends import openai_driver
+
+    real = openai_driver.Client.send
+
+    async def late(self, flight):
+        time.sleep(0.04)
+        await real(self, flight)
+
+    with Stub() as stub:
+        backend = backend_for(stub.url)
+        on_time = backend.run(
+            specs(3), [0.0, 0.3, 0.6], concurrency=None, tag="", max_duration=None, on_progress=None
+        )
+        assert not backend.warnings and all(r.client_queue < 0.010 for r in on_time.requests)
+        monkeypatch.setattr(openai_driver.Client, "send", late)
+        backend.run(specs(3), [0.0, 0.0, 0.0], concurrency=None, tag="", max_duration=None, on_progress=None)
+    (said,) = backend.warnings
+    assert "fell behind the arrival schedule" in said and "client queue" in said

@@ -20,6 +20,8 @@ import os
 import time
 from typing import Any
 
+import numpy as np
+
 from llmbench.bench.backends.base import (
     OnProgress,
     check_drive_args,
@@ -31,6 +33,7 @@ from llmbench.bench.backends.openai_driver import Client
 from llmbench.bench.backends.openai_http import Endpoint, body_lines, close, read_error_body, request
 from llmbench.bench.driver import DriveResult
 from llmbench.bench.errors import BenchError, RunFailed
+from llmbench.bench.repeat_warnings import LAG_WARNING_S
 from llmbench.bench.scenario.schema import Scenario
 from llmbench.bench.workload.spec import RequestSpec
 
@@ -232,6 +235,16 @@ class OpenAIBackend:
             ignore_eos=self.scenario.sampling.ignore_eos,
         )  # fmt: skip
         result = client.run(specs, offsets, concurrency, max_duration, on_progress)
+        late = [r.client_queue for r in result.requests if r.client_queue is not None]
+        lagging = late and np.percentile(late, 99) > LAG_WARNING_S
+        if offsets is not None and not o.max_concurrency and lagging and tag != "w-":
+            # without a limit, a request held in the client was held by the client's own event loop
+            self.warnings.append(
+                f"the client fell behind the arrival schedule: requests were sent up to "
+                f"{max(late) * 1e3:.1f} ms after their scheduled time (p99 {np.percentile(late, 99) * 1e3:.1f} "
+                "ms, client queue). TTFT and E2E count from the send, so the server saw a gentler load "
+                "than the scenario asks; fewer requests per second, or a faster client machine, keep it"
+            )
         if client.multi_token_chunks and tag != "w-":
             self.warnings.append(
                 f"{client.multi_token_chunks} stream chunks carried more than one token: their tokens share the "
