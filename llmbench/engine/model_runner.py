@@ -75,9 +75,36 @@ class ModelRunner:
             self.startup.all_reduce_norm = comm.fuses_norm
             self.startup.all_reduce_matmul = comm.fuses_product
         self.last_ids: torch.Tensor | None = None  # the last step's samples (asynchronous scheduling)
-        dtype = config.torch_dtype
         set_programmatic_launch(config.tuning.programmatic_launch_rows)  # the warm-up and graphs too
+        self._load_model(folder)
+        self._size_kv()
+        if config.torch_compile:
+            start = time.perf_counter()
+            self._forward = torch.compile(
+                self.runnable.forward, dynamic=True, mode=config.tuning.compile_mode
+            )
+        else:
+            self._forward = self.runnable.forward
+        self._allocate_kv()
+        if config.torch_compile:
+            warmup.compile_steps(self)
+            self.startup.compile_time = time.perf_counter() - start
+        if self.device.type == "cuda":
+            start = time.perf_counter()
+            warmup.kernel_variants(self)
+            self.startup.kernel_warmup_time = time.perf_counter() - start
+        self._capture_graphs()
+        # Every warm-up above may compile (the kernel warm-up's own small pools are new shapes): steady
+        # state starts here.
+        self._graphs_after_warmup = _dynamo_graph_count() if config.torch_compile else 0
+        self.tracer = Tracer(self.model, self.device, compiled=config.torch_compile)
+        enable_nvtx(self.device)
 
+    def _load_model(self, folder: Path | None) -> None:
+        """The model built with the resolved attention backend and kernels, its weights loaded (random ones
+        for a preset), and what decode steps run: it, or it with fused seams (models/fused_decode.py)."""
+        config, model_config, tp = self.config, self.model_config, self.tp
+        dtype = config.torch_dtype
         start = time.perf_counter()
         tuning = config.tuning
         backend = make_backend(
@@ -89,7 +116,9 @@ class ModelRunner:
             backend.forward = torch._dynamo.disable(backend.forward)  # type: ignore[method-assign]
             if backend.attends_from_cache:
                 backend.forward_qkv = torch._dynamo.disable(backend.forward_qkv)  # type: ignore[attr-defined]
-        opts = BuildOptions(backend, max_positions=max_model_len, tp=tp, use_triton=config.triton_kernels)
+        opts = BuildOptions(
+            backend, max_positions=self.max_model_len, tp=tp, use_triton=config.triton_kernels
+        )
         previous = torch.get_default_dtype()
         torch.set_default_dtype(dtype)
         try:
@@ -108,12 +137,15 @@ class ModelRunner:
         self.model.eval()
         # decode steps' kernels and fusions as resolved: the model, or it with fused seams (models/fused_decode.py)
         self.decode_plan = DecodePlan.of(config.tuning.skinny_matmul_rows, config.tuning.skinny_fusion)
-        self.runnable = fuse_decode(self.model, self.decode_plan, comm)
+        self.runnable = fuse_decode(self.model, self.decode_plan, self.comm)
         self.startup.weights_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.startup.load_time = time.perf_counter() - start
 
+    def _size_kv(self) -> None:
+        """The KV cache's shape per block: heads, dtype, scales, bytes; what a rank holds of the weights."""
+        config, model_config, dtype = self.config, self.model_config, self.config.torch_dtype
         attn = self.model.model.layers[0].self_attn
         self.kv_heads, self.head_dim = attn.num_kv_heads, attn.head_dim
         self.inputs = StepUploader(config, self.device, self.kv_heads, self.head_dim)
@@ -125,22 +157,17 @@ class ModelRunner:
         self.block_bytes = kv_cache.block_bytes(
             self.num_layers, self.block_size, self.kv_heads, self.head_dim, self.kv_dtype
         )
-        self.max_blocks_per_seq = -(-max_model_len // self.block_size)
+        self.max_blocks_per_seq = -(-self.max_model_len // self.block_size)
         self.rank_weights: RankWeights = rank_weights(
-            self.model, tp.size, self.block_bytes // self.block_size
+            self.model, self.tp.size, self.block_bytes // self.block_size
         )
 
-        if config.torch_compile:
-            start = time.perf_counter()
-            self._forward = torch.compile(
-                self.runnable.forward, dynamic=True, mode=config.tuning.compile_mode
-            )
-        else:
-            self._forward = self.runnable.forward
-
+    def _allocate_kv(self) -> None:
+        """The KV pool: as many blocks as the options and the memory left give (the same on every rank)."""
+        config, comm = self.config, self.comm
         peak = warmup.peak_memory(self) if self.device.type == "cuda" else 0
-        num_blocks = kv_cache.num_blocks_for(config, max_model_len, self.block_bytes, peak)
-        if tp.size > 1:  # every rank must hold the same blocks: agree on the smallest pool
+        num_blocks = kv_cache.num_blocks_for(config, self.max_model_len, self.block_bytes, peak)
+        if self.tp.size > 1:  # every rank must hold the same blocks: agree on the smallest pool
             agreed = torch.tensor([num_blocks], device=self.device if self.device.type == "cuda" else "cpu")
             torch.distributed.all_reduce(agreed, op=torch.distributed.ReduceOp.MIN, group=comm.group)
             num_blocks = int(agreed.item())
@@ -159,20 +186,16 @@ class ModelRunner:
         self.startup.kv_bytes_per_token = self.block_bytes // self.block_size  # this rank's heads
         self.startup.kv_capacity_tokens = num_blocks * self.block_size
 
-        if config.torch_compile:
-            warmup.compile_steps(self)
-            self.startup.compile_time = time.perf_counter() - start
-        if self.device.type == "cuda":
-            start = time.perf_counter()
-            warmup.kernel_variants(self)
-            self.startup.kernel_warmup_time = time.perf_counter() - start
+    def _capture_graphs(self) -> None:
+        """The decode steps' CUDA Graphs per batch bucket, and the prefill steps' per token count."""
+        config = self.config
         self.graphs: CUDAGraphRunner | None = None
         if config.cuda_graph:
             self.graphs = CUDAGraphRunner(
                 self._logits_forward,
                 list(config.tuning.cuda_graph_buckets),
                 self.max_blocks_per_seq,
-                max_model_len,
+                self.max_model_len,
                 self.device,
                 ordered=self.inputs.order_pays if config.tuning.decode_longest_first else None,
                 uniform=self.inputs.uniform_differs if config.tuning.decode_uniform_tiling else None,
@@ -196,11 +219,6 @@ class ModelRunner:
             )
             self.startup.graph_capture_time += self.prefill_graphs.capture_time
             self.startup.graph_memory_bytes += self.prefill_graphs.memory_bytes
-        # Every warm-up above may compile (the kernel warm-up's own small pools are new shapes): steady
-        # state starts here.
-        self._graphs_after_warmup = _dynamo_graph_count() if config.torch_compile else 0
-        self.tracer = Tracer(self.model, self.device, compiled=config.torch_compile)
-        enable_nvtx(self.device)
 
     def _capture(self, graphs: CUDAGraphRunner | PrefillGraphRunner, what: str, off: str) -> None:
         try:
