@@ -63,8 +63,11 @@ def test_offline_trace_and_concurrency():
 
 
 def test_point_labels():
-    assert point_label({"kind": "poisson", "rate": 4.0}) == "rate=4"
-    assert point_label({"kind": "gamma", "rate": 0.5, "cv": 2}) == "rate=0.5"
+    assert point_label({"kind": "poisson", "rate": 4.0}) == "rate=4"  # as stored results name it
+    assert point_label({"kind": "gamma", "rate": 0.5, "cv": 2}) == "rate=0.5 cv=2"
+    assert point_label({"kind": "gamma", "rate": 4.0, "cv": 0.25}) != point_label(
+        {"kind": "poisson", "rate": 4.0}
+    )
     assert point_label({"kind": "concurrency", "concurrency": 8}) == "concurrency=8"
     assert point_label({"kind": "offline"}) == "offline"
 

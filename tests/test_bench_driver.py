@@ -118,6 +118,22 @@ def test_max_duration_stops_with_timeout(engine):
     assert [r.finish_reason for r in res.requests] == ["length"]
 
 
-def test_open_and_closed_loop_are_exclusive(engine):
-    with pytest.raises(ValueError, match="either"):
-        drive(engine, specs(1), [0.0], greedy, concurrency=2)
+def test_a_run_needs_a_schedule_or_a_concurrency(engine):
+    with pytest.raises(ValueError, match="open loop"):
+        drive(engine, specs(1), None, greedy)
+
+
+def test_an_open_loop_under_a_cap_holds_due_requests_in_the_client(engine):
+    # All due at once, at most 2 in flight (vLLM's --request-rate with --max-concurrency): the held ones
+    # count their latencies from the hand-over, and the wait before it is their client queue.
+    res = drive(engine, specs(6, out=6), [0.0] * 6, greedy, concurrency=2, tag="cap-")
+    assert res.status == "complete" and len(res.requests) == 6
+    events = sorted(
+        [(r.submitted, 1) for r in res.requests] + [(r.token_times[-1], -1) for r in res.requests]
+    )
+    assert np.cumsum([d for _, d in sorted(events, key=lambda e: (e[0], e[1]))]).max() == 2
+    for r in res.requests:
+        assert r.arrival == r.submitted
+        assert r.client_queue == pytest.approx(r.submitted - res.start, abs=1e-9)  # scheduled at t=0
+    waits = sorted(r.client_queue for r in res.requests)
+    assert waits[1] < 0.01 < waits[2] and waits[4] > waits[2]  # two at once, the rest behind them

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from hypothesis import given, settings
@@ -459,3 +460,54 @@ def test_two_profiles_for_one_device_are_an_error_unless_one_is_named(tmp_path):
     with pytest.raises(ScenarioError, match=r"profiles 'a', 'b' all apply when: cpu; keep one, or pick one"):
         load_scenario(path)
     assert load_scenario(path, profile="b").scenario.repeats == 2
+
+
+TRACE_ROWS = "timestamp,input_len,output_len\n100,5,2\n100.5,6,3\n102,7,4\n"
+
+
+def trace_scenario(tmp_path: Path, **patch) -> Path:
+    (tmp_path / "t.csv").write_text(TRACE_ROWS)
+    return write(tmp_path, {"model": "qwen3-tiny", "workload": {"source": "trace", "path": "t.csv"}, **patch})
+
+
+def test_a_trace_source_without_arrivals_replays_its_timestamps(tmp_path):
+    # before: arrival defaulted to offline, and every row was sent at t=0
+    from llmbench.bench.arrivals import arrival_offsets
+    from llmbench.bench.workload import build_requests
+
+    for path in (trace_scenario(tmp_path), trace_scenario(tmp_path, arrival={"rate": None})):
+        sc = load_scenario(path).scenario
+        assert sc.arrival.kind == "trace"
+        requests = build_requests(sc.workload, None, 4096, sc.seed)
+        offsets = arrival_offsets(sc.arrival.points[0], requests, np.random.default_rng(0))
+        assert offsets == [0.0, 0.5, 2.0]
+    sc = load_scenario(
+        trace_scenario(tmp_path, workload={"source": "trace", "path": "t.csv", "time_scale": 2})
+    )
+    assert sc.scenario.arrival.kind == "trace"  # time_scale needs no arrival written either
+
+
+def test_a_trace_source_under_other_arrivals_keeps_them_and_refuses_time_scale(tmp_path):
+    sc = load_scenario(trace_scenario(tmp_path, arrival={"kind": "poisson", "rate": 5})).scenario
+    assert sc.arrival.kind == "poisson"  # the trace's lengths, sent at Poisson times
+    assert (
+        load_scenario(trace_scenario(tmp_path), ["arrival={kind: offline}"]).scenario.arrival.kind
+        == "offline"
+    )
+    scaled = {"source": "trace", "path": "t.csv", "time_scale": 0.5}
+    msg = error_of(trace_scenario(tmp_path, workload=scaled, arrival={"kind": "poisson", "rate": 5}))
+    assert (
+        "workload.time_scale: stretches the trace's timestamps, which only arrival.kind 'trace' replays; "
+        "with arrival.kind 'poisson' it would change nothing (drop it, or leave arrival.kind to its default, "
+        "'trace')"
+    ) in msg
+    assert "workload.time_scale" in error_of(
+        trace_scenario(tmp_path), ["workload.time_scale=2", "arrival.kind=sweep"]
+    )
+
+
+def test_a_profile_that_changes_a_trace_sources_arrivals_says_what_they_were(tmp_path, monkeypatch):
+    monkeypatch.setattr(loader_mod, "_cuda_available", lambda: False)
+    profile = {"when": "cpu", "overrides": {"arrival": {"kind": "poisson", "rate": 4}}}
+    r = load_scenario(trace_scenario(tmp_path, profiles={"cpu": profile}))
+    assert r.profile.changes == "arrival trace -> poisson 4/s"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -149,7 +150,7 @@ def test_text_file_one_prompt_per_line_and_sampling_cycles(tmp_path):
     [
         ('{"prompt": "x"}\n{broken\n', "p.jsonl:2: not valid JSON"),
         ('{"text": "x"}\n', "p.jsonl:1: needs 'prompt'"),
-        ('["x"]\n', "p.jsonl:1: each line must be a JSON object"),
+        ('["x"]\n', "p.jsonl:1: each record must be a JSON object"),
         ('{"prompt": [1, -2]}\n', "token ids must be a non-empty list of non-negative integers"),
         ('{"prompt": "x", "output_len": 0}\n', "output_len must be a positive integer"),
         ('{"prompt": "x"}\n', "some prompts give no output_len; set workload.output_len"),
@@ -239,14 +240,13 @@ def test_trace_replay_lengths_and_offsets(tmp_path, suffix):
 
 
 def context_check(context: int):
-    """A ``fits`` for build_requests that records (id, prompt, output) of each request it is asked about
-    and refuses one longer than ``context``."""
-    seen: list[tuple[str, int, int]] = []
+    """A ``fits`` for build_requests that records (prompt, output) of each request it is asked about and
+    refuses one longer than ``context``."""
+    seen: list[tuple[int, int]] = []
 
-    def fits(request_id: str, prompt: int, output: int) -> None:
-        seen.append((request_id, prompt, output))
-        if prompt + output > context:
-            raise WorkloadError(f"request {request_id} too long")
+    def fits(prompt: int, output: int) -> str | None:
+        seen.append((prompt, output))
+        return f"{prompt} + {output} tokens are past {context}" if prompt + output > context else None
 
     return seen, fits
 
@@ -269,9 +269,9 @@ def test_trace_errors_name_the_problem(tmp_path):
     assert [r.arrival for r in scaled] == [0.0, 1000.0]
     path.write_text("timestamp,input_len,output_len\n0,2,2\n1,9000000,2\n")  # refused on its length
     seen, fits = context_check(4096)
-    with pytest.raises(WorkloadError, match="request 1 too long"):
+    with pytest.raises(WorkloadError, match=r"^request 1: 9000000 \+ 2 tokens are past 4096$"):
         build_requests(wl(source="trace", path=str(path)), TOK, VOCAB, seed=0, fits=fits)
-    assert [r for r, _, _ in seen] == ["0", "1"]
+    assert seen == [(2, 2), (9_000_000, 2)]
 
 
 def test_missing_file_is_caught_by_the_schema(tmp_path):
@@ -293,10 +293,10 @@ def test_lengths_are_checked_before_any_token_is_drawn(source, monkeypatch):
     seen, fits = context_check(4096)
     extra = {"prefix_len": 100, "num_prefixes": 2} if source == "shared_prefix" else {}
     w = wl(source=source, num_requests=3, input_len=9_000_000, output_len=8, **extra)
-    with pytest.raises(WorkloadError, match="request 0 too long"):
-        build_requests(w, TOK, VOCAB, seed=0, fits=fits)
     prompt = 9_000_000 + (100 if source == "shared_prefix" else 0)
-    assert seen == [("0", prompt, 8)]
+    with pytest.raises(WorkloadError, match=rf"^request 0: {prompt} \+ 8 tokens are past 4096$"):
+        build_requests(w, TOK, VOCAB, seed=0, fits=fits)
+    assert seen == [(prompt, 8)]
 
 
 def test_lengths_and_request_counts_past_any_model_are_scenario_errors():
@@ -312,6 +312,138 @@ def test_requests_of_a_prompt_file_pass_the_context_check_too(tmp_path):
     path = tmp_path / "p.txt"
     path.write_text("short\n" + "long " * 2000 + "\n")
     seen, fits = context_check(4096)
-    with pytest.raises(WorkloadError, match="too long"):
+    with pytest.raises(WorkloadError, match=r"^request 1: 10000 \+ 8 tokens are past 4096$"):
         build_requests(wl(source="file", path=str(path), output_len=8), TOK, VOCAB, seed=0, fits=fits)
     assert len(seen) == 2
+
+
+def test_a_trace_refuses_more_requests_than_it_has_rows(tmp_path):
+    # before: num_requests=5 on a 3-row trace replayed 3 requests, silently
+    path = tmp_path / "t.csv"
+    path.write_text("timestamp,input_len,output_len\n0,2,2\n1,3,2\n2,4,2\n")
+    expected = (
+        f"{path}: workload.num_requests is 5, but the trace has 3 rows; a trace replays its rows once, in "
+        "order (its timestamps cannot repeat): give num_requests <= 3, or leave it out to replay every row"
+    )
+    w = wl(source="trace", path=str(path), num_requests=5)
+    for refuse in (lambda: build_requests(w, TOK, VOCAB, seed=0), lambda: check_prompt_file(w, VOCAB)):
+        with pytest.raises(WorkloadError) as info:
+            refuse()
+        assert str(info.value) == expected
+    first_two = build_requests(wl(source="trace", path=str(path), num_requests=2), TOK, VOCAB, seed=0)
+    assert [(len(r.prompt), r.arrival) for r in first_two] == [(2, 0.0), (3, 1.0)]
+    assert len(build_requests(wl(source="trace", path=str(path), num_requests=3), TOK, VOCAB, seed=0)) == 3
+
+
+RECORDS = [{"prompt": "hello", "output_len": 4}, {"prompt_token_ids": [7, 8, 9]}]
+
+
+def test_a_json_prompt_file_may_hold_one_array_of_records(tmp_path):
+    # before: "p.json:1: not valid JSON (Expecting value)": a .json file was read as JSONL only
+    as_array = tmp_path / "p.json"
+    as_array.write_text(json.dumps(RECORDS, indent=1))
+    as_lines = tmp_path / "p.jsonl"
+    as_lines.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    as_json_lines = tmp_path / "lines.json"  # JSONL in a .json file, read as before
+    as_json_lines.write_text(as_lines.read_text())
+    built = [
+        build_requests(wl(source="file", path=str(p), output_len=2), TOK, VOCAB, seed=0)
+        for p in (as_array, as_lines, as_json_lines)
+    ]
+    assert [(r.prompt, r.max_tokens) for r in built[0]] == [(list(b"hello"), 4), ([7, 8, 9], 2)]
+    assert built[0] == built[1] == built[2]
+    assert check_prompt_file(wl(source="file", path=str(as_array), output_len=2), VOCAB) is None
+
+
+@pytest.mark.parametrize(
+    ("records", "expected"),
+    [
+        ([{"prompt": "x"}, "y"], "p.json: record 2: each record must be a JSON object"),
+        ([{"prompt": [5, 4096]}], "p.json: record 1: token id 4096 is outside the model's vocabulary"),
+        ({"prompt": "x"}, "p.json: a .json prompt file holds one JSON array of records, or JSONL"),
+    ],
+)
+def test_records_of_a_json_array_are_named_by_their_place(tmp_path, records, expected):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(records, indent=1))
+    with pytest.raises(WorkloadError, match=re.escape(expected)):
+        check_prompt_file(wl(source="file", path=str(path), output_len=2), VOCAB)
+
+
+def test_a_json_trace_may_hold_one_array_of_rows(tmp_path):
+    path = tmp_path / "t.json"
+    rows = [
+        {"timestamp": 3.0, "input_len": 4, "output_len": 1},
+        {"timestamp": 3.5, "input_len": 5, "output_len": 2},
+    ]
+    path.write_text(json.dumps(rows, indent=1))
+    reqs = build_requests(wl(source="trace", path=str(path)), TOK, VOCAB, seed=0)
+    assert [(len(r.prompt), r.max_tokens, r.arrival) for r in reqs] == [(4, 1, 0.0), (5, 2, 0.5)]
+
+
+def exchange(prompt: str, reply: str) -> dict:
+    return {"conversations": [{"from": "human", "value": prompt}, {"from": "gpt", "value": reply}]}
+
+
+SHAREGPT = [
+    exchange("a" * 10, "b" * 5),  # 15 tokens (the byte-level tokenizer: one a character)
+    exchange("c" * 90, "d" * 20),  # 110: past a context of 100
+    exchange("", "x"),  # an empty prompt
+    {"conversations": [{"from": "human", "value": "alone"}]},  # no reply
+    exchange("e" * 20, "f" * 3),  # 23
+    exchange("g" * 99, "h"),  # 100: fits exactly
+]
+
+
+def built_sharegpt(path: Path, context: int, seed: int = 0, **kw):
+    from llmbench.bench.workload import build_workload
+
+    return build_workload(
+        wl(source="sharegpt", path=str(path), **kw), TOK, VOCAB, seed, fits=context_check(context)[1]
+    )
+
+
+def test_sharegpt_skips_conversations_that_cannot_be_served_and_says_so_once(tmp_path):
+    # before: the 110-token conversation stopped the run ("request 1: ... exceed the engine's max_model_len")
+    path = tmp_path / "sg.json"
+    path.write_text(json.dumps(SHAREGPT))
+    built = built_sharegpt(path, 100)
+    assert [(len(r.prompt), r.max_tokens) for r in built.requests] == [(10, 5), (20, 3), (99, 1)]
+    assert built.warnings == (
+        f"{path}: 3 of 6 conversations skipped: 1 without a user turn followed by a reply; 1 whose prompt "
+        "is empty; 1 that cannot be served (the first, conversation 2: 90 + 20 tokens are past 100)",
+    )
+    # sampling draws from the conversations kept only, the same under the same seed
+    sampled = built_sharegpt(path, 100, seed=5, num_requests=40)
+    assert {len(r.prompt) for r in sampled.requests} == {10, 20, 99}
+    assert sampled == built_sharegpt(path, 100, seed=5, num_requests=40)
+    assert len(sampled.warnings) == 1
+
+
+def test_sharegpt_with_output_len_keeps_what_leaves_room_for_its_longest_output(tmp_path):
+    path = tmp_path / "sg.json"
+    path.write_text(json.dumps(SHAREGPT))
+    built = built_sharegpt(path, 100, output_len={"dist": "uniform", "min": 1, "max": 80})
+    assert {len(r.prompt) for r in built.requests} == {10, 20}  # 90 + 80 and 99 + 80 do not fit
+    assert (
+        "2 that cannot be served (the first, conversation 2: 90 + 80 tokens are past 100)"
+        in built.warnings[0]
+    )
+
+
+def test_sharegpt_where_no_conversation_fits_is_an_error_saying_why(tmp_path):
+    path = tmp_path / "sg.json"
+    path.write_text(json.dumps(SHAREGPT))
+    with pytest.raises(WorkloadError) as info:
+        built_sharegpt(path, 8)
+    assert str(info.value) == (
+        f"{path}: no conversation of 6 can be sent: 1 without a user turn followed by a reply; 1 whose prompt "
+        "is empty; 4 that cannot be served (the first, conversation 1: 10 + 5 tokens are past 8)"
+    )
+
+
+def test_sharegpt_without_a_context_limit_keeps_every_conversation_with_a_prompt(tmp_path):
+    path = tmp_path / "sg.json"
+    path.write_text(json.dumps(SHAREGPT))
+    reqs = build_requests(wl(source="sharegpt", path=str(path)), TOK, VOCAB, seed=0)
+    assert [len(r.prompt) for r in reqs] == [10, 90, 20, 99]

@@ -81,15 +81,19 @@ def at_measured_rate(point: dict[str, Any], throughput: list[DriveResult]) -> di
 
 
 def point_label(point: dict[str, Any]) -> str:
-    """Short, stable name of a sweep point: ``offline``, ``rate=4``, ``concurrency=8``, ``trace``; a
-    ``sweep``'s ``sync``, ``throughput`` and ``poisson@0.5x`` (its rate, measured, is not in the name, so
-    repeats and variants of one sweep share their points' names)."""
+    """Short, stable name of a sweep point: ``offline``, ``rate=4`` (Poisson), ``rate=4 cv=3`` (gamma: its
+    cv tells it from the Poisson point at that rate), ``concurrency=8``, ``trace``; a ``sweep``'s ``sync``,
+    ``throughput`` and ``poisson@0.5x`` (its rate, measured, is not in the name, so repeats and variants of
+    one sweep share their points' names). Stored results and reports key on these names: a Poisson
+    point's stays as it has always been."""
     if point.get("sweep") == "fraction":
         return f"poisson@{point['fraction']:g}x"
     if point.get("sweep"):
         return point["sweep"]
-    if point["kind"] in ("poisson", "gamma"):
+    if point["kind"] == "poisson":
         return f"rate={point['rate']:g}"
+    if point["kind"] == "gamma":
+        return f"rate={point['rate']:g} cv={point['cv']:g}"
     if point["kind"] == "concurrency":
         return f"concurrency={point['concurrency']}"
     return point["kind"]

@@ -4,7 +4,9 @@ Open loop (offline, poisson, gamma, trace): a request enters when its due time h
 steps; the engine is given its *scheduled* arrival, so a late hand-over shows up in its latencies, and the
 lag (handed over - scheduled) is recorded per request. When the engine has nothing to do the driver
 sleeps until the next arrival. Closed loop (concurrency N): N requests are kept in flight; each enters
-when a slot frees, with arrival = hand-over time.
+when a slot frees, with arrival = hand-over time. Open loop with a cap (``max_concurrency``, as vLLM's
+benchmark takes it): a due request waits in the client while N are in flight; its arrival is the
+hand-over, and the wait before it is its ``client_queue``, a figure of its own.
 
 A KeyboardInterrupt or an engine exception stops the loop, aborts what is in flight and returns what was
 measured with status "interrupted" / "failed"; ``max_duration`` stops it with status "timeout". Nothing
@@ -45,14 +47,28 @@ class DriveResult(NamedTuple):
 
 
 class _InFlight:
-    __slots__ = ("spec", "arrival", "submitted", "token_ids", "token_times")
+    __slots__ = ("spec", "arrival", "submitted", "client_queue", "token_ids", "token_times")
 
-    def __init__(self, spec: RequestSpec, arrival: float, submitted: float) -> None:
+    def __init__(
+        self, spec: RequestSpec, arrival: float, submitted: float, client_queue: float | None
+    ) -> None:
         self.spec = spec
         self.arrival = arrival
         self.submitted = submitted
+        self.client_queue = client_queue
         self.token_ids: list[int] = []
         self.token_times: list[float] = []
+
+
+def hand_over(now: float, scheduled: float | None, capped: bool) -> tuple[float, float | None]:
+    """A request handed over ``now``: the arrival its latencies count from, and its client queue. Closed
+    loop: now. Open loop: its scheduled time (a late hand-over is the driver's lag, counted in). Open loop
+    under a cap: now, the wait behind the cap apart."""
+    if scheduled is None:
+        return now, None
+    if capped:
+        return now, max(now - scheduled, 0.0)
+    return scheduled, None
 
 
 def _record(flight: _InFlight, out: Any | None, reason: str | None) -> RequestRecord:
@@ -61,6 +77,7 @@ def _record(flight: _InFlight, out: Any | None, reason: str | None) -> RequestRe
         return RequestRecord(
             flight.spec.request_id, flight.spec.input_len, flight.spec.max_tokens, flight.arrival,
             flight.submitted, None, list(flight.token_times), list(flight.token_ids), reason,
+            client_queue=flight.client_queue,
         )  # fmt: skip
     return RequestRecord(
         request_id=flight.spec.request_id,
@@ -74,6 +91,7 @@ def _record(flight: _InFlight, out: Any | None, reason: str | None) -> RequestRe
         finish_reason=reason or out.finish_reason,
         num_cached_tokens=out.num_cached_tokens,
         num_preemptions=out.num_preemptions,
+        client_queue=flight.client_queue,
     )
 
 
@@ -95,13 +113,16 @@ def admit_due(
     concurrency: int | None,
     submit: Callable[[int, float | None], None],
 ) -> None:
-    """Hand over every request that is due: by schedule (open loop), or while a slot is free (closed loop,
-    arrival = hand-over). Shared by every backend's loop so all of them admit requests the same way."""
+    """Hand over every request that is due: by schedule (open loop; with a ``concurrency``, only while
+    fewer are in flight), or while a slot is free (closed loop). ``submit(i, scheduled)`` gets the request's
+    scheduled time, None in a closed loop (``hand_over`` says what its arrival is). Shared by every backend's
+    loop so all of them admit requests the same way."""
     if offsets is None:
         while pending and len(inflight) < (concurrency or 0):
             submit(pending.popleft(), None)
     else:
-        while pending and start + offsets[pending[0]] <= now:
+        cap = len(offsets) if concurrency is None else concurrency
+        while pending and start + offsets[pending[0]] <= now and len(inflight) < cap:
             i = pending.popleft()
             submit(i, start + offsets[i])
 
@@ -119,8 +140,10 @@ def drive(
     clock: Callable[[], float] = time.perf_counter,
     sleep: Callable[[float], None] = time.sleep,
 ) -> DriveResult:
-    if (offsets is None) == (concurrency is None):
-        raise ValueError("drive() takes either arrival offsets (open loop) or a concurrency (closed loop)")
+    if offsets is None and concurrency is None:
+        raise ValueError(
+            "drive() takes arrival offsets (open loop, capped by a concurrency) or a concurrency"
+        )
     order = (
         range(len(requests)) if offsets is None else sorted(range(len(requests)), key=lambda i: offsets[i])
     )
@@ -132,14 +155,14 @@ def drive(
     out_tokens, kv_usage, last_report = 0, float("nan"), -1.0
     start = clock()
 
-    def submit(i: int, arrival: float | None) -> None:
-        """Hand request i over now; ``arrival`` None means "now" (closed loop)."""
+    def submit(i: int, scheduled: float | None) -> None:
+        """Hand request i over now (``hand_over`` says from when its latencies count)."""
         spec = requests[i]
         eid = f"{tag}{spec.request_id}"
         now = clock()
-        arrival = now if arrival is None else arrival
+        arrival, queued = hand_over(now, scheduled, offsets is not None and concurrency is not None)
         engine.add_request(eid, spec.prompt, params_for(spec), arrival_time=arrival)
-        inflight[eid] = _InFlight(spec, arrival, now)
+        inflight[eid] = _InFlight(spec, arrival, now, queued)
 
     try:
         while True:

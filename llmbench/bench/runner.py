@@ -35,7 +35,7 @@ from llmbench.bench.slow_steps import SLOW_FACTOR
 from llmbench.bench.store import RunWriter
 from llmbench.bench.summary import Measured
 from llmbench.bench.telemetry import TelemetrySampler
-from llmbench.bench.workload import RequestSpec, build_requests, check_prompt_file, context_check
+from llmbench.bench.workload import RequestSpec, build_workload, check_prompt_file, context_check
 
 SALT_PER_POINT = 10_000  # prompt salt = point index * this + repeat index
 
@@ -131,9 +131,12 @@ def _measure(req: RunRequest, backend: Backend, events: RunEvents, state: _Measu
     def specs_for(salt: int) -> list[RequestSpec]:
         if salt not in specs_by_salt:
             fits = context_check(backend.max_model_len, backend.name)
-            specs_by_salt[salt] = build_requests(
+            built = build_workload(
                 scenario.workload, backend.tokenizer, backend.vocab_size, scenario.seed, salt, fits
             )
+            if not specs_by_salt:  # what a build leaves out is the same for every salt: said once
+                state.warnings += built.warnings
+            specs_by_salt[salt] = built.requests
         return specs_by_salt[salt]
 
     repeats = [req.repeat_index] if req.repeat_index is not None else list(range(scenario.repeats))

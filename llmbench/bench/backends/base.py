@@ -95,5 +95,7 @@ class Backend(Protocol):
 
 
 def check_drive_args(offsets: list[float] | None, concurrency: int | None) -> None:
-    if (offsets is None) == (concurrency is None):
-        raise ValueError("a backend runs either arrival offsets (open loop) or a concurrency (closed loop)")
+    if offsets is None and concurrency is None:
+        raise ValueError(
+            "a backend runs arrival offsets (open loop, capped by a concurrency) or a concurrency"
+        )

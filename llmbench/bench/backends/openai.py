@@ -229,15 +229,23 @@ class OpenAIBackend:
     ) -> DriveResult:
         check_drive_args(offsets, concurrency)
         o = self.options
+        cap = o.max_concurrency
+        if offsets is not None and concurrency is not None:  # the scenario's arrival.max_concurrency
+            if cap and cap != concurrency:
+                raise BenchError(
+                    f"arrival.max_concurrency {concurrency} and backend_options.openai.max_concurrency {cap} "
+                    "disagree: give one"
+                )
+            cap, concurrency = concurrency, None
         client = Client(
             self.completions, self.headers, self.body_for, timeout_s=o.timeout_s,
-            connect_timeout_s=o.connect_timeout_s, max_concurrency=o.max_concurrency,
+            connect_timeout_s=o.connect_timeout_s, max_concurrency=cap,
             ignore_eos=self.scenario.sampling.ignore_eos,
         )  # fmt: skip
         result = client.run(specs, offsets, concurrency, max_duration, on_progress)
         late = [r.client_queue for r in result.requests if r.client_queue is not None]
         lagging = late and np.percentile(late, 99) > LAG_WARNING_S
-        if offsets is not None and not o.max_concurrency and lagging and tag != "w-":
+        if offsets is not None and not cap and lagging and tag != "w-":
             # without a limit, a request held in the client was held by the client's own event loop
             self.warnings.append(
                 f"the client fell behind the arrival schedule: requests were sent up to "

@@ -19,7 +19,7 @@ from collections import deque
 from typing import Any
 
 from llmbench.bench.backends.base import OnProgress
-from llmbench.bench.driver import PROGRESS_PERIOD_S, DriveResult, Progress, admit_due
+from llmbench.bench.driver import PROGRESS_PERIOD_S, DriveResult, Progress, admit_due, hand_over
 from llmbench.bench.records import RequestRecord
 from llmbench.bench.workload.spec import RequestSpec
 
@@ -27,12 +27,15 @@ POLL_S = 0.05  # longest wait for a result before the schedule is looked at agai
 
 
 class _Flight:
-    __slots__ = ("spec", "arrival", "submitted", "stream_times")
+    __slots__ = ("spec", "arrival", "submitted", "client_queue", "stream_times")
 
-    def __init__(self, spec: RequestSpec, arrival: float, submitted: float) -> None:
+    def __init__(
+        self, spec: RequestSpec, arrival: float, submitted: float, client_queue: float | None
+    ) -> None:
         self.spec = spec
         self.arrival = arrival
         self.submitted = submitted
+        self.client_queue = client_queue
         self.stream_times: list[float] = []
 
 
@@ -45,7 +48,7 @@ def _record(
     flight: _Flight, out: Any | None, eos: set[int], ignore_eos: bool, stamped: bool
 ) -> RequestRecord:
     spec = flight.spec
-    common = dict(num_cached_tokens=None, num_preemptions=None)
+    common = dict(num_cached_tokens=None, num_preemptions=None, client_queue=flight.client_queue)
     if out is None:  # aborted before transformers returned anything
         return RequestRecord(
             spec.request_id, spec.input_len, spec.max_tokens, flight.arrival, flight.submitted, None,
@@ -97,7 +100,7 @@ def run_continuous_batching(
     out_tokens, last_report = 0, -1.0
     start = clock()
 
-    def submit(i: int, arrival: float | None) -> None:
+    def submit(i: int, scheduled: float | None) -> None:
         spec = specs[i]
         rid = f"{tag}{spec.request_id}"
         now = clock()
@@ -105,7 +108,8 @@ def run_continuous_batching(
         manager.add_request(
             spec.prompt, request_id=rid, max_new_tokens=spec.max_tokens, eos_token_id=eos_arg, **extra
         )
-        inflight[rid] = _Flight(spec, now if arrival is None else arrival, now)
+        arrival, queued = hand_over(now, scheduled, offsets is not None and concurrency is not None)
+        inflight[rid] = _Flight(spec, arrival, now, queued)
 
     try:
         while True:

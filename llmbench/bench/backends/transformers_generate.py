@@ -20,7 +20,7 @@ from typing import Any
 from transformers.generation.streamers import BaseStreamer
 
 from llmbench.bench.backends.base import OnProgress
-from llmbench.bench.driver import PROGRESS_PERIOD_S, DriveResult, Progress
+from llmbench.bench.driver import PROGRESS_PERIOD_S, DriveResult, Progress, hand_over
 from llmbench.bench.records import RequestRecord
 from llmbench.bench.workload.spec import RequestSpec
 
@@ -85,14 +85,12 @@ def run_generate(
                 break
             i = pending.popleft()
             spec = specs[i]
-            if offsets is not None:
-                arrival = start + offsets[i]
-                wait = arrival - clock()
-                if wait > 0:
-                    time.sleep(wait)
-            else:
-                arrival = clock()
+            scheduled = None if offsets is None else start + offsets[i]
+            if scheduled is not None and scheduled > clock():
+                time.sleep(scheduled - clock())
             begun = clock()
+            # one request at a time: under a cap, the wait behind the one before is the client's
+            arrival, queued = hand_over(begun, scheduled, offsets is not None and concurrency is not None)
             current, streamer = (spec, arrival, begun), TimingStreamer(clock)
             ids = torch.tensor([spec.prompt], device=model.device)
             model.generate(
@@ -108,7 +106,7 @@ def run_generate(
                 RequestRecord(
                     spec.request_id, spec.input_len, spec.max_tokens, arrival, arrival, begun,
                     streamer.token_times[: len(tokens)], tokens, "stop" if stopped else "length",
-                    num_cached_tokens=None, num_preemptions=None,
+                    num_cached_tokens=None, num_preemptions=None, client_queue=queued,
                     output_check=_check(spec, tokens, ignore_eos),
                 )
             )  # fmt: skip

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from llmbench.bench.scenario.schema import SWEEP_FRACTIONS, Arrival, Scenario
+from llmbench.bench.scenario.schema import SWEEP_FRACTIONS, Arrival, Scenario, default_arrival_kind
 
 _MISSING = object()
 
@@ -46,9 +46,13 @@ def _get(tree: Any, path: tuple[str, ...]) -> Any:
     return tree
 
 
-def _arrival_before(raw: Any) -> str:
+def _arrival_before(before: dict[str, Any]) -> str:
+    raw = before.get("arrival")
+    arrival = raw if isinstance(raw, dict) else {}
     try:
-        return arrival_text(Arrival.model_validate(raw if isinstance(raw, dict) else {}))
+        return arrival_text(
+            Arrival.model_validate({"kind": default_arrival_kind(before.get("workload")), **arrival})
+        )
     except ValidationError:
         return str(raw)
 
@@ -72,7 +76,7 @@ def profile_changes(
         was = _get(before, ("workload", "num_requests"))
         said.append(f"{'(all)' if was is _MISSING else was} -> {after.workload.num_requests} requests")
     if any(p[0] == "arrival" for p in changed):
-        said.append(f"arrival {_arrival_before(before.get('arrival'))} -> {arrival_text(after.arrival)}")
+        said.append(f"arrival {_arrival_before(before)} -> {arrival_text(after.arrival)}")
     for p in changed:
         if p[0] in ("model", "arrival") or p == ("workload", "num_requests"):
             continue

@@ -48,12 +48,20 @@ MAX_SWEEP_FRACTION = 4.0
 MIN_TELEMETRY_PERIOD_MS = 10.0  # a sampler any faster would take a CPU from the run it measures
 
 
+def default_arrival_kind(workload: Any) -> ArrivalKind:
+    """The arrival kind of a scenario that names none, from its (unvalidated) ``workload``: a trace's own
+    times for a trace source (sending its rows all at once would drop what it records), else offline."""
+    source = workload.get("source") if isinstance(workload, dict) else getattr(workload, "source", None)
+    return "trace" if source == "trace" else "offline"
+
+
 class Arrival(StrictModel):
     """When requests enter.
 
     offline: all at t=0. poisson: exponential gaps at ``rate`` requests/s. gamma: gamma-distributed gaps
     at ``rate`` with coefficient of variation ``cv`` (cv=1 is Poisson, >1 burstier, <1 smoother).
     concurrency: keep ``concurrency`` requests in flight. trace: the workload trace's own times.
+    Without a kind: trace for a trace source, offline for any other (``default_arrival_kind``).
     A list of rates or concurrencies is a sweep: one run per point.
     sweep: a load that fits the machine, found by measuring it: first ``sync`` (one request at a time),
     then ``throughput`` (all at once: the requests/s it reaches is the machine's capacity), then Poisson
@@ -270,11 +278,32 @@ class Scenario(StrictModel):
             raise FieldIssues([(p.path, p.message) for p in problems])
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _arrival_kind_by_default(cls, data: Any) -> Any:
+        """An arrival without a kind (none at all, or one that leaves ``kind`` out) gets the workload's
+        default (``default_arrival_kind``): decided here, once, so the resolved scenario says it."""
+        if not isinstance(data, dict):
+            return data
+        arrival = data.get("arrival", {})
+        if isinstance(arrival, dict) and "kind" not in arrival:
+            return {**data, "arrival": {**arrival, "kind": default_arrival_kind(data.get("workload"))}}
+        return data
+
     @model_validator(mode="after")
     def _workload_fits_arrival(self) -> Scenario:
+        # Trace times exist only in a trace, so kind 'trace' needs that source; a trace under another kind
+        # is its lengths on that kind's schedule, and time_scale, which stretches the times, has no effect.
         if self.arrival.kind == "trace" and self.workload.source != "trace":
             raise FieldIssue(
                 "arrival", "kind 'trace' replays a trace's times: it needs workload.source 'trace'"
+            )
+        if self.workload.time_scale is not None and self.arrival.kind != "trace":
+            raise FieldIssue(
+                "workload.time_scale",
+                "stretches the trace's timestamps, which only arrival.kind 'trace' replays; with "
+                f"arrival.kind '{self.arrival.kind}' it would change nothing (drop it, or leave arrival.kind "
+                "to its default, 'trace')",
             )
         if self.arrival.kind in ("poisson", "gamma") and self.workload.num_requests is not None:
             # (without num_requests a file's record count sets it: arrival_offsets checks it then)

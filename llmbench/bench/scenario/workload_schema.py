@@ -100,18 +100,24 @@ class Workload(StrictModel):
     - shared_prefix: ``num_prefixes`` random prefixes of ``prefix_len`` tokens; each request is one of
       them (round-robin) followed by a unique suffix of ``input_len`` tokens. ``num_prefixes`` must be
       below ``num_requests``, or no two requests would share a prefix.
-    - file: JSONL (one object a line: ``prompt`` text or token-id list, or ``prompt_token_ids``;
-      optional ``output_len``) or plain text (one prompt a line). ``output_len`` fills in what a record
-      does not say.
+    - file: JSON records, one object each (``prompt`` text or token-id list, or ``prompt_token_ids``;
+      optional ``output_len``) as JSONL or, in a ``.json`` file, one JSON array; or plain text (one
+      prompt a line). ``output_len`` fills in what a record does not say.
     - sharegpt: ShareGPT-style JSON, one list of conversations (or JSONL, one a line, in a ``.jsonl``
       file): ``conversations`` of ``from``/``value`` turns, or ``messages`` of ``role``/``content``;
-      prompt = first user turn, output length = the first reply's token count unless ``output_len`` is
-      given.
-    - trace: CSV or JSONL with ``timestamp`` (seconds, >= 0, never decreasing), ``input_len``,
-      ``output_len``; replayed with its own arrival times (offsets from the first timestamp,
-      ``arrival.kind: trace``), stretched by ``time_scale``.
+      prompt = first user turn followed by a reply, output length = that reply's token count unless
+      ``output_len`` is given. Conversations the backend's context cannot hold, with an empty prompt or
+      no such pair are skipped, and a warning counts them.
+    - trace: CSV, JSONL or (in a ``.json`` file) one JSON array of rows with ``timestamp`` (seconds,
+      >= 0, never decreasing), ``input_len``, ``output_len``. With no ``arrival`` kind given, the
+      scenario's arrivals are ``trace``: the rows are sent at their own times (offsets from the first
+      timestamp), stretched by ``time_scale``; another arrival kind sends the trace's lengths on its
+      own schedule, and refuses ``time_scale``.
     Files are read as UTF-8 text.
-    ``num_requests`` on a file-based source samples that many records (cycling when it asks for more).
+    ``num_requests``: file and sharegpt draw that many records at random (seeded), in shuffled passes
+    over the file, so asking for more than it holds repeats records; trace replays its first
+    ``num_requests`` rows, and asking for more rows than it has is an error (timestamps cannot repeat).
+    Without it, every record, in file order.
     ``token_ids`` (synthetic, shared_prefix): the range random prompt ids come from; default: the whole
     vocabulary.
     """

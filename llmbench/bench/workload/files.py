@@ -1,18 +1,18 @@
-"""Workloads read from files: prompt lists (JSONL or text), ShareGPT conversations, arrival traces.
+"""Workloads read from files: prompt lists (JSON records or text) and arrival traces (ShareGPT
+conversations: ``sharegpt.py``), and the check of every workload file before the backend starts.
 
-Each reader returns :class:`RequestSpec`s in file order; a malformed file is a :class:`WorkloadError`
-naming the file, the line (or record) and what was expected. Every file is read as UTF-8 text through
-``read_text``. Token ids given in a prompt file are checked against the model's vocabulary, and text
-prompts against a model folder's tokenizer files (``check_prompt_file`` does both before the backend
-starts).
+Prompt files and JSON traces hold records as JSONL (one a line) or, in a ``.json`` file, also as one
+JSON array (``reading.py``). Each reader returns :class:`RequestSpec`s in file order (a seeded draw of
+prompts where ``num_requests`` asks for one; a trace's first rows); a malformed file is a
+:class:`WorkloadError` naming the file, the line (or record) and what was expected. Token ids given in a
+prompt file are checked against the model's vocabulary, and text prompts against a model folder's
+tokenizer files (``check_prompt_file`` does both before the backend starts).
 """
 
 from __future__ import annotations
 
-import codecs
 import csv
 import io
-import json
 import math
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -22,8 +22,9 @@ import numpy as np
 from llmbench.bench.errors import WorkloadError
 from llmbench.bench.scenario.workload_schema import MAX_ARRIVAL_SPAN_S, Workload
 from llmbench.bench.workload.lengths import sample_lengths
-from llmbench.bench.workload.spec import Encoder, RequestSpec
-from llmbench.bench.workload.synthetic import Fits
+from llmbench.bench.workload.reading import JSON_SUFFIXES, choose, read_records, read_text
+from llmbench.bench.workload.sharegpt import conversations
+from llmbench.bench.workload.spec import Encoder, Fits, RequestSpec, require_fit
 from llmbench.models.tokenizer import has_tokenizer_files, text_needs_tokenizer
 
 
@@ -45,40 +46,8 @@ def _token_ids(value: Any, where: str, vocab_size: int) -> list[int]:
     return list(value)
 
 
-def read_text(path: Path) -> str:
-    """The whole file as UTF-8 text (a leading byte-order mark dropped: spreadsheets write one). A file
-    that cannot be read, or is not UTF-8, is a WorkloadError naming it, the line and the offending byte."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise WorkloadError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    bom = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
-    try:
-        return data[bom:].decode("utf-8")
-    except UnicodeDecodeError as exc:
-        at = bom + exc.start
-        line = data.count(b"\n", 0, at) + 1
-        raise WorkloadError(
-            f"{path}:{line}: not a UTF-8 text file (byte 0x{data[at]:02x} at position {at}); "
-            "workload files are read as UTF-8"
-        ) from None
-
-
-def _read_jsonl(path: Path) -> list[tuple[int, Any]]:
-    records = []
-    # newline=None: lines end at \n, \r\n or \r, as a file opened in text mode reads them
-    for lineno, line in enumerate(io.StringIO(read_text(path), newline=None), 1):
-        if not line.strip():
-            continue
-        try:
-            records.append((lineno, json.loads(line)))
-        except json.JSONDecodeError as exc:
-            raise WorkloadError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-    return records
-
-
 class _Prompt(NamedTuple):
-    where: str  # file:line
+    where: str  # file:line, or file: record N
     ids: list[int] | None  # token ids the file gives, checked against the vocabulary
     text: str | None  # or text, left for the tokenizer
     output_len: int | None
@@ -86,15 +55,14 @@ class _Prompt(NamedTuple):
 
 def _prompt_records(path: Path, vocab_size: int) -> list[_Prompt]:
     """A prompt file's records as read: token ids (checked against the vocabulary) or text, no tokenizer."""
-    if path.suffix not in (".jsonl", ".json", ".ndjson"):
+    if path.suffix not in JSON_SUFFIXES:
         lines = read_text(path).splitlines()
         return [_Prompt(f"{path}:{i}", None, line, None) for i, line in enumerate(lines, 1) if line.strip()]
     prompts = []
-    for lineno, rec in _read_jsonl(path):
-        where = f"{path}:{lineno}"
+    for where, rec in read_records(path, "prompt"):
         if not isinstance(rec, dict):
             raise WorkloadError(
-                f"{where}: each line must be a JSON object with 'prompt' or 'prompt_token_ids'"
+                f"{where}: each record must be a JSON object with 'prompt' or 'prompt_token_ids'"
             )
         ids = text = None
         if "prompt_token_ids" in rec:
@@ -136,7 +104,7 @@ def check_prompt_file(workload: Workload, vocab_size: int, model: str | None = N
         prompts = _prompt_records(Path(workload.path), vocab_size)
         text_at = next((p.where for p in prompts if p.text is not None), None)
     elif workload.source == "sharegpt":
-        _conversations(Path(workload.path))
+        conversations(Path(workload.path))
         text_at = f"{workload.path} (ShareGPT prompts are text)"
     folder = _folder_without_tokenizer(model) if text_at is not None and model is not None else None
     if folder is not None:
@@ -146,7 +114,8 @@ def check_prompt_file(workload: Workload, vocab_size: int, model: str | None = N
 def prompt_file_requests(
     workload: Workload, encoder: Encoder, vocab_size: int, rng: np.random.Generator
 ) -> list[RequestSpec]:
-    """JSONL records ``{"prompt": "text" | [ids], "prompt_token_ids": [ids], "output_len": N}``, or plain text."""
+    """JSON records ``{"prompt": "text" | [ids], "prompt_token_ids": [ids], "output_len": N}`` (JSONL, or
+    one array in a .json file), or plain text, one prompt a line."""
     path = Path(workload.path)
     prompts = []
     for p in _prompt_records(path, vocab_size):
@@ -157,7 +126,7 @@ def prompt_file_requests(
         raise WorkloadError(f"{path}: holds no prompt")
     if any(out is None for _, out in prompts) and workload.output_len is None:
         raise WorkloadError(f"{path}: some prompts give no output_len; set workload.output_len for them")
-    chosen = _choose(len(prompts), workload.num_requests, rng)
+    chosen = choose(len(prompts), workload.num_requests, rng)
     fill = sample_lengths(workload.output_len, len(chosen), rng) if workload.output_len else None
     specs = []
     for k, idx in enumerate(chosen):
@@ -166,86 +135,18 @@ def prompt_file_requests(
     return specs
 
 
-def _choose(available: int, wanted: int | None, rng: np.random.Generator) -> list[int]:
-    """All records in order, or ``wanted`` of them at random (cycling when more are wanted)."""
-    if wanted is None:
-        return list(range(available))
-    reps = -(-wanted // available)
-    order = np.concatenate([rng.permutation(available) for _ in range(reps)])
-    return order[:wanted].tolist()
-
-
-_USER = ("human", "user")
-_ASSISTANT = ("gpt", "assistant", "chatgpt", "bard", "bing", "model")
-
-
-def _turns(conv: Any) -> list[tuple[str, str]]:
-    """(speaker, text) turns of one conversation; speaker normalised to 'user' / 'assistant'."""
-    raw = conv.get("conversations", conv.get("messages")) if isinstance(conv, dict) else None
-    if not isinstance(raw, list):
-        return []
-    turns = []
-    for t in raw:
-        if not isinstance(t, dict):
-            continue
-        who = str(t.get("from", t.get("role", ""))).lower()
-        text = t.get("value", t.get("content"))
-        if isinstance(text, str):
-            turns.append(("user" if who in _USER else "assistant" if who in _ASSISTANT else who, text))
-    return turns
-
-
-_SHAREGPT_FORMS = "a JSON list of conversations, or JSONL (one conversation a line) in a .jsonl file"
-
-
-def _conversations(path: Path) -> list[Any]:
-    """A ShareGPT file's conversations: JSONL (.jsonl, .ndjson) one a line, else one JSON list."""
-    if path.suffix in (".jsonl", ".ndjson"):
-        return [conv for _, conv in _read_jsonl(path)]
-    try:
-        data = json.loads(read_text(path))
-    except json.JSONDecodeError as exc:
-        hint = f"; a ShareGPT file is {_SHAREGPT_FORMS}" if exc.msg == "Extra data" else ""
-        raise WorkloadError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}){hint}") from None
-    if not isinstance(data, list):
-        raise WorkloadError(f"{path}: a ShareGPT file is {_SHAREGPT_FORMS}; got one {type(data).__name__}")
-    return data
-
-
-def sharegpt_requests(workload: Workload, encoder: Encoder, rng: np.random.Generator) -> list[RequestSpec]:
-    """First user turn as the prompt; the first reply's token count as the output length."""
-    path = Path(workload.path)
-    pairs: list[tuple[list[int], int]] = []
-    for conv in _conversations(path):
-        turns = _turns(conv)
-        for i in range(len(turns) - 1):
-            if turns[i][0] == "user" and turns[i + 1][0] == "assistant":
-                prompt = encoder.encode(turns[i][1])
-                reply = len(encoder.encode(turns[i + 1][1]))
-                if prompt:
-                    pairs.append((prompt, max(1, reply)))
-                break
-    if not pairs:
-        raise WorkloadError(f"{path}: no conversation with a user turn followed by a reply")
-    chosen = _choose(len(pairs), workload.num_requests, rng)
-    fill = sample_lengths(workload.output_len, len(chosen), rng) if workload.output_len else None
-    return [
-        RequestSpec(str(k), pairs[idx][0], int(fill[k]) if fill is not None else pairs[idx][1])
-        for k, idx in enumerate(chosen)
-    ]
-
-
 _TRACE_COLUMNS = ("timestamp", "input_len", "output_len")
 
 
 def _trace_lines(path: Path) -> list[tuple[str, dict[str, Any]]]:
-    """(file:line, record) per row of a trace: JSONL (.jsonl, .json, .ndjson) or CSV with a header."""
-    if path.suffix in (".jsonl", ".json", ".ndjson"):
+    """(where, record) per row of a trace: JSON records (``_read_records``: .jsonl, .json, .ndjson) or CSV
+    with a header (where: file:line)."""
+    if path.suffix in JSON_SUFFIXES:
         rows = []
-        for lineno, rec in _read_jsonl(path):
+        for where, rec in read_records(path, "trace"):
             if not isinstance(rec, dict):
-                raise WorkloadError(f"{path}:{lineno}: each line must be a JSON object")
-            rows.append((f"{path}:{lineno}", rec))
+                raise WorkloadError(f"{where}: each record must be a JSON object")
+            rows.append((where, rec))
         return rows
     reader = csv.DictReader(io.StringIO(read_text(path), newline=""))  # newline="": as csv reads files
     header = reader.fieldnames or []
@@ -267,9 +168,11 @@ def _trace_lines(path: Path) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _trace_rows(workload: Workload) -> list[tuple[float, int, int]]:
-    """(timestamp, input_len, output_len) of the rows a trace replays, checked: timestamps are seconds,
-    at least 0 and never decreasing (a row out of order is an error, not sorted: a trace is a recording,
-    and one out of order is not the recording it claims to be), spanning at most ``MAX_ARRIVAL_SPAN_S``."""
+    """(timestamp, input_len, output_len) of the rows a trace replays (all, or the first
+    ``num_requests``), checked: timestamps are seconds, at least 0 and never decreasing (a row out of order
+    is an error, not sorted: a trace is a recording, and one out of order is not the recording it claims to
+    be), spanning at most ``MAX_ARRIVAL_SPAN_S``; ``num_requests`` past the rows is an error (replayed
+    again, the timestamps would go back: the trace's load cannot be extended that way)."""
     path = Path(workload.path)
     parsed: list[tuple[float, int, int]] = []
     for where, rec in _trace_lines(path):
@@ -297,8 +200,15 @@ def _trace_rows(workload: Workload) -> list[tuple[float, int, int]]:
         )
     if not parsed:
         raise WorkloadError(f"{path}: the trace holds no row")
-    if workload.num_requests is not None:
-        parsed = parsed[: workload.num_requests]
+    wanted = workload.num_requests
+    if wanted is not None and wanted > len(parsed):
+        rows = f"{len(parsed)} row{'s' if len(parsed) > 1 else ''}"
+        raise WorkloadError(
+            f"{path}: workload.num_requests is {wanted}, but the trace has {rows}; a trace replays its rows "
+            f"once, in order (its timestamps cannot repeat): give num_requests <= {len(parsed)}, or leave it "
+            "out to replay every row"
+        )
+    parsed = parsed[:wanted]
     span = (parsed[-1][0] - parsed[0][0]) * (workload.time_scale or 1.0)
     if span > MAX_ARRIVAL_SPAN_S:
         raise WorkloadError(
@@ -316,12 +226,12 @@ def trace_requests(
     fits: Fits | None = None,
 ) -> list[RequestSpec]:
     """Rows of ``timestamp, input_len, output_len`` in file order (``_trace_rows``); arrivals are offsets
-    from the first timestamp. ``fits`` (see ``build_requests``) sees each row's lengths before its tokens
-    are drawn."""
+    from the first timestamp, stretched by ``time_scale`` (``arrival.kind: trace`` replays them; other
+    arrivals keep only the lengths). ``fits`` (see ``build_workload``) sees each row's lengths before its
+    tokens are drawn."""
     parsed = _trace_rows(workload)
     for k, (_, inp, out) in enumerate(parsed):
-        if fits is not None:
-            fits(str(k), inp, out)
+        require_fit(fits, str(k), inp, out)
     t0 = parsed[0][0]
     scale = workload.time_scale or 1.0
     return [

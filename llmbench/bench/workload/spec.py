@@ -6,7 +6,10 @@ and no tokenisation happens while the clock runs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple, Protocol
+
+from llmbench.bench.errors import WorkloadError
 
 
 class RequestSpec(NamedTuple):
@@ -22,5 +25,23 @@ class RequestSpec(NamedTuple):
         return len(self.prompt)
 
 
+class Built(NamedTuple):
+    """A workload's requests, and what building them left out: one warning line each, for the run's
+    warnings (ShareGPT conversations that cannot be served)."""
+
+    requests: list[RequestSpec]
+    warnings: tuple[str, ...] = ()
+
+
 class Encoder(Protocol):
     def encode(self, text: str) -> list[int]: ...
+
+
+# (prompt tokens, output tokens) -> why the backend cannot take such a request; None when it can.
+Fits = Callable[[int, int], str | None]
+
+
+def require_fit(fits: Fits | None, request_id: str, prompt: int, output: int) -> None:
+    """A request the backend cannot take is a WorkloadError naming it (no reader but ShareGPT's skips one)."""
+    if fits is not None and (problem := fits(prompt, output)) is not None:
+        raise WorkloadError(f"request {request_id}: {problem}")

@@ -7,14 +7,12 @@ Ids are uniform over the vocabulary, or over ``workload.token_ids`` ([min, max))
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from llmbench.bench.errors import WorkloadError
 from llmbench.bench.scenario.workload_schema import Workload
 from llmbench.bench.workload.lengths import sample_lengths
-from llmbench.bench.workload.spec import RequestSpec
+from llmbench.bench.workload.spec import Fits, RequestSpec, require_fit
 
 
 def _tokens(rng: np.random.Generator, n: int, ids: tuple[int, int]) -> list[int]:
@@ -33,15 +31,12 @@ def token_range(workload: Workload, vocab_size: int) -> tuple[int, int]:
     return r.min, r.max
 
 
-Fits = Callable[[str, int, int], None]  # (request id, prompt tokens, output tokens): raises if it cannot run
-
-
 def _check(fits: Fits | None, prompts: np.ndarray, outputs: np.ndarray) -> None:
     """Every request's lengths through ``fits``, before any token is drawn: a length mistyped by a few
     orders of magnitude is an error, not an exhausted memory."""
     if fits is not None:
         for i, (prompt, output) in enumerate(zip(prompts.tolist(), outputs.tolist(), strict=True)):
-            fits(str(i), prompt, output)
+            require_fit(fits, str(i), prompt, output)
 
 
 def synthetic_requests(
