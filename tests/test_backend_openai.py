@@ -490,3 +490,18 @@ def test_a_client_that_falls_behind_an_open_loop_schedule_says_so(monkeypatch):
         backend.run(specs(3), [0.0, 0.0, 0.0], concurrency=None, tag="", max_duration=None, on_progress=None)
     (said,) = backend.warnings
     assert "fell behind the arrival schedule" in said and "client queue" in said
+
+
+def test_the_scenarios_cap_holds_requests_in_the_client_and_must_agree_with_the_backends():
+    from llmbench.bench.errors import BenchError
+
+    with Stub() as stub:
+        result = backend_for(stub.url).run(
+            specs(3), [0.0, 0.0, 0.0], concurrency=1, tag="", max_duration=None, on_progress=None
+        )  # arrival.max_concurrency 1: one at a time, the others wait in the client
+        waits = sorted(r.client_queue for r in result.requests)
+        assert waits[0] < 0.010 and waits[2] > 2 * (TTFT + 5 * ITL) * 0.9
+        with pytest.raises(BenchError, match="disagree"):
+            backend_for(stub.url, max_concurrency=2).run(
+                specs(1), [0.0], concurrency=1, tag="", max_duration=None, on_progress=None
+            )

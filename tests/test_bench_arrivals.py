@@ -70,6 +70,23 @@ def test_point_labels():
     )
     assert point_label({"kind": "concurrency", "concurrency": 8}) == "concurrency=8"
     assert point_label({"kind": "offline"}) == "offline"
+    assert point_label({"kind": "poisson", "rate": 4.0, "max_concurrency": 8}) == "rate=4 max_concurrency=8"
+    assert point_label({"kind": "offline", "max_concurrency": 2}) == "offline max_concurrency=2"
+
+
+def test_a_cap_applies_to_schedules_and_goes_into_every_point():
+    from llmbench.bench.arrivals import in_flight_limit
+    from llmbench.bench.scenario.schema import Arrival
+
+    arrival = Arrival(kind="poisson", rate=[2, 4], max_concurrency=3)
+    assert [in_flight_limit(p) for p in arrival.points] == [3, 3]
+    assert in_flight_limit(arrival.warmup_point) == 3
+    assert in_flight_limit(Arrival(kind="poisson", rate=[2]).points[0]) is None
+    assert in_flight_limit(Arrival(kind="concurrency", concurrency=[5]).points[0]) == 5
+    with pytest.raises(ValueError, match="max_concurrency"):  # a closed loop's concurrency is its own cap
+        Arrival(kind="concurrency", concurrency=[5], max_concurrency=3)
+    with pytest.raises(ValueError, match="max_concurrency"):
+        Arrival(kind="poisson", rate=[2], max_concurrency=0)
 
 
 def test_unknown_gap_kind_is_an_error():

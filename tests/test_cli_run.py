@@ -460,3 +460,27 @@ def test_a_repeat_cut_by_max_duration_says_how_many_requests_completed(tmp_path)
     metrics = run.summary["points"][0]["metrics"]
     assert metrics["num_completed"]["value"] == 0 and metrics["num_aborted"]["value"] == 4  # all were sent
     assert any([c.strip() for c in line.split("│")] == ["aborted", "4"] for line in res.stdout.splitlines())
+
+
+def test_a_rate_under_a_cap_keeps_at_most_that_many_in_flight_and_reports_the_client_queue(tmp_path):
+    # vLLM's --request-rate with --max-concurrency: 12 requests due within ~60 ms, at most 2 in the engine.
+    path = scenario(
+        tmp_path,
+        workload={"num_requests": 12, "input_len": 8, "output_len": 6},
+        arrival={"kind": "poisson", "rate": 200, "max_concurrency": 2},
+        warmup=0,
+    )
+    res = invoke("run", path, "--out", tmp_path / "r")
+    assert res.exit_code == 0, res.output
+    run = only_run(tmp_path / "r")
+    (point,) = run.summary["points"]
+    assert point["label"] == "rate=200 max_concurrency=2"
+    frame = run.table("requests")
+    spans = sorted([(t, 1) for t in frame["submitted"]] + [(times[-1], -1) for times in frame["token_times"]])
+    assert np.cumsum([d for _, d in spans]).max() == 2
+    assert (frame["arrival"] == frame["submitted"]).all()  # latencies count from the hand-over
+    assert frame["client_queue"].max() > 0.01  # held behind the cap
+    assert point["metrics"]["client_queue_p99"]["value"] > 0.01
+    bad = scenario(tmp_path, arrival={"kind": "concurrency", "concurrency": 2, "max_concurrency": 2})
+    res = invoke("run", bad, "--out", tmp_path / "r2")
+    assert res.exit_code == 2 and "arrival.max_concurrency" in res.stderr, res.stderr

@@ -80,20 +80,28 @@ def at_measured_rate(point: dict[str, Any], throughput: list[DriveResult]) -> di
     return {**point, "rate": point["fraction"] * cap, "capacity": cap}
 
 
+def in_flight_limit(point: dict[str, Any]) -> int | None:
+    """The most requests a point keeps in flight: a closed loop's concurrency, or a schedule's cap
+    (``max_concurrency``); None for a schedule without one."""
+    return point.get("concurrency", point.get("max_concurrency"))
+
+
 def point_label(point: dict[str, Any]) -> str:
     """Short, stable name of a sweep point: ``offline``, ``rate=4`` (Poisson), ``rate=4 cv=3`` (gamma: its
-    cv tells it from the Poisson point at that rate), ``concurrency=8``, ``trace``; a ``sweep``'s ``sync``,
-    ``throughput`` and ``poisson@0.5x`` (its rate, measured, is not in the name, so repeats and variants of
-    one sweep share their points' names). Stored results and reports key on these names: a Poisson
-    point's stays as it has always been."""
+    cv tells it from the Poisson point at that rate), ``concurrency=8``, ``trace``, each followed by
+    `` max_concurrency=N`` under a cap; a ``sweep``'s ``sync``, ``throughput`` and ``poisson@0.5x`` (its
+    rate, measured, is not in the name, so repeats and variants of one sweep share their points' names).
+    Stored results and reports key on these names: a Poisson point's stays as it has always been."""
     if point.get("sweep") == "fraction":
         return f"poisson@{point['fraction']:g}x"
     if point.get("sweep"):
         return point["sweep"]
     if point["kind"] == "poisson":
-        return f"rate={point['rate']:g}"
-    if point["kind"] == "gamma":
-        return f"rate={point['rate']:g} cv={point['cv']:g}"
-    if point["kind"] == "concurrency":
-        return f"concurrency={point['concurrency']}"
-    return point["kind"]
+        name = f"rate={point['rate']:g}"
+    elif point["kind"] == "gamma":
+        name = f"rate={point['rate']:g} cv={point['cv']:g}"
+    elif point["kind"] == "concurrency":
+        name = f"concurrency={point['concurrency']}"
+    else:
+        name = point["kind"]
+    return f"{name} max_concurrency={point['max_concurrency']}" if point.get("max_concurrency") else name

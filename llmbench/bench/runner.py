@@ -22,7 +22,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from llmbench.bench.arrivals import arrival_offsets, at_measured_rate, point_label
+from llmbench.bench.arrivals import arrival_offsets, at_measured_rate, in_flight_limit, point_label
 from llmbench.bench.backends import Backend, make_backend
 from llmbench.bench.driver import DriveResult, Progress
 from llmbench.bench.errors import RunFailed, ScenarioError, StoreError
@@ -152,7 +152,7 @@ def _measure(req: RunRequest, backend: Backend, events: RunEvents, state: _Measu
         result = backend.run(
             warm,
             offsets,
-            concurrency=warm_point.get("concurrency"),
+            concurrency=in_flight_limit(warm_point),
             tag="w-",
             max_duration=None,
             on_progress=None,
@@ -186,7 +186,7 @@ def _measure(req: RunRequest, backend: Backend, events: RunEvents, state: _Measu
             result: DriveResult = backend.run(
                 specs,
                 offsets,
-                concurrency=point.get("concurrency"),
+                concurrency=in_flight_limit(point),
                 tag=f"p{pi}r{r}-",
                 max_duration=scenario.max_duration_s,
                 on_progress=lambda p, label=label, r=r: events.progress(label, r, p),

@@ -61,6 +61,9 @@ class Arrival(StrictModel):
     offline: all at t=0. poisson: exponential gaps at ``rate`` requests/s. gamma: gamma-distributed gaps
     at ``rate`` with coefficient of variation ``cv`` (cv=1 is Poisson, >1 burstier, <1 smoother).
     concurrency: keep ``concurrency`` requests in flight. trace: the workload trace's own times.
+    ``max_concurrency`` caps a schedule (offline, poisson, gamma, trace) as vLLM's ``--max-concurrency`` does: a
+    due request waits in the client while that many are in flight, and its latencies count from when it
+    is handed over (the wait is its client queue).
     Without a kind: trace for a trace source, offline for any other (``default_arrival_kind``).
     A list of rates or concurrencies is a sweep: one run per point.
     sweep: a load that fits the machine, found by measuring it: first ``sync`` (one request at a time),
@@ -75,6 +78,7 @@ class Arrival(StrictModel):
     cv: float | None = Field(default=None, gt=0)
     concurrency: list[int] | None = None
     fractions: list[float] | None = None
+    max_concurrency: int | None = Field(default=None, ge=1)
 
     @field_validator("rate", "concurrency", "fractions", mode="before")
     @classmethod
@@ -133,11 +137,11 @@ class Arrival(StrictModel):
     @model_validator(mode="after")
     def _fields_fit_kind(self) -> Arrival:
         needs, optional = {
-            "offline": (set(), set()),
-            "poisson": ({"rate"}, set()),
-            "gamma": ({"rate", "cv"}, set()),
+            "offline": (set(), {"max_concurrency"}),
+            "poisson": ({"rate"}, {"max_concurrency"}),
+            "gamma": ({"rate", "cv"}, {"max_concurrency"}),
             "concurrency": ({"concurrency"}, set()),
-            "trace": (set(), set()),
+            "trace": (set(), {"max_concurrency"}),
             "sweep": (set(), {"fractions"}),
         }[self.kind]
         self._fields_fit("kind", needs, optional)
@@ -146,9 +150,10 @@ class Arrival(StrictModel):
     @property
     def points(self) -> list[dict[str, Any]]:
         """The sweep: one arrival setting per run point (a sweep's fractions get their rate when run)."""
+        cap = {"max_concurrency": self.max_concurrency} if self.max_concurrency else {}
         if self.kind in ("poisson", "gamma"):
             return [
-                {"kind": self.kind, "rate": r, **({"cv": self.cv} if self.cv else {})}
+                {"kind": self.kind, "rate": r, **({"cv": self.cv} if self.cv else {}), **cap}
                 for r in self.rate or []
             ]
         if self.kind == "concurrency":
@@ -162,7 +167,7 @@ class Arrival(StrictModel):
                     for f in self.fractions or SWEEP_FRACTIONS
                 ),
             ]
-        return [{"kind": self.kind}]
+        return [{"kind": self.kind, **cap}]
 
     @property
     def warmup_point(self) -> dict[str, Any]:
