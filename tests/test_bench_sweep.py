@@ -87,7 +87,7 @@ def test_a_sweep_is_sync_then_throughput_then_its_fractions(tmp_path):
         ),
         (
             {"kind": "poisson", "rate": 3, "fractions": [0.5]},
-            "arrival.fractions: does not apply to kind 'poisson' (it takes: rate)",
+            "arrival.fractions: does not apply to kind 'poisson' (it takes: rate, max_concurrency (optional))",
         ),
         (
             {"kind": "sweep", "fractions": "half"},
