@@ -139,7 +139,7 @@ _TRACE_COLUMNS = ("timestamp", "input_len", "output_len")
 
 
 def _trace_lines(path: Path) -> list[tuple[str, dict[str, Any]]]:
-    """(where, record) per row of a trace: JSON records (``_read_records``: .jsonl, .json, .ndjson) or CSV
+    """(where, record) per row of a trace: JSON records (``read_records``: .jsonl, .json, .ndjson) or CSV
     with a header (where: file:line)."""
     if path.suffix in JSON_SUFFIXES:
         rows = []
