@@ -108,7 +108,8 @@ def _eager_graphs(runner: PrefillGraphRunner) -> None:
     pieces, buf = runner.pieces, runner.buffers
     last = pieces.num_pieces - 1
     for bucket in runner.buckets:
-        out = runner.outputs[bucket] = torch.empty(bucket, pieces.model.config.hidden_size)
+        hidden = pieces.model.config.hidden_size
+        out = runner.outputs[bucket] = torch.empty(bucket, hidden, device=buf.input_ids.device)
         graphs = [_Eager(lambda i=i, b=bucket: pieces.piece(i, buf, b)) for i in range(last)]
         graphs.append(_Eager(lambda b=bucket, out=out: out.copy_(pieces.piece(last, buf, b))))
         runner.graphs[bucket] = graphs
