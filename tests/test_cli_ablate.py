@@ -498,3 +498,16 @@ def test_a_settled_plan_bounds_its_repeats_as_asked(tmp_path, until_ci, max_repe
     assert head.startswith("design one-at-a-time · 3 variants x 2 repeat(s) = 6 runs")
     assert head.endswith(f"up to {3 * expected} with --until-ci") == (until_ci is not None)
     assert [line.split(":")[0].strip() for line in lines] == [v.name for v in planned.variants]
+
+
+def test_max_model_len_is_not_ablated_over_sharegpt_conversations_it_would_choose(tmp_path):
+    import json as _json
+
+    data = tmp_path / "sg.json"
+    turn = {"conversations": [{"from": "human", "value": "hello " * 20}, {"from": "gpt", "value": "ok"}]}
+    data.write_text(_json.dumps([turn] * 4))
+    path = tmp_path / "abl.yaml"
+    path.write_text(yaml.safe_dump({**TINY, "workload": {"source": "sharegpt", "path": str(data)}}))
+    res = invoke("ablate", path, "--toggle", "max_model_len=64,128", "--out", tmp_path / "r")
+    assert res.exit_code == 2 and "the same requests" in res.stderr, res.output
+    assert not (tmp_path / "r").exists()

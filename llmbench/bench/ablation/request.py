@@ -104,6 +104,12 @@ def settle(request: AblationRequest, resolved: ResolvedScenario) -> AblationPlan
             "give at least one --toggle (e.g. llmbench ablate --toggle cuda_graph) or two --backend "
             "(e.g. --backend engine --backend transformers)"
         )
+    if sc.workload.source == "sharegpt" and any("max_model_len" in v.options for v in variants):
+        raise BenchError(
+            "max_model_len decides which ShareGPT conversations a run keeps (those its context holds), so "
+            "variants that differ in it would not run the same requests: ablate it on a synthetic, file or "
+            "trace workload"
+        )
     n = request.repeats or sc.repeats
     bound = request.max_repeats
     if bound is not None and request.until_ci is None:
