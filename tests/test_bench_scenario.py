@@ -511,3 +511,37 @@ def test_a_profile_that_changes_a_trace_sources_arrivals_says_what_they_were(tmp
     profile = {"when": "cpu", "overrides": {"arrival": {"kind": "poisson", "rate": 4}}}
     r = load_scenario(trace_scenario(tmp_path, profiles={"cpu": profile}))
     assert r.profile.changes == "arrival trace -> poisson 4/s"
+
+
+@pytest.mark.parametrize(
+    "dist,fits",
+    [
+        ({"dist": "normal", "mean": 3, "std": 5}, False),  # clipped at 1: lengths average 4.15
+        ({"dist": "lognormal", "mean": 256, "std": 1000, "max": 1024}, False),  # its tail cut: 177
+        ({"dist": "normal", "mean": 6, "std": 2, "min": 2, "max": 12}, True),
+        ({"dist": "lognormal", "mean": 512, "std": 384, "min": 16, "max": 4096}, True),  # chat's prompts
+    ],
+)
+def test_a_declared_mean_the_clipping_would_move_is_an_error(dist, fits):
+    import math
+
+    import numpy as np
+
+    from llmbench.bench.scenario.workload_schema import LengthDist, clipped_mean
+
+    low, high = dist.get("min", 1), dist.get("max", math.inf)
+    rng = np.random.default_rng(0)
+    if dist["dist"] == "normal":
+        draws = rng.normal(dist["mean"], dist["std"], 400_000)
+    else:
+        s2 = math.log1p((dist["std"] / dist["mean"]) ** 2)
+        draws = rng.lognormal(math.log(dist["mean"]) - s2 / 2, math.sqrt(s2), 400_000)
+    sampled = float(np.clip(draws, low, high).mean())
+    assert clipped_mean(dist["dist"], dist["mean"], dist["std"], low, high) == pytest.approx(sampled, rel=0.01)
+    if fits:
+        LengthDist(**dist)
+    else:
+        with pytest.raises(ValueError, match="have a mean of") as info:
+            LengthDist(**dist)
+        said = float(str(info.value).split("have a mean of ")[1].split(",")[0])
+        assert said == pytest.approx(sampled, rel=0.02)  # said to one decimal

@@ -49,7 +49,7 @@ def test_normal_and_lognormal_have_the_requested_mean_and_std(dist):
 
 def test_clipping_to_min_and_max():
     x = sample_lengths(
-        LengthDist(dist="normal", mean=50, std=100, min=20, max=60), 2000, np.random.default_rng(2)
+        LengthDist(dist="normal", mean=40, std=100, min=20, max=60), 2000, np.random.default_rng(2)
     )
     assert x.min() == 20 and x.max() == 60
 
@@ -62,12 +62,21 @@ def test_clipping_to_min_and_max():
     st.integers(0, 2**31 - 1),
 )
 def test_any_distribution_stays_within_its_bounds(dist, lo, span, seed):
+    from llmbench.bench.scenario.workload_schema import MEAN_SHIFT, clipped_mean
+
     hi = lo + span
     kw = (
         {"min": lo, "max": hi}
         if dist == "uniform"
         else {"mean": lo + span / 2 + 1, "std": span / 3 + 1, "min": lo, "max": hi}
     )
+    if (
+        dist != "uniform"
+        and abs(clipped_mean(dist, kw["mean"], kw["std"], lo, hi) / kw["mean"] - 1) > MEAN_SHIFT
+    ):
+        with pytest.raises(ValueError, match="have a mean of"):  # the clipping would move its mean
+            LengthDist(dist=dist, **kw)
+        return
     x = sample_lengths(LengthDist(dist=dist, **kw), 200, np.random.default_rng(seed))
     assert x.dtype == np.int64 and x.min() >= lo and x.max() <= hi
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -21,6 +22,34 @@ _DIST_FIELDS: dict[str, tuple[set[str], set[str]]] = {  # dist -> (required, opt
     "normal": ({"mean", "std"}, {"min", "max"}),
     "lognormal": ({"mean", "std"}, {"min", "max"}),
 }
+
+
+MEAN_SHIFT = 0.1  # a declared mean the clipping moves by more than this share of it is an error
+
+
+def _phi(x: float) -> float:  # the standard normal's distribution function
+    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+
+def clipped_mean(dist: str, mean: float, std: float, low: float, high: float) -> float:
+    """The mean of a normal or lognormal (given the mean and std of the lengths themselves) clipped to
+    [low, high], in closed form: low below it, high above it, the distribution's own values between."""
+    if dist == "normal":
+        a, b = (low - mean) / std, (high - mean) / std
+        pa, pb = _phi(a), _phi(b)
+        pdf = lambda x: math.exp(-x * x / 2) / math.sqrt(2 * math.pi) if math.isfinite(x) else 0.0  # noqa: E731
+        return (
+            low * pa
+            + (high * (1 - pb) if math.isfinite(high) else 0.0)
+            + mean * (pb - pa)
+            + std * (pdf(a) - pdf(b))
+        )
+    sigma2 = math.log1p((std / mean) ** 2)
+    mu, sigma = math.log(mean) - sigma2 / 2, math.sqrt(sigma2)
+    la = (math.log(low) - mu) / sigma
+    lb = (math.log(high) - mu) / sigma if math.isfinite(high) else math.inf
+    inside = mean * (_phi(lb - sigma) - _phi(la - sigma))  # E[X; low < X < high]
+    return low * _phi(la) + (high * (1 - _phi(lb)) if math.isfinite(high) else 0.0) + inside
 
 
 class LengthDist(StrictModel):
@@ -55,6 +84,17 @@ class LengthDist(StrictModel):
         self._fields_fit("dist", *_DIST_FIELDS[self.dist])
         if self.min is not None and self.max is not None and self.max < self.min:
             raise FieldIssue("max", f"must be >= min ({self.min}), got {self.max}")
+        if self.dist in ("normal", "lognormal") and self.mean is not None and self.std:
+            low, high = self.min or 1, self.max or math.inf
+            got = clipped_mean(self.dist, self.mean, self.std, low, high)
+            if abs(got - self.mean) > MEAN_SHIFT * self.mean:
+                bounds = f"[{low}, {self.max}]" if self.max is not None else f"at least {low}"
+                raise FieldIssue(
+                    "mean",
+                    f"lengths {self.dist} with mean {self.mean:g} and std {self.std:g}, clipped to {bounds}, "
+                    f"have a mean of {got:.1f}, not {self.mean:g}: narrow std, widen min/max, or declare the "
+                    "mean the clipped lengths should have",
+                )
         return self
 
     @property
