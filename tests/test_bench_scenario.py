@@ -537,7 +537,9 @@ def test_a_declared_mean_the_clipping_would_move_is_an_error(dist, fits):
         s2 = math.log1p((dist["std"] / dist["mean"]) ** 2)
         draws = rng.lognormal(math.log(dist["mean"]) - s2 / 2, math.sqrt(s2), 400_000)
     sampled = float(np.clip(draws, low, high).mean())
-    assert clipped_mean(dist["dist"], dist["mean"], dist["std"], low, high) == pytest.approx(sampled, rel=0.01)
+    assert clipped_mean(dist["dist"], dist["mean"], dist["std"], low, high) == pytest.approx(
+        sampled, rel=0.01
+    )
     if fits:
         LengthDist(**dist)
     else:
