@@ -31,21 +31,29 @@ def _phi(x: float) -> float:  # the standard normal's distribution function
     return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
 
 
+def _pdf(x: float) -> float:  # its density (0 at an infinite bound)
+    return math.exp(-x * x / 2) / math.sqrt(2 * math.pi) if math.isfinite(x) else 0.0
+
+
+def lognormal_params(mean: float, std: float) -> tuple[float, float]:
+    """(mu, sigma) of the underlying normal for a lognormal with this mean and std."""
+    sigma2 = math.log1p((std / mean) ** 2)
+    return math.log(mean) - sigma2 / 2, math.sqrt(sigma2)
+
+
 def clipped_mean(dist: str, mean: float, std: float, low: float, high: float) -> float:
     """The mean of a normal or lognormal (given the mean and std of the lengths themselves) clipped to
     [low, high], in closed form: low below it, high above it, the distribution's own values between."""
     if dist == "normal":
         a, b = (low - mean) / std, (high - mean) / std
         pa, pb = _phi(a), _phi(b)
-        pdf = lambda x: math.exp(-x * x / 2) / math.sqrt(2 * math.pi) if math.isfinite(x) else 0.0  # noqa: E731
         return (
             low * pa
             + (high * (1 - pb) if math.isfinite(high) else 0.0)
             + mean * (pb - pa)
-            + std * (pdf(a) - pdf(b))
+            + std * (_pdf(a) - _pdf(b))
         )
-    sigma2 = math.log1p((std / mean) ** 2)
-    mu, sigma = math.log(mean) - sigma2 / 2, math.sqrt(sigma2)
+    mu, sigma = lognormal_params(mean, std)
     la = (math.log(low) - mu) / sigma
     lb = (math.log(high) - mu) / sigma if math.isfinite(high) else math.inf
     inside = mean * (_phi(lb - sigma) - _phi(la - sigma))  # E[X; low < X < high]

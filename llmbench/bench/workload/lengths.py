@@ -7,17 +7,9 @@ mu = ln(mean) - sigma^2/2), then values are rounded and clipped to [min (default
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from llmbench.bench.scenario.workload_schema import LengthDist
-
-
-def lognormal_params(mean: float, std: float) -> tuple[float, float]:
-    """(mu, sigma) of the underlying normal for a lognormal with this mean and std."""
-    sigma2 = math.log1p((std / mean) ** 2)
-    return math.log(mean) - sigma2 / 2, math.sqrt(sigma2)
+from llmbench.bench.scenario.workload_schema import LengthDist, lognormal_params
 
 
 def sample_lengths(dist: LengthDist, n: int, rng: np.random.Generator) -> np.ndarray:
