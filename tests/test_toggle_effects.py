@@ -12,6 +12,7 @@ import dataclasses
 
 import pytest
 import torch
+from engine_steps import run_steps
 
 from llmbench import LLM, SamplingParams
 from llmbench.engine.config import TOGGLES, ConfigError
@@ -26,14 +27,7 @@ def _engine(**options):
 
 
 def _steps(engine, arrivals: dict[int, list[tuple[str, list[int]]]], params=GREEDY) -> list:
-    """Run until done, adding ``arrivals[k]`` before step k; the stats of the steps that ran."""
-    stats, k = [], 0
-    while k <= max(arrivals) or engine.has_unfinished():
-        for rid, prompt in arrivals.get(k, []):
-            engine.add_request(rid, prompt, params)
-        stats.append(engine.step().stats)
-        k += 1
-    return [s for s in stats if s.kind != "idle"]
+    return run_steps(engine, arrivals, params)
 
 
 def _prompt(n: int, start: int = 1) -> list[int]:

@@ -24,6 +24,7 @@ import textwrap
 
 import pytest
 import torch
+from engine_steps import run_steps
 
 from llmbench import LLM, SamplingParams
 from llmbench.engine.config import ConfigError, EngineConfig
@@ -75,14 +76,7 @@ def _generate(llm: LLM, prompts: list[list[int]], max_tokens: int) -> None:
 
 
 def _steps(engine, arrivals: dict[int, list[tuple[str, list[int]]]]) -> list:
-    """Run until done, adding ``arrivals[k]`` before step k; the stats of the steps that ran."""
-    stats, k = [], 0
-    while k <= max(arrivals) or engine.has_unfinished():
-        for rid, prompt in arrivals.get(k, []):
-            engine.add_request(rid, prompt, GREEDY)
-        stats.append(engine.step().stats)
-        k += 1
-    return [s for s in stats if s.kind != "idle"]
+    return run_steps(engine, arrivals, GREEDY)
 
 
 def _spy(monkeypatch: pytest.MonkeyPatch, module, name: str, keyword: str, default=None) -> list:
