@@ -47,8 +47,8 @@ def test_a_gpu_without_a_calibration_uses_the_datasheet_and_says_so(tmp_path, fa
     assert choice.peak.source == "datasheet" and choice.peak.mem_bandwidth == 4.8e12
     assert choice.peak.matmul_flops == 989e12 and choice.why_none is None
     labels = derived_labels(choice.peak)
-    assert labels["decode_bw_util_mean"] == "decode bandwidth util (% of datasheet 4.8 TB/s)"
-    assert labels["prefill_flop_util_mean"] == "prefill FLOP util (% of datasheet 989 TFLOP/s bf16)"
+    assert labels["decode_bw_util_mean"] == "decode bandwidth util per GPU (% of datasheet 4.8 TB/s)"
+    assert labels["prefill_flop_util_mean"] == "prefill FLOP util per GPU (% of datasheet 989 TFLOP/s bf16)"
     meta = peak_meta(choice)
     assert meta["source"] == "datasheet" and meta["datasheet"]["name"] == "H200"
 
@@ -59,8 +59,8 @@ def test_a_gpu_with_its_calibration_uses_the_measured_peaks_with_the_datasheet_b
     choice = choose_peak("cuda:0", path)
     assert choice.peak.source == "measured" and choice.peak.mem_bandwidth == 4.25e12
     labels = derived_labels(choice.peak)
-    assert labels["decode_bw_util_mean"] == "decode bandwidth util (% of measured 4.25 TB/s)"
-    assert labels["prefill_flop_util_mean"] == "prefill FLOP util (% of measured 685 TFLOP/s bf16)"
+    assert labels["decode_bw_util_mean"] == "decode bandwidth util per GPU (% of measured 4.25 TB/s)"
+    assert labels["prefill_flop_util_mean"] == "prefill FLOP util per GPU (% of measured 685 TFLOP/s bf16)"
     meta = peak_meta(choice)
     assert meta["measured_at"] == "2025-06-01T12:00:00+0000" and meta["calibration_file"] == str(path)
     assert meta["datasheet"]["mem_bandwidth"] == 4.8e12
@@ -87,7 +87,7 @@ def test_the_cpu_with_its_calibration_has_measured_float32_peaks(tmp_path):
     choice = choose_peak("cpu", path)
     assert choice.peak.source == "measured" and choice.peak.datasheet is None
     assert derived_labels(choice.peak)["prefill_flop_util_mean"] == (
-        "prefill FLOP util (% of measured 150 GFLOP/s fp32)"
+        "prefill FLOP util per GPU (% of measured 150 GFLOP/s fp32)"
     )
 
 

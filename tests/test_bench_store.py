@@ -204,3 +204,28 @@ def test_a_file_where_a_folder_must_be_is_named_as_such(tmp_path):
     with pytest.raises(StoreError, match=f"{blocked} is a file, not a folder"):
         RunWriter(blocked / "deeper", "scen", "v")
     assert os_reason(PermissionError(13, "Permission denied"), tmp_path / "free") == "Permission denied"
+
+
+@pytest.mark.parametrize("tp,kept", [(1, True), (2, False)])
+def test_an_older_runs_group_peak_memory_is_not_read_as_one_devices(tmp_path, tp, kept):
+    # Format 1 summed the GPUs of a tensor-parallel group into peak_memory; now it is one device's peak.
+    metrics = {"peak_memory": {"value": 80e9}, "gpu_memory_max": {"value": 80e9}}
+    point = {
+        "label": "offline",
+        "metrics": metrics,
+        "repeats": [{"repeat": 0, "metrics": {"peak_memory": 80e9}}],
+    }
+    old = finish(
+        RunWriter(tmp_path, "scen", "old"),
+        meta={**META, "engine_config": {"tp": tp}},
+        summary={**SUMMARY, "points": [point]},
+    )
+    run = load_run(old)
+    (got,) = run.summary["points"]
+    assert ("peak_memory" in got["metrics"]) is kept and (
+        "peak_memory" in got["repeats"][0]["metrics"]
+    ) is kept
+    assert got["metrics"]["gpu_memory_max"]["value"] == 80e9
+    assert (
+        "sum over the tensor-parallel GPUs" in run.summary.get("unavailable", {}).get("peak_memory", "")
+    ) is not kept

@@ -48,7 +48,8 @@ def test_window_summary_sums_gpus_and_takes_energy_counter_differences():
     s = window_summary(rows, 1.0, 3.0)
     assert s["energy"] == pytest.approx(2 * 100 + 2 * 200)  # counter deltas of both GPUs over [1, 3]
     assert s["power_mean"] == pytest.approx(100 + 110)  # the group's power
-    assert s["gpu_memory_max"] == pytest.approx(10.0)
+    assert s["gpu_memory_max"] == pytest.approx(10.0)  # the group's: both GPUs at their fullest sample
+    assert s["gpu_memory_device_max"] == pytest.approx(5.0)  # the fullest one GPU held
     assert s["gpu_util_mean"] == pytest.approx(50.5)
     assert s["torch_reserved_max"] == 2.0
 

@@ -61,7 +61,7 @@ def test_calibrate_writes_this_device_entry_and_the_next_run_divides_by_it(tmp_p
     peak = run.meta["peak"]
     assert peak["source"] == "measured" and peak["measured_at"] == cal["measured_at"]
     assert peak["mem_bandwidth"] == cal["mem_bandwidth"] and peak["datasheet"] is None
-    assert "decode bandwidth util (% of measured" in res.stdout
+    assert "decode bandwidth util per GPU (% of measured" in res.stdout
     assert "decode_bw_util_mean" not in run.summary["unavailable"]
     assert run.summary["points"][0]["metrics"]["decode_bw_util_mean"]["value"] is not None
     steps = run.table("steps")

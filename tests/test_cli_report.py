@@ -200,7 +200,7 @@ def test_run_warnings_travel_into_every_format_beside_the_figures(runs, tmp_path
     delta = md[md.index("attention_backend=torch against baseline") :].splitlines()
     ttft = next(row for row in delta if row.startswith("| TTFT p50"))
     assert "runs flagged busy, lagging" in ttft  # the verdict says the timings are doubtful
-    memory = next(row for row in delta if row.startswith("| peak memory"))
+    memory = next(row for row in delta if row.startswith("| peak memory, one device"))
     assert "flagged" not in memory  # a busy machine does not change memory
     target = tmp_path / "r.html"
     assert invoke("report", root, "--format", "html", "--out", target).exit_code == 0

@@ -357,6 +357,8 @@ def test_torchrun_across_hosts_gets_nccl_and_tp_must_equal_its_world_size():
     assert str(exc.value) == (
         "torchrun started 2 processes (WORLD_SIZE) but tp=4: they must be equal (set tp=2, or start 4 processes)"
     )
+    with pytest.raises(ConfigError, match="started 2 processes .* but tp=1"):  # each would run it all
+        resolved(one_host, tp=1)
 
 
 def test_the_cpu_at_tp2_uses_gloo_without_fusions():

@@ -260,9 +260,9 @@ def derived_labels(peak: PeakUsed | None) -> dict[str, str]:
     dtype = _DTYPE_SHORT.get(peak.matmul_dtype, peak.matmul_dtype)
     return {
         "decode_bw_util_mean": (
-            f"decode bandwidth util (% of {peak.source} {format_rate(peak.mem_bandwidth, 'B/s')})"
+            f"decode bandwidth util per GPU (% of {peak.source} {format_rate(peak.mem_bandwidth, 'B/s')})"
         ),
         "prefill_flop_util_mean": (
-            f"prefill FLOP util (% of {peak.source} {format_rate(peak.matmul_flops, 'FLOP/s')} {dtype})"
+            f"prefill FLOP util per GPU (% of {peak.source} {format_rate(peak.matmul_flops, 'FLOP/s')} {dtype})"
         ),
     }

@@ -181,8 +181,9 @@ class Run(NamedTuple):
 
 
 # The layout of a run's meta.json and summary.json; a reader refuses a newer one rather than misread it.
-# Raise it when a field changes meaning or a reader would need to know of a new one.
-RESULT_FORMAT = 1
+# Raise it when a field changes meaning or a reader would need to know of a new one. 2: ``peak_memory`` is
+# what one device held (format 1 summed the GPUs of a tensor-parallel group).
+RESULT_FORMAT = 2
 
 
 def load_run(path: Path) -> Run:
@@ -205,7 +206,25 @@ def load_run(path: Path) -> Run:
             raise StoreError(f"{path}: meta.json lacks '{key}'")
     if not isinstance(summary.get("points"), list):
         raise StoreError(f"{path}: summary.json lacks its 'points' list")
-    return Run(path, meta, summary)
+    return Run(path, meta, _as_current(summary, meta))
+
+
+def _as_current(summary: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+    """A format-1 summary read as the current format says: at tp > 1 its peak memory was the group's sum,
+    which no figure it kept can turn into one device's, so it is unavailable (``gpu_memory_max`` keeps the
+    sum, under its own name)."""
+    config = meta.get("engine_config") if isinstance(meta.get("engine_config"), dict) else {}
+    if summary.get("format", 1) >= 2 or not isinstance(config.get("tp"), int) or config["tp"] <= 1:
+        return summary
+    for point in summary["points"]:
+        for holder in (point, *(point.get("repeats") or [])):
+            if isinstance(holder, dict) and isinstance(holder.get("metrics"), dict):
+                holder["metrics"].pop("peak_memory", None)
+    unavailable = summary.setdefault("unavailable", {})
+    unavailable["peak_memory"] = (
+        "recorded by an older llmbench as the sum over the tensor-parallel GPUs, not one device's peak"
+    )
+    return summary
 
 
 def _left_over(path: Path) -> Run | str:

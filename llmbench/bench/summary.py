@@ -42,8 +42,9 @@ def repeat_metrics(
     out.update(window_summary(telemetry_rows, start, end))
     tokens = out["output_tokens"]
     out["energy_per_token"] = out["energy"] / tokens if tokens and not math.isnan(out["energy"]) else math.nan
-    # Peak memory: the device's when known (NVML's view includes the KV pool), else the host process's.
-    gpu = [v for v in (out["gpu_memory_max"], out["torch_reserved_max"]) if not math.isnan(v)]
+    # Peak memory: what one device held at most, comparable at any tp: the fullest GPU when NVML sees them
+    # (its view includes the KV pool), else rank 0's torch reservation, else the host process's (rank 0's).
+    gpu = [v for v in (out["gpu_memory_device_max"], out["torch_reserved_max"]) if not math.isnan(v)]
     out["peak_memory"] = max(gpu) if gpu else out["rss_max"]
     return out
 

@@ -129,7 +129,7 @@ def window_summary(rows: list[dict[str, Any]], start: float, end: float) -> dict
     """Telemetry figures over [start, end]: means, maxima and the energy counter's difference."""
     nan = math.nan
     out = dict.fromkeys(
-        ("gpu_util_mean", "power_mean", "energy", "sm_clock_mean", "gpu_memory_max",
+        ("gpu_util_mean", "power_mean", "energy", "sm_clock_mean", "gpu_memory_max", "gpu_memory_device_max",
          "torch_reserved_max", "cpu_util_mean", "rss_max"),
         nan,
     )  # fmt: skip
@@ -159,6 +159,7 @@ def window_summary(rows: list[dict[str, Any]], start: float, end: float) -> dict
         memory = np.array([sum(r["memory_used"] for r in rs) for rs in by_time.values()], dtype=float)
         out["power_mean"] = agg(power, np.mean)
         out["gpu_memory_max"] = agg(memory, np.max)
+        out["gpu_memory_device_max"] = agg(col("memory_used"), np.max)  # the fullest GPU at any sample
         out["energy"] = sum(_energy(inside, g, start, end) for g in gpus)
     return out
 

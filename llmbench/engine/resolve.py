@@ -256,6 +256,11 @@ def _check_cuda_graph(cuda_graph: bool, cuda: bool, backend: str) -> None:
 
 
 def _check_tp(tp: int, facts: Facts) -> None:
+    if facts.launcher == "torchrun" and facts.world_size != tp:  # at tp=1 too: each would run it all
+        raise ConfigError(
+            f"torchrun started {facts.world_size} processes (WORLD_SIZE) but tp={tp}: they must be equal "
+            f"(set tp={facts.world_size}, or start {tp} processes)"
+        )
     if tp == 1:
         return
     m = facts.model
@@ -269,11 +274,6 @@ def _check_tp(tp: int, facts: Facts) -> None:
         why = None
     if why:
         raise ConfigError(f"{why} of {m.name}")
-    if facts.launcher == "torchrun" and facts.world_size != tp:
-        raise ConfigError(
-            f"torchrun started {facts.world_size} processes (WORLD_SIZE) but tp={tp}: they must be equal "
-            f"(set tp={facts.world_size}, or start {tp} processes)"
-        )
 
 
 def _max_model_len(asked: int | None, model: ModelFacts) -> int:
