@@ -648,3 +648,28 @@ def test_a_ctrl_c_while_a_worker_starts_prints_no_traceback(tmp_path):
     _, err = proc.communicate(timeout=HANG_GUARD_S)
     assert "KeyboardInterrupt" not in err, err[-3000:]
     assert "ConnectionRefusedError" in err  # it went on to reach for rank 0, which it would have served
+
+
+def test_spawned_cpu_ranks_compute_with_rank_0s_threads(monkeypatch):
+    # cpu_threads sets rank 0's torch threads; a spawned rank starts with torch's default (every core)
+    # unless told: each rank must take as many as rank 0.
+    from llmbench.engine import tp as tp_mod
+
+    seen = {}
+
+    class Refused(Exception):
+        pass
+
+    def popen(cmd, env):
+        seen.update(env)
+        raise Refused
+
+    monkeypatch.setattr(tp_mod.subprocess, "Popen", popen)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with pytest.raises(Refused):
+            LLM("qwen3-tiny", device="cpu", tp=2)
+    finally:
+        torch.set_num_threads(before)
+    assert seen[tp_mod.THREADS_ENV] == "1"

@@ -38,6 +38,7 @@ from llmbench.engine.resolve import ResolvedConfig
 from llmbench.models.config import ModelConfig
 
 _INIT_TIMEOUT = datetime.timedelta(seconds=60)
+THREADS_ENV = "LLMBENCH_TP_THREADS"  # a spawned CPU rank's torch threads: rank 0's
 _NCCL_GRACE_S = 10.0  # after a worker died, how long rank 0 may stay stuck before the process exits
 
 
@@ -259,6 +260,8 @@ class TPWorkers:
         server = socket.create_server(("127.0.0.1", 0))
         host, port = server.getsockname()[:2]
         env = {**os.environ, "LLMBENCH_TP_ADDR": f"{host}:{port}", "LLMBENCH_TP_AUTH": authkey.hex()}
+        if config.device == "cpu":  # each rank computes with as many threads as this one (cpu_threads)
+            env[THREADS_ENV] = str(torch.get_num_threads())
         self.procs: list[subprocess.Popen] = []
         self.conns: list[Connection] = []
         try:

@@ -20,11 +20,13 @@ from collections.abc import Callable
 from multiprocessing.connection import Client
 from typing import NoReturn
 
+import torch
 import torch.distributed as dist
 
 from llmbench.engine import collector
 from llmbench.engine.ranges import step_range
 from llmbench.engine.tp import (
+    THREADS_ENV,
     close_group,
     init_group,
     init_launched_group,
@@ -95,6 +97,9 @@ def worker_main() -> None:  # pragma: no cover  (a child process; exercised by t
     no_delay(conn)
     rank, config, model_config, folder, max_model_len, dist_port = conn.recv()
     from llmbench.engine.model_runner import ModelRunner
+
+    if threads := os.environ.get(THREADS_ENV):  # a CPU rank takes rank 0's thread count
+        torch.set_num_threads(int(threads))
 
     try:
         config = rank_config(config, rank)
