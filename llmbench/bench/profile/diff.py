@@ -1,9 +1,10 @@
 """The comparison of two variants' profiles: per kind of step, each figure's mean per step side by side.
 
-Rows: the step's wall time, the device busy time and each category in it, the device idle time and the
-host phases the device waited for (on a CPU: time in ops, and outside them by phase), the launches per
-step. A figure one side lacks counts 0 there
-(a category with no kernel), except the step times, which both sides have.
+Rows: the median step of the untraced reference repeat (the change between the variants: tracing slows
+each by its own factor), then the traced steps' wall time, the device busy time and each category in it,
+the device idle time and the host phases the device waited for (on a CPU: time in ops, and outside them by
+phase), the launches per step: where the traced time went. A figure one side lacks counts 0 there (a
+category with no kernel), except the step times, which both sides have.
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from llmbench.engine.kernel_roles import CATEGORIES
+
+UNTRACED = "step untraced (median)"
+TRACED = "step traced (wall)"
 
 
 def _row(kind: str, figure: str, base: float | None, new: float | None, unit: str = "s") -> dict[str, Any]:
@@ -28,7 +32,9 @@ def diff_rows(base: dict[str, Any], other: dict[str, Any]) -> list[dict[str, Any
         o = other.get("kinds", {}).get(kind)
         if o is None:
             continue
-        rows.append(_row(kind, "step (wall)", b["wall"], o["wall"]))
+        if b.get("untraced_median") and o.get("untraced_median"):
+            rows.append(_row(kind, UNTRACED, b["untraced_median"], o["untraced_median"]))
+        rows.append(_row(kind, TRACED, b["wall"], o["wall"]))
         rows.append(_row(kind, busy, b["busy"], o["busy"]))
         for cat in CATEGORIES:
             x, y = b["device"].get(cat, 0.0), o["device"].get(cat, 0.0)

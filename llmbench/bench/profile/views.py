@@ -9,6 +9,8 @@ import re
 import statistics
 from typing import Any
 
+from llmbench.bench.profile.diff import TRACED, UNTRACED
+from llmbench.bench.report.format import format_pct
 from llmbench.bench.report.views import View
 from llmbench.engine.kernel_roles import CATEGORIES
 
@@ -172,11 +174,38 @@ def diff_view(baseline: str, variant: str, rows: list[dict[str, Any]]) -> View:
     out = []
     for r in rows:
         fmt = (lambda v: "–" if v is None else f"{v:.1f}") if r["unit"] == "count" else _ms
-        change = "–" if r["change"] is None else f"{100 * r['change']:+.1f}%"
+        change = "–" if r["change"] is None else format_pct(r["change"])
         out.append([r["kind"], r["figure"], fmt(r["baseline"]), fmt(r["variant"]), change])
+    notes = [
+        f"{kind}: the untraced steps changed {format_pct(untraced)}, the traced ones {format_pct(traced)}: "
+        "tracing slowed the two by different factors, so the rows below the untraced step say where the "
+        "traced time went, not by how much the variant changed it"
+        for kind, untraced, traced in _disagreements(rows)
+    ]
     return View(
-        f"{variant} against {baseline}: mean per step", headers, out, [False, False, True, True, True]
+        f"{variant} against {baseline}: mean per step",
+        headers,
+        out,
+        [False, False, True, True, True],
+        tuple(notes),
     )
+
+
+DISAGREE = 0.05  # traced and untraced step changes further apart than this (5 points) disagree
+
+
+def _disagreements(rows: list[dict[str, Any]]) -> list[tuple[str, float, float]]:
+    """(kind, untraced change, traced change) where the two are more than DISAGREE apart."""
+    changes: dict[str, dict[str, float]] = {}
+    for r in rows:
+        if r["figure"] in (UNTRACED, TRACED) and r["change"] is not None:
+            changes.setdefault(r["kind"], {})[r["figure"]] = r["change"]
+    out = []
+    for kind, c in changes.items():
+        u, t = c.get(UNTRACED), c.get(TRACED)
+        if u is not None and t is not None and abs(u - t) > DISAGREE:
+            out.append((kind, u, t))
+    return out
 
 
 def profile_views(profile: dict[str, Any]) -> list[View]:

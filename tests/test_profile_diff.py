@@ -1,0 +1,34 @@
+"""A profile comparison leads with the untraced steps (tracing slows each variant by its own factor) and
+says when the traced breakdown below them disagrees with them."""
+
+from __future__ import annotations
+
+from llmbench.bench.profile.diff import TRACED, UNTRACED, diff_rows
+from llmbench.bench.profile.views import diff_view
+
+
+def profile(untraced: float, traced: float, attention: float) -> dict:
+    kind = {
+        "wall": traced, "busy": traced * 0.9, "idle": traced * 0.1, "device": {"attention": attention},
+        "waited_for": {}, "untraced_median": untraced, "launches": 10,
+    }  # fmt: skip
+    return {"mode": "cuda", "kinds": {"decode": kind}}
+
+
+def test_the_untraced_step_leads_and_a_traced_breakdown_that_disagrees_is_said():
+    base, slower = profile(0.010, 0.030, 0.004), profile(0.0115, 0.026, 0.005)  # +15% untraced, -13% traced
+    rows = diff_rows(base, slower)
+    assert [r["figure"] for r in rows[:2]] == [UNTRACED, TRACED]
+    assert abs(rows[0]["change"] - 0.15) < 1e-9 and abs(rows[1]["change"] + 0.4 / 3) < 1e-9
+    view = diff_view("baseline", "b", rows)
+    assert view.rows[0][1] == UNTRACED and view.rows[0][4] == "+15.0%"
+    (note,) = view.notes
+    assert note.startswith("decode: the untraced steps changed +15.0%, the traced ones -13.3%")
+
+
+def test_a_traced_breakdown_that_agrees_needs_no_note_and_huge_changes_read_as_ratios():
+    rows = diff_rows(profile(0.010, 0.030, 1e-9), profile(0.0102, 0.0305, 0.004))
+    view = diff_view("baseline", "b", rows)
+    assert view.notes == ()
+    (attention,) = [r for r in view.rows if r[1].strip() == "attention"]
+    assert attention[4].startswith("×")  # from almost nothing: a ratio, not +399999900.0%
