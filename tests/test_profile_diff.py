@@ -32,3 +32,16 @@ def test_a_traced_breakdown_that_agrees_needs_no_note_and_huge_changes_read_as_r
     assert view.notes == ()
     (attention,) = [r for r in view.rows if r[1].strip() == "attention"]
     assert attention[4].startswith("×")  # from almost nothing: a ratio, not +399999900.0%
+
+
+def test_a_breakdown_carries_its_profiles_notes_to_every_reader():
+    from llmbench.bench.profile.views import breakdown_view
+
+    p = {
+        **profile(0.01, 0.02, 0.004),
+        "variant": "v",
+        "device": "cuda",
+        "notes": ["decode steps ran 2x slower traced"],
+    }
+    p["kinds"]["decode"]["steps"] = 3
+    assert breakdown_view(p).notes == ("decode steps ran 2x slower traced",)

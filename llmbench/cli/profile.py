@@ -94,7 +94,7 @@ def profile(
     from llmbench.bench.backends.engine import engine_config
     from llmbench.bench.profile.execute import ProfileSettings, check_variants, new_folder, run_profile
     from llmbench.bench.profile.views import diff_view, profile_views
-    from llmbench.cli.tables import rich_table
+    from llmbench.cli.views import print_view
     from llmbench.engine.tp import launched_rank
 
     if launched_rank() is not None:
@@ -130,14 +130,10 @@ def profile(
     for v in outcome.variants:
         if v.profile is None:
             continue
-        for view in profile_views(v.profile):
-            console.print(rich_table(view))
-            console.print()
-        for line in v.profile.get("notes", []):
-            note(f"{v.variant.name}: {line}")
+        for view in profile_views(v.profile):  # the profile's notes under its breakdown
+            print_view(view, console)
     for d in outcome.diffs:
-        console.print(rich_table(diff_view(variants[0].name, d["variant"], d["rows"])))
-        console.print()
+        print_view(diff_view(variants[0].name, d["variant"], d["rows"]), console)
     failed = [v for v in outcome.variants if v.status == "failed"]
     for v in failed:
         error(f"variant {v.variant.name} failed: {(v.error or 'unknown error').splitlines()[0]}")

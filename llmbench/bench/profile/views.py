@@ -60,7 +60,7 @@ def breakdown_view(profile: dict[str, Any]) -> View:
     if any(c.get("launches") for c in columns):
         rows.append(["launches", *(f"{c['launches']:.1f}" for c in columns)])
     title = f"{profile['variant']}: where a step's time goes (mean of the window's steady steps, {profile['device']})"
-    return View(title, headers, rows, [False, *([True] * len(columns))])
+    return View(title, headers, rows, [False, *([True] * len(columns))], tuple(profile.get("notes") or ()))
 
 
 def kernels_view(profile: dict[str, Any]) -> View:
