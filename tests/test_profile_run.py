@@ -291,3 +291,27 @@ def test_slow_steps_are_summed_up_by_cause_with_the_trace_starts_read_from_the_c
     assert view.rows[0][3:] == ["650.000", "325.0", "900.000"]  # median engine step ms, median ratio, longest
     assert slow_causes({**profile, "slow_steps_recorded": False})[0] == ["unexplained"]  # no chunks then
     assert slow_summary_view({**profile, "slow_steps": []}) is None
+
+
+def test_under_asynchronous_scheduling_a_call_is_described_by_the_step_it_launched(tmp_path):
+    # A step() call launches the next step while it delivers the one before: the prompt's forward runs in
+    # the call before the one that returns its first token. Each traced call must carry the step it launched.
+    path = tmp_path / "prof.yaml"
+    scenario = {
+        **PROFILED,
+        "engine": {**PROFILED["engine"], "async_scheduling": True},
+        "workload": {**PROFILED["workload"], "input_len": 400},  # a prompt step far costlier than a decode
+    }
+    path.write_text(yaml.safe_dump(scenario))
+    window = ProfileWindow(tmp_path / "p", steps_per_kind=2)
+    outcome = execute_run(
+        RunRequest(load_scenario(path, [], "none"), tmp_path / "r", "v", step_observer=window)
+    )
+    profile = json.loads(
+        write_profile(window.folder, window.record(), "v", "cpu", outcome.status).read_text()
+    )
+    calls = window.record()["calls"]
+    assert calls[0]["kind"] == "prefill" and calls[0]["window"]  # the first call launched the prompts
+    assert calls[-1]["kind"] == "unrecorded" and not calls[-1]["window"]  # its step came after the trace
+    prefill, decode = profile["kinds"]["prefill"], profile["kinds"]["decode"]
+    assert prefill["busy"] > 5 * decode["busy"], (prefill["busy"], decode["busy"])  # the prompts' forward

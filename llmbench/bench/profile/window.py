@@ -18,7 +18,10 @@ median of its kind), and dropped otherwise.
 
 The window talks to the engine only through ``start_trace``/``stop_trace`` between steps; each recorded
 chunk is one trace file per rank, ``trace-steps<first>-<last>-rank<r>.json.gz``. ``record()`` is what the
-analysis needs to pair the trace's step ranges with the engine's step statistics.
+analysis needs to pair the trace's step ranges with the engine's step statistics. A trace's step range is
+one ``step()`` call, and a call is described by the step whose work it launched: under asynchronous
+scheduling a call launches the next step while it delivers the one before, so its record waits for the
+next call's statistics (a prompt's forward is in the call before the one that returns its first token).
 """
 
 from __future__ import annotations
@@ -81,6 +84,8 @@ class ProfileWindow:
         self.reference: dict[str, list[float]] = {}  # engine step times of the untraced steps before it
         # ... and how long the host waited on the device in each of them (device_wait)
         self.reference_waits: dict[str, list[float]] = {}
+        self._launches_ahead = False  # asynchronous scheduling: a call's work is the next call's step
+        self._pending: dict[str, Any] | None = None  # such a call's record, until that step is delivered
 
     def observe(self, engine: Any) -> _Observed:
         return _Observed(engine, self)
@@ -95,6 +100,8 @@ class ProfileWindow:
         self.repeat_traced = self._open is not None  # a chunk left open by the last repeat goes on
 
     def before_step(self, engine: Any) -> None:
+        config = getattr(engine, "config", None)
+        self._launches_ahead = bool(getattr(config, "async_scheduling", False))
         if self._open is None and self._wanted():
             engine.start_trace()
             self._open = len(self.calls)
@@ -109,22 +116,35 @@ class ProfileWindow:
                 self.reference.setdefault(stats.kind, []).append(stats.duration)
                 self.reference_waits.setdefault(stats.kind, []).append(stats.device_wait)
             return
+        pending, self._pending = self._pending, None
+        if pending is not None:  # the step the call before launched is delivered now
+            self._describe(pending, stats)
+        # the whole step() call, what the trace's step range covers; the chunk's first pays for the start
+        record = {"call": len(self.calls), "call_time": call_time, "first": len(self.calls) == self._open}
+        self.calls.append(record)
+        if self._launches_ahead:
+            self._pending = record
+        else:
+            self._describe(record, stats)
+        if not self.slow_steps:
+            if self.window_done:
+                self._close(engine)
+        elif len(self.calls) - self._open >= self.chunk_len:
+            self._close(engine)
+
+    def _describe(self, record: dict[str, Any], stats: Any) -> None:
+        """Fill a call's record with the statistics of the step it launched; count it into the window."""
         in_window = not self.window_done and stats.kind != "idle"
-        first = len(self.calls) == self._open  # the chunk's first step: it pays for the profiler's start
-        self.calls.append(
-            {
-                "call": len(self.calls),
-                "step": stats.step,
-                "kind": stats.kind,
-                "num_seqs": stats.num_seqs,
-                "prefill_tokens": stats.num_prefill_tokens,
-                "decode_tokens": stats.num_decode_tokens,
-                "graph_bucket": stats.graph_bucket,
-                "engine_time": stats.duration,  # the engine's step time: until its tokens reached the host
-                "call_time": call_time,  # the whole step() call, what the trace's step range covers
-                "window": in_window,
-                **self._slow(stats, first),
-            }
+        record.update(
+            step=stats.step,
+            kind=stats.kind,
+            num_seqs=stats.num_seqs,
+            prefill_tokens=stats.num_prefill_tokens,
+            decode_tokens=stats.num_decode_tokens,
+            graph_bucket=stats.graph_bucket,
+            engine_time=stats.duration,  # the engine's step time: until its tokens reached the host
+            window=in_window,
+            **self._slow(stats, record.pop("first")),
         )
         if in_window:
             self.counts[stats.kind] = self.counts.get(stats.kind, 0) + 1
@@ -134,11 +154,6 @@ class ProfileWindow:
                 n >= self.steps_per_kind for n in self.counts.values()
             )
             self.window_done = enough or recorded >= WINDOW_CAP * self.steps_per_kind
-        if not self.slow_steps:
-            if self.window_done:
-                self._close(engine)
-        elif len(self.calls) - self._open >= self.chunk_len:
-            self._close(engine)
 
     def _slow(self, stats: Any, first_of_chunk: bool) -> dict[str, Any]:
         """Whether a step is slow against the running median of its kind, and why."""
@@ -159,13 +174,20 @@ class ProfileWindow:
         start, self._open = self._open, None
         if start is None:
             return
+        if self._pending is not None:  # the step its last call launched comes after the trace: not known
+            self._pending.pop("first")
+            self._pending.update(
+                step=None, kind="unrecorded", num_seqs=0, prefill_tokens=0, decode_tokens=0, graph_bucket=None,
+                engine_time=None, window=False, slow=False, causes=[],
+            )  # fmt: skip
+            self._pending = None
         members = self.calls[start:]
         keep = any(c["window"] or c["slow"] for c in members)
         if not keep or not members:
             engine.stop_trace(None)
             del self.calls[start:]
             return
-        steps = [c["step"] for c in members]
+        steps = [c["step"] for c in members if c["step"] is not None]
         name = f"trace-steps{min(steps)}-{max(steps)}-rank{{rank}}.json.gz"
         engine.stop_trace(str(self.folder / name))
         self.chunks.append({"file": name, "calls": [c["call"] for c in members]})
