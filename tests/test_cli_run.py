@@ -484,3 +484,14 @@ def test_a_rate_under_a_cap_keeps_at_most_that_many_in_flight_and_reports_the_cl
     bad = scenario(tmp_path, arrival={"kind": "concurrency", "concurrency": 2, "max_concurrency": 2})
     res = invoke("run", bad, "--out", tmp_path / "r2")
     assert res.exit_code == 2 and "arrival.max_concurrency" in res.stderr, res.stderr
+
+
+def test_the_startup_line_says_a_tensor_parallel_pool_is_one_ranks():
+    from llmbench.cli.run import startup_line
+
+    startup = {"engine_init_time": 1.0, "kv_num_blocks": 10, "kv_capacity_tokens": 160, "kv_cache_dtype": "bf16",
+               "kv_bytes_per_token": 512}  # fmt: skip
+    assert "per rank" not in startup_line("engine", startup)
+    assert startup_line("engine", {**startup, "all_reduce": "gloo"}).endswith(
+        "512 bytes each, per rank (the ranks sum their parts over gloo)) — kept apart from the measurements"
+    )

@@ -69,6 +69,8 @@ def startup_line(backend: str, startup: dict[str, Any]) -> str:
             f" = {startup['kv_capacity_tokens']:,} tokens of {startup['kv_cache_dtype']} K/V, "
             f"{startup['kv_bytes_per_token']:,} bytes each"
         )
+    if startup.get("all_reduce"):  # tensor parallelism: the pool above is one rank's, of its heads
+        blocks += f", per rank (the ranks sum their parts over {startup['all_reduce']})"
     return (
         f"{backend} startup {startup['engine_init_time']:.2f} s (weights {startup.get('load_time', 0.0):.2f} s, "
         f"compile {startup.get('compile_time', 0.0):.2f} s, graph capture "
