@@ -767,3 +767,28 @@ def test_a_profile_record_of_the_wrong_shape_is_named_not_shown(runs, tmp_path):
     assert res.exit_code == 1, res.output  # the one view asked for has nothing to show
     assert f"{root / 'profile.json'}: a field is missing or of the wrong type" in res.stderr
     assert "its profile is not shown" in res.stderr
+
+
+def test_runs_of_one_name_made_apart_are_labelled_by_the_options_they_differ_in(tmp_path):
+    from types import SimpleNamespace
+
+    from llmbench.bench.report.frame import Group, _label
+
+    def group(stamp: str, options: dict) -> Group:
+        run = SimpleNamespace(
+            meta={"engine_options": options}, path=tmp_path / f"{stamp}-default", summary={}
+        )
+        return Group("s", stamp, "default", runs=[run], points={})
+
+    one, two, again = (
+        group("20261130-101010", {"max_model_len": 4096}),
+        group("20261130-111111", {"max_model_len": 4096, "tp": 2}),
+        group("20261130-121212", {"max_model_len": 4096, "tuning": {"tp_fuse_norm": False}}),
+    )
+    _label([one, two, again])
+    assert one.label == "default [tp=default, tuning.tp_fuse_norm=default] @ 20261130-101010"
+    assert two.label == "default [tp=2, tuning.tp_fuse_norm=default] @ 20261130-111111"
+    assert again.label == "default [tp=default, tuning.tp_fuse_norm=False] @ 20261130-121212"
+    alone = group("20261130-101010", {"tp": 2})
+    _label([alone])
+    assert alone.label == "default"  # measured once: nothing to tell apart

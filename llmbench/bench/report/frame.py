@@ -218,8 +218,9 @@ def _ablation_outcome(path: Path) -> str:
 
 
 def _label(groups: list[Group]) -> None:
-    """Unique labels within each scenario: the variant (and backend); a time stamp where the same
-    configuration was measured more than once; "(incomplete)" on incomplete runs; "#k" for what is left."""
+    """Unique labels within each scenario: the variant (and backend); where one name was measured more
+    than once, the engine options those runs differ in (runs made apart, ``--set engine.tp=2``) and a time
+    stamp; "(incomplete)" on incomplete runs; "#k" for what is left."""
     names = {}
     for g in groups:
         backend = g.meta.get("backend") or "engine"
@@ -229,14 +230,36 @@ def _label(groups: list[Group]) -> None:
     for g in groups:
         same = [h for h in groups if h.scenario == g.scenario and names[id(h)] == names[id(g)]]
         stamped = len({h.ablation for h in same}) > 1
+        differs = _differing_options(same).get(id(g), "") if stamped else ""
         g.label = (
-            names[id(g)] + (f" @ {_stamp(g)}" if stamped else "") + ("" if g.complete else " (incomplete)")
+            names[id(g)]
+            + (f" [{differs}]" if differs else "")
+            + (f" @ {_stamp(g)}" if stamped else "")
+            + ("" if g.complete else " (incomplete)")
         )
     for g in groups:
         twins = [h for h in groups if h.scenario == g.scenario and h.label == g.label]
         if len(twins) > 1:
             for k, h in enumerate(twins[1:], start=2):
                 h.label = f"{h.label} #{k}"
+
+
+def _differing_options(groups: list[Group]) -> dict[int, str]:
+    """Per group, the engine options as written that not all of ``groups`` share (``tp=2``), or none."""
+
+    def flat(options: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in options.items():
+            if isinstance(value, dict):
+                out.update(flat(value, f"{prefix}{key}."))
+            else:
+                out[f"{prefix}{key}"] = value
+        return out
+
+    options = {id(g): flat(g.meta.get("engine_options") or {}) for g in groups}
+    keys = sorted({k for o in options.values() for k in o})
+    differ = [k for k in keys if len({repr(o.get(k, "default")) for o in options.values()}) > 1]
+    return {i: ", ".join(f"{k}={o.get(k, 'default')}" for k in differ) for i, o in options.items() if differ}
 
 
 def _stamp(g: Group) -> str:
