@@ -792,3 +792,28 @@ def test_runs_of_one_name_made_apart_are_labelled_by_the_options_they_differ_in(
     alone = group("20261130-101010", {"tp": 2})
     _label([alone])
     assert alone.label == "default"  # measured once: nothing to tell apart
+
+
+def test_runs_measured_apart_on_different_workloads_are_said_so_and_their_outputs_not_compared(tmp_path):
+    from types import SimpleNamespace
+
+    from llmbench.bench.report.frame import Group
+    from llmbench.bench.report.outputs import compare_outputs
+    from llmbench.bench.report.views import pair_notes
+
+    def group(name: str, requests: int, ablation: str | None = None) -> Group:
+        scenario = {"workload": {"num_requests": requests}, "sampling": {"temperature": 0.0}}
+        meta = {"scenario": scenario, "ablation": ablation, "model": "m"}
+        run = SimpleNamespace(meta=meta, path=tmp_path / name, summary={})
+        return Group("s", ablation or name, name, runs=[run], label=name, points={"offline": []})
+
+    a, b = group("a", 8), group("b", 16)
+    said = compare_outputs(a, b, "offline")
+    assert said == "n/a (the runs served different workloads: workload.num_requests: 8 against 16)"
+    assert any(
+        "a and b served different workloads (workload.num_requests: 8 against 16)" in n
+        for n in pair_notes(a, b, "offline")
+    )
+    # variants of one ablation ran the same requests by design (a sampling toggle changes sampling only)
+    x, y = group("x", 8, "abl"), group("y", 16, "abl")
+    assert not any("different workloads" in n for n in pair_notes(x, y, "offline"))

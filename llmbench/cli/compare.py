@@ -19,7 +19,7 @@ nothing.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 
 # What two runs must share to be compared: the load they served (engine options may differ: that is what
 # a gate compares).
-WORKLOAD_KEYS = ("workload", "arrival", "sampling", "slo", "warmup", "seed")
 
 
 def _one_per_scenario(path: Path, role: str) -> dict[str, Group]:
@@ -55,23 +54,6 @@ def _one_per_scenario(path: Path, role: str) -> dict[str, Group]:
             )
         out[g.scenario] = g
     return out
-
-
-def _differences(a: Any, b: Any, path: str = "") -> list[str]:
-    """Where two resolved scenario values differ, as ``path: a against b`` (dicts compared key by key)."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        out = []
-        for key in sorted(set(a) | set(b)):
-            out += _differences(a.get(key), b.get(key), f"{path}.{key}" if path else key)
-        return out
-    return [] if a == b else [f"{path}: {a!r} against {b!r}"]
-
-
-def _workload_differences(a: Group, b: Group) -> list[str]:
-    sa, sb = (g.meta.get("scenario") or {} for g in (a, b))
-    if not sa or not sb:  # runs that did not record their scenario: nothing to check
-        return []
-    return [d for key in WORKLOAD_KEYS for d in _differences(sa.get(key), sb.get(key), key)]
 
 
 def _rate(group: Group, point: str) -> float | None:
@@ -162,7 +144,7 @@ def compare(
     """Fail (exit 1) when NEW is worse than BASE: the whole interval of a change beyond the threshold; exit
     2 when they have nothing to compare, 3 when the data cannot support a verdict."""
     from llmbench.bench.metrics import METRICS
-    from llmbench.bench.report.compare import GATE_METRICS, different_models
+    from llmbench.bench.report.compare import GATE_METRICS, different_models, workload_differences
     from llmbench.bench.stats import CONFIDENCE, MIN_VERDICT_REPEATS
     from llmbench.suggest import did_you_mean
 
@@ -184,7 +166,7 @@ def compare(
         if only:
             warning(f"only in {role}, not compared: {', '.join(only)}")
     for scenario in common:
-        if (diffs := _workload_differences(a[scenario], b[scenario])) and not allow_other_workload:
+        if (diffs := workload_differences(a[scenario], b[scenario])) and not allow_other_workload:
             raise StoreError(
                 f"{scenario}: BASE and NEW served different workloads ({'; '.join(diffs[:4])}"
                 f"{'; ...' if len(diffs) > 4 else ''}): their latencies and throughputs do not compare "

@@ -17,7 +17,7 @@ judged), and marked when the runs carry warnings that make timings doubtful (bus
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from llmbench.bench.metrics import METRICS
 from llmbench.bench.report.frame import Group
@@ -64,6 +64,28 @@ class Change(NamedTuple):
     rel_high: float
     n: int  # repeats compared (pairs when paired)
     method: str | None  # "paired" | "unpaired" (+ " (difference)"), None without an interval
+
+
+WORKLOAD_KEYS = ("workload", "arrival", "sampling", "slo", "warmup", "seed")
+
+
+def _differences(a: Any, b: Any, path: str = "") -> list[str]:
+    """Where two resolved scenario values differ, as ``path: a against b`` (dicts compared key by key)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for key in sorted(set(a) | set(b)):
+            out += _differences(a.get(key), b.get(key), f"{path}.{key}" if path else key)
+        return out
+    return [] if a == b else [f"{path}: {a!r} against {b!r}"]
+
+
+def workload_differences(a: Group, b: Group) -> list[str]:
+    """Where two groups' workloads differ (requests, arrivals, sampling, SLO, warm-up, seed): runs that
+    did not serve the same requests, whose latencies and outputs compare nothing."""
+    sa, sb = (g.meta.get("scenario") or {} for g in (a, b))
+    if not sa or not sb:  # runs that did not record their scenario: nothing to check
+        return []
+    return [d for key in WORKLOAD_KEYS for d in _differences(sa.get(key), sb.get(key), key)]
 
 
 def different_models(a: Group, b: Group) -> tuple[str, str] | None:

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
+from llmbench.bench.report.compare import workload_differences
 from llmbench.bench.report.frame import Group
 from llmbench.bench.report.kept import finite, is_int, read_object, show
 
@@ -117,6 +118,8 @@ def compare_outputs(base: Group, new: Group, point: str) -> OutputComparison | s
     else as its ablation recorded them; a reason when there is nothing to compare."""
     if not (_greedy(base) and _greedy(new)):
         return "n/a (sampling)"
+    if not base.paired_with(new) and (diffs := workload_differences(base, new)):
+        return f"n/a (the runs served different workloads: {diffs[0]}{' …' if len(diffs) > 1 else ''})"
     measured = compare_frames(base.requests(), new.requests(), point)
     if isinstance(measured, OutputComparison):
         return measured

@@ -16,6 +16,7 @@ from llmbench.bench.report.compare import (
     different_models,
     judged,
     method_note,
+    workload_differences,
 )
 from llmbench.bench.report.format import (
     DASH,
@@ -206,9 +207,14 @@ def changes(
 
 
 def pair_notes(baseline: Group, variant: Group, point: str) -> list[str]:
-    """What to read a variant's changes against the baseline with: that they ran different models; that a
-    toggle they differ in had nothing to act on in this workload."""
+    """What to read a variant's changes against the baseline with: that they ran different models, or
+    (measured apart) different workloads; that a toggle they differ in had nothing to act on in this
+    workload."""
     notes = _idle_toggle(baseline, variant, point)
+    if not baseline.paired_with(variant) and (diffs := workload_differences(baseline, variant)):
+        notes.insert(
+            0, f"{baseline.label} and {variant.label} served different workloads ({'; '.join(diffs)})"
+        )
     if models := different_models(baseline, variant):
         across = (
             f"{baseline.label} ran {models[0]}, {variant.label} ran {models[1]}: a comparison across models"
