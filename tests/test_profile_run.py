@@ -166,6 +166,20 @@ def test_a_slow_step_is_flagged_with_its_cause_and_recorded_around(tmp_path, one
     assert len(profile["traces"]) == len(chunks)
 
 
+def test_slow_steps_left_out_of_a_kinds_means_are_counted_in_a_note(tmp_path):
+    # A factor barely above 1 makes about half the window's decode steps "slow": each is left out of the
+    # means, and the profile must say how many (a factor low enough empties a kind's column).
+    window = ProfileWindow(tmp_path / "p", steps_per_kind=6, factor=1.0001)
+    _, profile = profiled_run(tmp_path, window, output_len=24)
+    in_window = [c for c in profile["steps"] if c["window"] and c["slow"]]
+    assert in_window
+    for kind in {c["kind"] for c in in_window}:
+        n = sum(c["kind"] == kind for c in in_window)
+        assert any(note.startswith(f"{kind}: {n} of the window's") for note in profile["notes"]), profile[
+            "notes"
+        ]
+
+
 def _step(kind: str, duration: float, tokens: int = 4, **counts) -> StepRecord:
     return StepRecord(1, kind, tokens, 0, tokens, None, 0, 1, 1, 0, counts.pop("num_preemptions", 0), 0.0,
                       duration, 0, **counts)  # fmt: skip

@@ -41,8 +41,9 @@ def diff_rows(base: dict[str, Any], other: dict[str, Any]) -> list[dict[str, Any
             if x or y:
                 rows.append(_row(kind, f"  {cat}", x, y))
         rows.append(_row(kind, idle, b["idle"], o["idle"]))
-        waits = sorted(
-            set(b["waited_for"]) | set(o["waited_for"]), key=lambda k: -b["waited_for"].get(k, 0.0)
+        waits = sorted(  # the largest on either side first: what the variant added counts as much
+            set(b["waited_for"]) | set(o["waited_for"]),
+            key=lambda k: -max(b["waited_for"].get(k, 0.0), o["waited_for"].get(k, 0.0)),
         )
         for name in waits:
             x, y = b["waited_for"].get(name, 0.0), o["waited_for"].get(name, 0.0)

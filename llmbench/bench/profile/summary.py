@@ -165,6 +165,13 @@ def summarise(
     kinds = {}
     for kind in KINDS:
         members = [r for r in steady if r["kind"] == kind]
+        slow = sum(r["window"] and r["slow"] and r["kind"] == kind for r in rows)
+        if slow:
+            notes.append(
+                f"{kind}: {slow} of the window's {slow + len(members)} steps were slow (over "
+                f"{record['slow_factor']:g}x their kind's running median) and are left out of its means"
+                + ("" if members else ": none is left to show")
+            )
         if members:
             kinds[kind] = _mean_rows(members)
             traced = statistics.median(r["engine_time"] for r in members)
