@@ -14,7 +14,7 @@ from llmbench.bench.scenario.loader import AUTO, ResolvedScenario, find_scenario
 from llmbench.bench.slow_steps import SLOW_FACTOR
 from llmbench.cli.console import console, note, warning
 from llmbench.cli.errors import handle_errors
-from llmbench.interrupts import interrupted_exit
+from llmbench.interrupts import held_interrupts, interrupted_exit
 
 ScenarioArg = Annotated[
     str, typer.Argument(help="Scenario YAML file, or the name of a shipped one (chat, throughput, ...).")
@@ -170,7 +170,14 @@ def run(
 
             done = outcome is not None and outcome.status == "complete"
             device = engine_config(sc).device
-            write_profile(trace_dir, window.record(), variant, device, "complete" if done else "incomplete")
+            if not quiet and window.chunks:
+                note(
+                    f"reading {len(window.chunks)} trace chunk(s) for the profile (an interrupt waits for it)"
+                )
+            with held_interrupts():  # the profile of what was traced, whole or not at all
+                write_profile(
+                    trace_dir, window.record(), variant, device, "complete" if done else "incomplete"
+                )
     backend = outcome.meta["backend"]
     if not quiet:
         note(startup_line(backend, outcome.meta["startup"]))

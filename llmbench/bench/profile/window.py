@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from llmbench.bench.slow_steps import MIN_STEPS_OF_KIND, SLOW_FACTOR, causes_of
+from llmbench.interrupts import held_interrupts
 
 WINDOW_CAP = 6  # at most this many times steps_per_kind steps in the window
 SLOW_CHUNK = 16  # steps per chunk when recording around slow steps
@@ -189,7 +190,8 @@ class ProfileWindow:
             return
         steps = [c["step"] for c in members if c["step"] is not None]
         name = f"trace-steps{min(steps)}-{max(steps)}-rank{{rank}}.json.gz"
-        engine.stop_trace(str(self.folder / name))
+        with held_interrupts():  # a trace cut short is no trace: an interrupt waits for it to be written
+            engine.stop_trace(str(self.folder / name))
         self.chunks.append({"file": name, "calls": [c["call"] for c in members]})
 
     def end_of_run(self, engine: Any) -> None:
