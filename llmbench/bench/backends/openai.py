@@ -244,12 +244,12 @@ class OpenAIBackend:
         )  # fmt: skip
         result = client.run(specs, offsets, concurrency, max_duration, on_progress)
         late = [r.client_queue for r in result.requests if r.client_queue is not None]
-        lagging = late and np.percentile(late, 99) > LAG_WARNING_S
-        if offsets is not None and not cap and lagging and tag != "w-":
+        p99 = float(np.percentile(late, 99)) if late else 0.0
+        if offsets is not None and not cap and p99 > LAG_WARNING_S and tag != "w-":
             # without a limit, a request held in the client was held by the client's own event loop
             self.warnings.append(
                 f"the client fell behind the arrival schedule: requests were sent up to "
-                f"{max(late) * 1e3:.1f} ms after their scheduled time (p99 {np.percentile(late, 99) * 1e3:.1f} "
+                f"{max(late) * 1e3:.1f} ms after their scheduled time (p99 {p99 * 1e3:.1f} "
                 "ms, client queue). TTFT and E2E count from the send, so the server saw a gentler load "
                 "than the scenario asks; fewer requests per second, or a faster client machine, keep it"
             )

@@ -89,6 +89,7 @@ class ProfileWindow:
         self._pending: dict[str, Any] | None = None  # such a call's record, until that step is delivered
 
     def observe(self, engine: Any) -> _Observed:
+        self._launches_ahead = bool(getattr(getattr(engine, "config", None), "async_scheduling", False))
         return _Observed(engine, self)
 
     def _wanted(self) -> bool:
@@ -101,8 +102,6 @@ class ProfileWindow:
         self.repeat_traced = self._open is not None  # a chunk left open by the last repeat goes on
 
     def before_step(self, engine: Any) -> None:
-        config = getattr(engine, "config", None)
-        self._launches_ahead = bool(getattr(config, "async_scheduling", False))
         if self._open is None and self._wanted():
             engine.start_trace()
             self._open = len(self.calls)
