@@ -163,6 +163,45 @@ def test_engine_options_transformers_does_not_apply_are_named_not_dropped_in_sil
     )
 
 
+class _Said:
+    """Run events, in the order a user would see them."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def message(self, level: str, text: str) -> None:
+        self.lines.append(f"{level}: {text}")
+
+    def phase(self, text: str) -> None:
+        self.lines.append(f"phase: {text}")
+
+    def progress(self, label, repeat, progress) -> None:
+        pass
+
+
+def test_a_peer_backends_untaken_options_are_said_before_it_starts_and_once(tmp_path):
+    # engine.tp=2 and a KV dtype shape nothing a transformers run does: a user must hear it before the
+    # model loads and the run is measured (and can stop it), not only in the results; said once.
+    path = tmp_path / "tf.yaml"
+    data = {**BASE, "engine": {**BASE["engine"], "tp": 2, "kv_cache_dtype": "fp8_e4m3"}, "warmup": 0}
+    path.write_text(yaml.safe_dump(data))
+    said = _Said()
+    outcome = execute_run(RunRequest(load_scenario(path), tmp_path / "r"), said)
+    (untaken,) = [i for i, line in enumerate(said.lines) if "does not apply" in line]
+    assert "kv_cache_dtype, tp" in said.lines[untaken]
+    first_phase = next(i for i, line in enumerate(said.lines) if line.startswith("phase: "))
+    assert untaken < first_phase, said.lines
+    assert said.lines[untaken].removeprefix("warning: ") in outcome.summary["warnings"]  # and recorded
+    res = CliRunner().invoke(
+        app,
+        ["run", str(path), "--out", str(tmp_path / "cli")],
+        env={"COLUMNS": "400"},
+        catch_exceptions=False,
+    )
+    assert res.exit_code == 0, res.output
+    assert res.output.count("does not apply, so they do not shape this run") == 1, res.output
+
+
 def test_run_stores_engine_only_figures_as_unavailable(tmp_path, monkeypatch):
     # As on a GPU with a known peak, where the engine-only utilisation figures are computed.
     from llmbench.bench.peaks import PeakChoice, PeakUsed

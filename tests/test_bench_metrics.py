@@ -81,8 +81,12 @@ def test_goodput_counts_requests_meeting_every_slo():
     recs = timeline()
     s = request_summary(recs, SLO(ttft_ms=2500, tpot_ms=600))
     assert s["goodput"] == pytest.approx(2 / 8.0)  # TTFT 1 s and 2 s pass
-    assert s["slo_attainment"] == pytest.approx(0.5)
+    assert s["slo_attainment"] == pytest.approx(0.5)  # of the 4 finished; the aborted one is neither
     assert request_summary(recs, SLO(tpot_ms=400))["goodput"] == 0.0
+    # A failed request met no SLO: 2 of 6 attained, the goodput unchanged
+    failed = [rec("f1", 0.5, None, [], reason="failed"), rec("f2", 0.6, None, [], reason="failed")]
+    s = request_summary(recs + failed, SLO(ttft_ms=2500, tpot_ms=600))
+    assert s["slo_attainment"] == pytest.approx(2 / 6) and s["goodput"] == pytest.approx(2 / 8.0)
 
 
 def test_slo_checks_each_target():

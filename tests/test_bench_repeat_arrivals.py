@@ -30,6 +30,7 @@ class RecordingBackend:
 
     def __init__(self) -> None:
         self.offsets: dict[str, list[float]] = {}
+        self.warnings: list[str] = []
 
     def run(self, specs, offsets, concurrency, tag, max_duration, on_progress):
         self.offsets[tag] = list(offsets)
@@ -42,7 +43,7 @@ class RecordingBackend:
 def offsets_of(path, sets: list[str], repeat_index: int | None = None) -> dict[str, list[float]]:
     backend = RecordingBackend()
     req = RunRequest(load_scenario(path, sets), repeat_index=repeat_index)
-    _measure(req, backend, QuietEvents(), _Measuring())
+    _measure(req, backend, QuietEvents(), _Measuring(QuietEvents()))
     return backend.offsets
 
 

@@ -98,7 +98,7 @@ def test_no_buffer_serves_two_reductions_in_a_row():
 def test_make_communicator_refuses_what_cannot_be_built():
     group = object()  # never reached: each case fails on its arguments
     cases = [
-        (("gloo", False, False), r"Unsupported all-reduce: 'gloo'\. Supported: \['nccl', 'symm_mem'\]"),
+        (("mpi", False, False), r"Unsupported all-reduce: 'mpi'\. Supported: \['nccl', 'gloo', 'symm_mem'\]"),
         (("symm_mem", False, True), "fuse_matmul builds on fuse_norm"),
         (("nccl", True, False), r"the fused all-reduce needs the one-shot all-reduce \('symm_mem'\)"),
     ]

@@ -363,7 +363,7 @@ def test_torchrun_across_hosts_gets_nccl_and_tp_must_equal_its_world_size():
 
 def test_the_cpu_at_tp2_uses_gloo_without_fusions():
     r = resolved(CPU, tp=2)
-    assert r.tuning.tp_all_reduce == "nccl" and not r.tuning.tp_fuse_norm and not r.tuning.tp_fuse_matmul
+    assert r.tuning.tp_all_reduce == "gloo" and not r.tuning.tp_fuse_norm and not r.tuning.tp_fuse_matmul
 
 
 @pytest.mark.parametrize(

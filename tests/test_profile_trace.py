@@ -1,5 +1,6 @@
 """Reading a torch.profiler Chrome trace into per-step breakdowns (bench/profile/trace.py), on traces built
-by hand in kineto's format, and the categories kernels and ops are put in (engine/kernel_roles.py)."""
+by hand in kineto's format, the categories kernels and ops are put in (engine/kernel_roles.py), and step
+ranges named after their steps for a trace viewer."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from llmbench.bench.profile.trace import IN_GRAPH, OTHER_HOST, analyse
+from llmbench.bench.profile.trace import IN_GRAPH, OTHER_HOST, analyse, name_steps, step_name
 from llmbench.engine import kernel_roles
 from llmbench.engine.kernel_roles import classify
 
@@ -147,6 +148,67 @@ def test_cpu_ops_are_the_device_when_the_trace_has_no_kernels():
     assert step.waited_for == pytest.approx({"forward": 20 * us, "sample": 6 * us, OTHER_HOST: 30 * us})
     assert sum(step.device.values()) + sum(step.waited_for.values()) == pytest.approx(step.wall)
     assert step.idle == pytest.approx(sum(step.waited_for.values()))
+
+
+def _elementwise_in(tag: str | None, t: float, corr: int) -> list[dict]:
+    """One step whose only kernel is the elementwise multiply, launched inside the layer range ``tag``."""
+    mul = "void at::native::vectorized_elementwise_kernel<4, MulFunctor>"
+    layer = [host("user_annotation", f"llmbench.layer.{tag}", t + 10, 20)] if tag else []
+    return [
+        host("user_annotation", "llmbench.step", t, 100),
+        host("user_annotation", "llmbench.forward", t + 5, 50),
+        *layer,
+        host("cpu_op", "aten::mul", t + 12, 5),
+        launch(t + 13, corr),
+        kernel(mul, t + 20, 4 if tag else 6, corr),
+    ]
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_a_kernel_is_counted_in_the_category_of_each_call_whichever_came_first(norm_first):
+    # The same elementwise kernel does a norm's multiply (inside the norm layer) and an activation's: the
+    # kernel table must put each call's time where the step breakdown puts it.
+    steps = [_elementwise_in("norm", 0, 1), _elementwise_in(None, 200, 2)]
+    tr = analyse({"traceEvents": [e for step in (steps if norm_first else steps[::-1]) for e in step]})
+    us = 1e-6
+    rows = {(k.category, k.count): k.total for k in tr.kernels}
+    assert rows == pytest.approx({("norm", 1): 4 * us, ("activation and elementwise", 1): 6 * us})
+    by_step = {cat: t for s in tr.steps for cat, t in s.device.items()}
+    assert {k.category: k.total for k in tr.kernels} == pytest.approx(by_step)
+
+
+def test_an_op_is_counted_in_the_category_of_each_call_on_a_cpu():
+    events = [
+        host("user_annotation", "llmbench.step", 0, 100),
+        host("cpu_op", "aten::mul", 5, 10),  # an activation's multiply first
+        host("user_annotation", "llmbench.layer.norm", 40, 20),
+        host("cpu_op", "aten::mul", 45, 4),
+    ]
+    tr = analyse({"traceEvents": events})
+    assert {(k.name, k.category): k.total for k in tr.kernels} == pytest.approx(
+        {("aten::mul", "activation and elementwise"): 10e-6, ("aten::mul", "norm"): 4e-6}
+    )
+
+
+def test_step_ranges_are_named_after_their_steps_and_still_read_as_steps():
+    first, second = gpu_step(), gpu_step(offset=200)
+    for n, step in ((1, first), (2, second)):  # kineto links a range's GPU copy to it by its External id
+        step[0]["args"]["External id"] = n
+        step.append({**kernel("llmbench.step", step[12]["ts"], 80, 0), "cat": "gpu_user_annotation",
+                     "args": {"External id": n}})  # fmt: skip
+    events = second + first  # the file's order is no time order
+    before = analyse({"traceEvents": events})
+    trace = {"traceEvents": events}
+    names = [step_name(41, "decode"), step_name(42, "mixed")]
+    assert names == ["llmbench.step 41 (decode)", "llmbench.step 42 (mixed)"]
+    assert name_steps(trace, names)
+    host_ranges = sorted((e["ts"], e["name"]) for e in events if e["cat"] == "user_annotation")
+    assert [n for _, n in host_ranges if n.startswith("llmbench.step")] == names
+    gpu_ranges = sorted((e["ts"], e["name"]) for e in events if e["cat"] == "gpu_user_annotation")
+    assert [n for _, n in gpu_ranges] == names
+    assert analyse(trace) == before  # the reader maps the named ranges to the same steps
+    assert not name_steps(trace, names)  # named already: nothing to write back
+    assert step_name(7, "idle") == "llmbench.step (idle)" and step_name(None, "unrecorded") == "llmbench.step"
 
 
 def test_a_trace_without_engine_steps_has_no_breakdown():

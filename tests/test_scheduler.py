@@ -88,14 +88,19 @@ def test_every_request_finishes_with_max_tokens(
                 s.request_id: n for s, n in zip(batch.seqs, batch.num_new_tokens, strict=True) if s in newly
             }
             assert took == whole, "chunked_prefill=False scheduled part of a prompt"
-            # No mixed step: a step admits whole prompts and nothing else, or is all decode. Not read from
-            # step_kind: a preempted sequence whose recompute the prefix cache serves down to its last
-            # token takes one token, which token_counts() counts as a decode, so a step of admissions
-            # alone can read "mixed" (block_size=1, prefix cache, prompts of 1-2 tokens).
+            # No mixed step: a step admits whole prompts and nothing else, or is all decode, and its kind
+            # says which (also where a preempted sequence's recompute, the prefix cache serving it down to
+            # its last token, takes one token: block_size=1, prefix cache, prompts of 1-2 tokens).
             if newly:
                 assert len(newly) == len(batch.seqs), "chunked_prefill=False put prompts beside decodes"
-            else:
-                assert step_kind(prefill_tokens, decode_tokens) == "decode", batch.num_new_tokens
+            kind = step_kind(prefill_tokens, decode_tokens)
+            assert kind == ("prefill" if newly else "decode"), (kind, batch.num_new_tokens)
+        # Admissions are prefill work, whatever their length; the running sequences' one-token steps past
+        # their prompts are the decodes.
+        running = [(s, n) for s, n in zip(batch.seqs, batch.num_new_tokens, strict=True) if s not in newly]
+        assert decode_tokens == sum(
+            n == 1 and s.num_computed_tokens >= s.num_prompt_tokens for s, n in running
+        )
         if not continuous:
             joined = [s.request_id for s in newly if s.request_id not in scheduled_before]
             assert not (batch_decoded and joined), f"{joined} joined a static batch that had decoded"

@@ -320,7 +320,9 @@ def probe_tp_all_reduce(monkeypatch: pytest.MonkeyPatch) -> None:
         "tuning.tp_all_reduce='nccl' is how tensor-parallel ranks sum their partial results: it needs tp > 1",
         tuning={"tp_all_reduce": "nccl"},
     )
-    assert _on_cpu(tp=2).tp_all_reduce == "nccl"  # gloo's, on the CPU
+    # torch.distributed's collective, named by what runs it: gloo on the CPU, asked for or left to the engine
+    assert _on_cpu(tp=2).tp_all_reduce == "gloo"
+    assert _on_cpu(tp=2, tuning={"tp_all_reduce": "nccl"}).tp_all_reduce == "gloo"
     assert _on_cpu().tp_all_reduce == "none"
 
 

@@ -159,6 +159,9 @@ def request_summary(records: list[RequestRecord], slo: SLO) -> dict[str, float]:
     # Prompt tokens of requests the backend started on (a remote server never says when: a token shows it).
     in_tokens = sum(r.input_len for r in records if r.first_scheduled is not None or r.token_times)
     good = sum(meets_slo(request_metrics(r), slo) for r in finished)
+    # A failed request met no SLO: attainment is a share of the requests that finished or failed (those
+    # a time limit or an interrupt cut are neither: the run says how many there were).
+    judged = len(finished) + sum(r.finish_reason == "failed" for r in records)
     per_s = (lambda x: x / duration) if duration > 0 else (lambda x: math.nan)
     lags = np.array([r.arrival_lag for r in records], dtype=float)
     out.update(
@@ -174,7 +177,7 @@ def request_summary(records: list[RequestRecord], slo: SLO) -> dict[str, float]:
         total_throughput=per_s(out_tokens + in_tokens),
         request_throughput=per_s(len(finished)),
         goodput=per_s(good) if slo.defined else math.nan,
-        slo_attainment=good / len(finished) if slo.defined and finished else math.nan,
+        slo_attainment=good / judged if slo.defined and judged else math.nan,
         arrival_lag_p99=float(np.percentile(lags, 99)) if lags.size else math.nan,
         arrival_lag_max=float(lags.max()) if lags.size else math.nan,
         preemptions=float(sum(r.num_preemptions or 0 for r in records)),

@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
@@ -90,6 +90,7 @@ class RunOutcome(NamedTuple):
     stop_reason: str | None  # "interrupted" | "failed" | "timeout" | None
     meta: dict[str, Any]
     summary: dict[str, Any]
+    told: frozenset[str] = frozenset()  # the summary's warnings already said through the run's events
 
 
 def _warmup_specs(specs: list[RequestSpec], n: int, vocab: int, seed: int) -> list[RequestSpec]:
@@ -105,12 +106,27 @@ def _warmup_specs(specs: list[RequestSpec], n: int, vocab: int, seed: int) -> li
 class _Measuring:
     """State of one run while it is measured; kept so an interruption can still write it out."""
 
-    def __init__(self) -> None:
+    def __init__(self, events: RunEvents) -> None:
+        self.events = events
         self.measured: list[Measured] = []
-        self.warnings: list[str] = []
+        self.warnings: list[str] = []  # the run's own; the backend's are added when it is written
+        self.told: set[str] = set()
         self.stop_reason: str | None = None
         self.error: str | None = None
         self.checkpoint: Callable[[], None] | None = None  # writes what is measured so far
+
+    def warn(self, *texts: str) -> None:
+        """Warnings of the run, recorded and said as soon as they are known."""
+        self.warnings += texts
+        self.tell(texts)
+
+    def tell(self, texts: Iterable[str]) -> None:
+        """Say the warnings not said yet (the backend's, as it adds them): a user can stop a run that a
+        warning makes pointless before it is measured, not only read why after it."""
+        for text in texts:
+            if text not in self.told:
+                self.told.add(text)
+                self.events.message("warning", text)
 
     def repeat_done(self, last: bool) -> None:
         """After each repeat but the run's last: a checkpoint, so that a process that dies keeps what it
@@ -120,7 +136,7 @@ class _Measuring:
         try:
             self.checkpoint()
         except (OSError, StoreError) as exc:
-            self.warnings.append(f"no checkpoint of the repeats measured so far could be written: {exc}")
+            self.warn(f"no checkpoint of the repeats measured so far could be written: {exc}")
             self.checkpoint = None
 
 
@@ -135,7 +151,7 @@ def _measure(req: RunRequest, backend: Backend, events: RunEvents, state: _Measu
                 scenario.workload, backend.tokenizer, backend.vocab_size, scenario.seed, salt, fits
             )
             if not specs_by_salt:  # what a build leaves out is the same for every salt: said once
-                state.warnings += built.warnings
+                state.warn(*built.warnings)
             specs_by_salt[salt] = built.requests
         return specs_by_salt[salt]
 
@@ -193,10 +209,11 @@ def _measure(req: RunRequest, backend: Backend, events: RunEvents, state: _Measu
             )
             traced = req.step_observer is not None and req.step_observer.repeat_traced
             state.measured.append(Measured(pi, label, point, r, result, traced))
-            state.warnings += repeat_warnings(f"{label} repeat {r}", result, point, offsets is not None)
+            state.warn(*repeat_warnings(f"{label} repeat {r}", result, point, offsets is not None))
+            state.tell(backend.warnings)
             if result.status == "timeout":
                 done = sum(x.finished for x in result.requests)
-                state.warnings.append(
+                state.warn(
                     f"{label} repeat {r}: stopped after max_duration_s={scenario.max_duration_s}; "
                     f"{done} of {len(result.requests) + result.not_submitted} requests completed"
                     + (
@@ -236,14 +253,14 @@ def execute_run(req: RunRequest, events: RunEvents | None = None) -> RunOutcome:
 def _execute(req: RunRequest, backend: Backend, events: RunEvents) -> RunOutcome:
     scenario = req.resolved.scenario
     writer = RunWriter(req.out_root, scenario.name, req.variant, req.run_dir)
-    state = _Measuring()
+    state = _Measuring(events)
     threads = set_torch_threads(scenario.cpu_threads)
     cpu_ranks = backend.tp if backend.device == "cpu" else 1
     config, longest = getattr(backend, "config", None), longest_request(req.resolved)
     budget = budget_warning(config, longest) if config is not None and longest is not None else None
     for warning in (busy_warning(threads), oversubscribed_warning(scenario.cpu_threads, cpu_ranks), budget):
         if warning:
-            state.warnings.append(warning)
+            state.warn(warning)
     started = time.time()
     origin = time.perf_counter()
     telemetry = None
@@ -253,11 +270,13 @@ def _execute(req: RunRequest, backend: Backend, events: RunEvents) -> RunOutcome
         telemetry = TelemetrySampler(scenario.telemetry.period_ms / 1e3, backend.cuda_indices, torch_device)
         telemetry.start()
     try:
+        state.tell(backend.warnings)  # what the backend knows of its options, before its start-up's cost
         where = "a server" if backend.device == "remote" else backend.device
         events.phase(f"starting the {backend.name} backend ({scenario.model} on {where})")
         t0 = time.perf_counter()
         started_backend = True
         backend.start()
+        state.tell(backend.warnings)
         init_time = time.perf_counter() - t0
         base = {**run_meta(req, backend), "cpu_threads": threads}
         ctx = RunContext(req, backend, telemetry, origin, started, init_time, base)
@@ -290,7 +309,7 @@ def _execute(req: RunRequest, backend: Backend, events: RunEvents) -> RunOutcome
             f"the run failed; what was measured is kept in {run_dir}:\n{_last_line(state.error)}",
             str(run_dir),
         )
-    return RunOutcome(run_dir, meta["status"], state.stop_reason, meta, summary)
+    return RunOutcome(run_dir, meta["status"], state.stop_reason, meta, summary, frozenset(state.told))
 
 
 def _stop(telemetry: TelemetrySampler | None, backend: Backend | None) -> None:

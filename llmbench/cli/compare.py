@@ -9,6 +9,9 @@ hold, and holds its false alarms to 5% for the whole gate, not per metric: each 
 1 - 0.05/m for m comparisons (Bonferroni), so two identical configurations fail it by chance in at most 5%
 of gates however many metrics and points it looks at.
 
+NEW losing a larger share of its requests than BASE (failed ones, or outputs not the length asked for) is a
+regression too, whatever the latencies of the requests it served say.
+
 Exit status: 0 when at least one metric was judged and none got worse; 1 on a regression; 2 when nothing
 can be compared (no scenario, sweep point or metric that both hold; one run folder given twice; runs of
 different workloads unless ``--allow-other-workload``); 3 when the data cannot support a verdict (a run is
@@ -112,6 +115,32 @@ def _gate_point(
     return verdicts
 
 
+# Requests NEW lost: a failure, or an output stopped short of (or past) the length asked. Each is a
+# regression when NEW lost a larger share of its requests than BASE did: the latencies of what was served
+# say nothing of what was not.
+LOST = (
+    ("num_failed", "NEW failed {new} of {n_new} requests (BASE {base} of {n_base})"),
+    ("num_output_mismatch", "NEW's outputs were not the length asked for in {new} of {n_new} requests (BASE {base} of {n_base})"),
+)  # fmt: skip
+
+
+def _lost(ga: Group, gb: Group, point: str) -> list[str]:
+    """One line per kind of lost request of which NEW lost a larger share than BASE at ``point``."""
+
+    def total(g: Group, metric: str) -> int:
+        return int(sum(v for v in g.repeat_values(point, metric) if v == v))  # NaN: not recorded
+
+    out = []
+    n_base, n_new = total(ga, "num_requests"), total(gb, "num_requests")
+    for metric, text in LOST:
+        base, new = total(ga, metric), total(gb, metric)
+        if n_new and new * max(n_base, 1) > base * n_new:
+            out.append(
+                f"{gb.scenario} {point}: " + text.format(new=new, n_new=n_new, base=base, n_base=n_base)
+            )
+    return out
+
+
 @handle_errors
 def compare(
     base: Annotated[
@@ -198,7 +227,10 @@ def compare(
         names = (ga.label, gb.label) if ga.label != gb.label else (str(base), str(new))
         for point in points:
             shown += _gate_point(f"{scenario} {point}", names, ga, gb, point, gated, confidence, threshold)
-    regressions = sum(v.startswith("worse") for v in shown)
+    lost = [line for s in common for p in a[s].points if p in b[s].points for line in _lost(a[s], b[s], p)]
+    for line in lost:
+        error(line)
+    regressions = sum(v.startswith("worse") for v in shown) + len(lost)
     verdicts = sum(v.startswith(("worse", "better", "equivalent")) for v in shown)
     judged_metrics = len(shown)
     if not judged_metrics:
@@ -210,10 +242,12 @@ def compare(
             f"{len(pairs) * len(gated)} comparisons, each interval at {confidence * 100:.3g}% so that together "
             "they hold 95%: two identical configurations fail this gate by chance in at most 5% of gates"
         )
-    if regressions:
+    if regressions > len(lost):
         error(
-            f"{regressions} metric(s) got worse by more than {fail_above:g}%, their whole interval beyond it"
+            f"{regressions - len(lost)} metric(s) got worse by more than {fail_above:g}%, their whole interval "
+            "beyond it"
         )
+    if regressions:
         raise typer.Exit(EXIT_FAILED)
     if incomplete:
         error(f"no verdict: {'; '.join(incomplete)} (an incomplete run is shown, never judged)")

@@ -12,8 +12,8 @@ from rich.markup import escape
 from llmbench.bench.errors import BenchError
 from llmbench.bench.scenario.loader import AUTO, ResolvedScenario, find_scenario, load_scenario, scenario_dict
 from llmbench.bench.slow_steps import SLOW_FACTOR
-from llmbench.cli.console import console, note, warning
-from llmbench.cli.errors import handle_errors
+from llmbench.cli.console import console, error, note, warning
+from llmbench.cli.errors import EXIT_FAILED, handle_errors
 from llmbench.interrupts import held_interrupts, interrupted_exit
 
 ScenarioArg = Annotated[
@@ -187,7 +187,8 @@ def run(
     if (text := ci_note(outcome.summary)) and not quiet:
         note(text)
     for w in outcome.summary["warnings"]:
-        warning(w)
+        if w not in outcome.told:  # the others were said when they became known
+            warning(w)
     if not quiet:
         for line in unavailable_notes(outcome.summary["unavailable"]):
             note(line)
@@ -197,3 +198,23 @@ def run(
         )
         raise typer.Exit(interrupted_exit() if outcome.stop_reason == "interrupted" else 1)
     console.print(f"results: [bold]{escape(str(outcome.run_dir))}[/]", highlight=False, soft_wrap=True)
+    if empty := _served_nothing(outcome.summary):
+        error(
+            f"no request completed in {'; '.join(empty)}: those repeats measured nothing (the warnings above "
+            "say why); the results are kept"
+        )
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _served_nothing(summary: dict[str, Any]) -> list[str]:
+    """The repeats (``label repeat r``) in which every request sent failed: a run of them ran to its end
+    but measured nothing there, which a script checking the exit status must not take for success."""
+    out = []
+    for p in summary.get("points") or []:
+        for r in p.get("repeats") or []:
+            m = r.get("metrics") or {}
+            if not m.get("num_completed") and m.get("num_failed"):
+                out.append(
+                    f"{p.get('label', '?')} repeat {r.get('repeat', 0) + 1} (all {int(m['num_failed'])} failed)"
+                )
+    return out

@@ -28,7 +28,7 @@ from llmbench.distributed.communicator import (
     single_rank,
 )
 
-ALL_REDUCES = ("nccl", "symm_mem")
+ALL_REDUCES = ("nccl", "gloo", "symm_mem")  # the first two: torch.distributed's, on GPUs and on the CPU
 
 __all__ = [
     "ALL_REDUCES",
@@ -56,7 +56,7 @@ def make_communicator(
         raise ValueError(f"Unsupported all-reduce: {all_reduce!r}. Supported: {list(ALL_REDUCES)}")
     if fuse_matmul and not fuse_norm:
         raise ValueError("fuse_matmul builds on fuse_norm")
-    if all_reduce == "nccl":  # (gloo where the group is gloo's)
+    if all_reduce in ("nccl", "gloo"):
         if fuse_norm:
             raise ValueError("the fused all-reduce needs the one-shot all-reduce ('symm_mem')")
         return TorchCommunicator(group)

@@ -121,7 +121,8 @@ class Tuning:
         'silu'.
     tp_all_reduce: the all-reduce between tensor-parallel ranks: 'nccl' (torch.distributed: NCCL on
         GPUs, gloo on the CPU) or 'symm_mem' (one-shot over NVLink for small messages, NCCL for the rest;
-        GPUs of one host). auto: 'symm_mem' where the ranks can share GPU memory, else 'nccl'.
+        GPUs of one host). auto: 'symm_mem' where the ranks can share GPU memory, else 'nccl'. Resolved,
+        torch.distributed's reads as what runs it: 'nccl' on GPUs, 'gloo' on the CPU.
     tp_fuse_norm: tp > 1: each all-reduce of a decode step done together with the RMSNorm after it, in
         one Triton kernel over the GPUs' shared memory. auto: wherever it can apply.
     tp_fuse_matmul: tp > 1, with tp_fuse_norm: at one-row decode steps each row-parallel product

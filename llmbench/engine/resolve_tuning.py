@@ -50,7 +50,7 @@ class ResolvedTuning:
     programmatic_launch_rows: int  # 0: never
     skinny_matmul_rows: int  # 0: cuBLAS always
     skinny_fusion: str  # "all" | "silu" | "none"
-    tp_all_reduce: str  # "nccl" (gloo on the CPU) | "symm_mem" | "none" (tp=1)
+    tp_all_reduce: str  # "nccl" | "gloo" (torch.distributed's: 'nccl' asked on the CPU) | "symm_mem" | "none"
     tp_fuse_norm: bool
     tp_fuse_matmul: bool
     compile_mode: str
@@ -242,7 +242,8 @@ def _programmatic_rows(
 
 
 def _all_reduce(asked: str, tp: int, device: str, facts: Facts) -> str:
-    """ "none" at tp=1; the one-shot "symm_mem" where the ranks can share GPU memory; "nccl" otherwise."""
+    """ "none" at tp=1; the one-shot "symm_mem" where the ranks can share GPU memory; otherwise
+    torch.distributed's collective, named by what runs it: "nccl" on GPUs, "gloo" on the CPU."""
     cuda = device.startswith("cuda")
     if asked == "symm_mem":
         if not (cuda and tp > 1):
@@ -270,6 +271,6 @@ def _all_reduce(asked: str, tp: int, device: str, facts: Facts) -> str:
         )
     if tp == 1:
         return "none"
-    if asked == "nccl":
-        return "nccl"
-    return "symm_mem" if cuda and facts.ranks_share_memory else "nccl"
+    if asked != "nccl" and cuda and facts.ranks_share_memory:
+        return "symm_mem"
+    return "nccl" if cuda else "gloo"

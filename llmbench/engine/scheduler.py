@@ -96,9 +96,14 @@ class ScheduledBatch:
         return self._counts
 
     def token_counts(self) -> tuple[int, int]:
-        """(prefill tokens, decode tokens); valid until ``Scheduler.advance`` moves the counters."""
+        """(prefill tokens, decode tokens); valid until ``Scheduler.advance`` moves the counters. A decode
+        is a running sequence's one next token; a sequence admitted in this step (the batch's last ones) is
+        prefilled, even where a preempted one's recompute is down to one token (the prefix cache held the
+        rest), so that a step of admissions alone is a prefill step under every policy."""
         c = self.counts()
-        decode = int(np.count_nonzero((c.new == 1) & (c.computed >= c.prompt)))
+        running = len(self.seqs) - len(self.newly_scheduled)
+        decoding = (c.new[:running] == 1) & (c.computed[:running] >= c.prompt[:running])
+        decode = int(np.count_nonzero(decoding))
         return int(c.new.sum()) - decode, decode
 
 

@@ -6,17 +6,23 @@ traced steps and of the untraced steps of the reference repeat (window.py), with
 slowed a kind by ``TRACING_NOTE`` or more, and the median time the host waited on the device in those
 untraced steps (``device_wait``: near the step time when the device bounds a kind, near 0 when the host
 does; the profiler's own cost on the host makes the traced steps' idle time no guide to that). Per rank:
-the mean per step over all its window steps (ranks > 0 serve rank 0's steps one for one). The top kernels (or, on a CPU, ops) of rank 0's
-window with achieved FLOP/s and bytes/s against the device's peaks, where known. Slow steps recorded around
+the mean per step over all its window steps (ranks > 0 serve rank 0's steps one for one, and have no
+range for a call that ran none). The top kernels (or, on a CPU, ops) of rank 0's window with achieved
+FLOP/s and bytes/s against the device's peaks, where known. Slow steps recorded around
 (``--slow-steps``) are listed with their causes and breakdown.
 
 All times are seconds; a step's breakdown adds up to its wall time (trace.py).
+
+Every trace read is written back with its step ranges named after the steps they hold (trace.py
+``name_steps``: ``llmbench.step 42 (decode)``), so that a step of the profile's tables can be found in
+Perfetto or chrome://tracing by its number.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import statistics
 from collections import defaultdict
@@ -24,7 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from llmbench.bench.peaks import PeakUsed
-from llmbench.bench.profile.trace import KernelStat, StepBreakdown, TraceBreakdown, analyse
+from llmbench.bench.profile.trace import (
+    KernelStat,
+    StepBreakdown,
+    TraceBreakdown,
+    analyse,
+    name_steps,
+    step_name,
+)
 from llmbench.bench.slow_steps import MIN_STEPS_OF_KIND
 
 TOP_KERNELS = 15
@@ -35,6 +48,15 @@ TRACING_NOTE = 1.2  # traced / untraced median engine step time from which the s
 def read_trace(path: Path) -> dict[str, Any]:
     with gzip.open(path, "rt") as f:
         return json.load(f)
+
+
+def write_trace(path: Path, trace: dict[str, Any]) -> None:
+    """Replace a trace file: written beside, then renamed, so that a reader never sees half a file."""
+    part = path.with_name(f".{path.name}.{os.getpid()}.part")
+    # zlib's default level: the highest (torch's) takes about twice as long for a few percent less
+    with gzip.open(part, "wt", compresslevel=6) as f:
+        json.dump(trace, f)
+    os.replace(part, path)
 
 
 def rank_files(folder: Path, template: str) -> dict[int, Path]:
@@ -146,16 +168,21 @@ def summarise(
         window = [c["window"] for c in members]
         for rank, path in files.items():
             traces.append(path.name)
-            breakdown: TraceBreakdown = analyse(read_trace(path))
+            # a rank > 0 has a range for each step rank 0 sent it, none for a call that ran no step
+            served = members if rank == 0 else [c for c in members if c["kind"] != "idle"]
+            trace = read_trace(path)
+            breakdown: TraceBreakdown = analyse(trace)
+            if name_steps(trace, [step_name(c["step"], c["kind"]) for c in served]):
+                write_trace(path, trace)
             if mode == "cuda" and breakdown.mode == "cpu" and breakdown.steps:
                 notes.append(
                     f"{path.name} holds no GPU activity (CUPTI unavailable, or taken by another tool): "
                     "its breakdown is over CPU ops"
                 )
             mode = breakdown.mode
-            if len(breakdown.steps) < len(members):
-                notes.append(f"{path.name}: {len(breakdown.steps)} step ranges for {len(members)} steps")
-            pairs = list(zip(members, breakdown.steps, strict=False))
+            if len(breakdown.steps) < len(served):
+                notes.append(f"{path.name}: {len(breakdown.steps)} step ranges for {len(served)} steps")
+            pairs = list(zip(served, breakdown.steps, strict=False))
             per_rank[rank] += [b for c, b in pairs if c["window"]]
             if rank == 0:
                 rows += [_step_row(c, b) for c, b in pairs]

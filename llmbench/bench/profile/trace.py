@@ -1,7 +1,9 @@
 """One rank's Chrome trace (torch.profiler's export) read into a breakdown per engine step.
 
-Steps are the ``llmbench.step`` ranges on the thread that holds them (the engine's), in time order. For
-each step, over its host window [start, end]:
+Steps are the ``llmbench.step`` ranges on the thread that holds them (the engine's), in time order: the
+engine names them ``llmbench.step``, and ``name_steps`` renames them after the steps of the profile's
+tables (``llmbench.step 42 (decode)``), so a name counts as a step range by its prefix. For each step, over
+its host window [start, end]:
 
 - on a GPU: every instant is either GPU busy, split between the kernels running then (equal shares when
   several overlap; ``overlap`` says how long that was), each kernel's share in its category, or GPU idle;
@@ -15,9 +17,11 @@ each step, over its host window [start, end]:
   ``sum(device) + sum(waited_for) == wall``.
 
 A kernel's category (engine/kernel_roles.py) uses the layer range and phase its launch happened in and
-the ops around that launch, found through the launch's correlation id. ``phases`` is the host time of each
-engine phase range in the step. GEMM FLOPs and bytes come from the input shapes of the op that launched
-the kernel (2 M N K, and every operand read or written once); other kernels have none.
+the ops around that launch, found through the launch's correlation id; it is decided for each call, so
+calls of one name can fall in different categories (the same elementwise kernel in a norm layer and in an
+activation), and the kernel table (``kernels``) has a row per name and category. ``phases`` is the host
+time of each engine phase range in the step. GEMM FLOPs and bytes come from the input shapes of the op
+that launched the kernel (2 M N K, and every operand read or written once); other kernels have none.
 
 This is our own reading of torch.profiler's events: HolisticTraceAnalysis needs jupyterlab, plotly and
 pytest installed, and Perfetto's trace processor downloads a native binary when it runs, neither of which
@@ -100,10 +104,15 @@ def _gemm_cost(op: _Node) -> tuple[float, float]:
     return 2.0 * batch * m * n * k, float(batch * (m * k + k * n + m * n) * size)
 
 
+def is_step_range(name: str, cat: str | None) -> bool:
+    """Whether an event is a step range: ``llmbench.step``, named or not (``step_name``)."""
+    return cat == "user_annotation" and (name == STEP or name.startswith(STEP + " "))
+
+
 def _host_thread(events: list[dict]) -> tuple[Any, Any] | None:
     counts: dict[tuple[Any, Any], int] = defaultdict(int)
     for e in events:
-        if e.get("name") == STEP and e.get("cat") == "user_annotation":
+        if is_step_range(e.get("name", ""), e.get("cat")):
             counts[(e.get("pid"), e.get("tid"))] += 1
     return max(counts, key=counts.__getitem__) if counts else None
 
@@ -120,7 +129,7 @@ def _walk_host(nodes: list[_Node]):
         if stack:
             parent = stack[-1][0]
             stack[-1][2][0] += max(0.0, min(node.end, parent.end) - node.start)
-        if node.name == STEP and node.cat == "user_annotation":
+        if is_step_range(node.name, node.cat):
             step += 1
             ctx = _Context(step, None, None, ())
         elif node.cat == "user_annotation" and node.name.startswith(LAYER_PREFIX):
@@ -159,9 +168,9 @@ def analyse(trace: dict[str, Any]) -> TraceBreakdown:
     outside: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))  # CPU: time in no op
     launches: dict[int, int] = defaultdict(int)
     by_correlation: dict[Any, _Context] = {}
-    op_stats: dict[str, list] = {}
+    op_stats: dict[tuple[str, str], list] = {}  # (name, category) -> count, seconds, FLOPs, bytes
     for node, ctx, own_time in _walk_host(host):
-        if node.name == STEP and node.cat == "user_annotation":
+        if is_step_range(node.name, node.cat):
             steps.append(node)
         if ctx.step is None:
             continue
@@ -183,7 +192,7 @@ def analyse(trace: dict[str, Any]) -> TraceBreakdown:
     steps.sort(key=lambda n: n.start)
     origin = steps[0].start if steps else 0.0
 
-    kernels: dict[str, list] = {}
+    kernels: dict[tuple[str, str], list] = {}
     per_step: dict[int, list[tuple[float, float, str, Any]]] = defaultdict(list)  # ..., correlation id
     if mode == "cuda":
         starts = [s.start for s in steps]
@@ -238,19 +247,60 @@ def analyse(trace: dict[str, Any]) -> TraceBreakdown:
         out.append(
             StepBreakdown(i, s.start - origin, wall, device, idle, waited, dict(phases), overlap, launches[i])
         )
-    stats = [KernelStat(k, *v) for k, v in kernels.items()]
+    stats = [KernelStat(name, category, *v) for (name, category), v in kernels.items()]
     stats.sort(key=lambda k: -k.total)
     return TraceBreakdown(mode, out, stats)
 
 
+def step_name(step: int | None, kind: str) -> str:
+    """The name of a step's range once its step is known, what a search in Perfetto or chrome://tracing
+    finds: ``llmbench.step 42 (decode)``; ``llmbench.step (idle)`` for a call that ran no step, and
+    ``llmbench.step`` for one whose step is not known."""
+    if kind == "idle":
+        return f"{STEP} (idle)"
+    return STEP if step is None else f"{STEP} {step} ({kind})"
+
+
+def name_steps(trace: dict[str, Any], names: list[str]) -> bool:
+    """Rename the trace's step ranges, the i-th in time order (as ``analyse`` reads them) to ``names[i]``;
+    ranges past the names keep theirs. The GPU's copy of a range (``gpu_user_annotation``, linked to it by
+    its External id) is renamed with it. Returns whether any name changed."""
+    events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
+    where = _host_thread(events)
+    if where is None:
+        return False
+    ranges = [
+        e
+        for e in events
+        if (e.get("pid"), e.get("tid")) == where and is_step_range(e.get("name", ""), e.get("cat"))
+    ]
+    ranges.sort(key=lambda e: (e["ts"], -e["dur"]))
+    changed = False
+    by_id: dict[Any, str] = {}
+    for e, name in zip(ranges, names, strict=False):
+        changed = changed or e["name"] != name
+        e["name"] = name
+        if (link := (e.get("args") or {}).get("External id")) is not None:
+            by_id[link] = name
+    for e in events:
+        link = (e.get("args") or {}).get("External id")
+        if e.get("cat") == "gpu_user_annotation" and link in by_id and e.get("name", "").startswith(STEP):
+            changed = changed or e["name"] != by_id[link]
+            e["name"] = by_id[link]
+    return changed
+
+
 def _add(
-    table: dict[str, list], name: str, category: str, seconds: float, flops: float, nbytes: float
+    table: dict[tuple[str, str], list], name: str, category: str, seconds: float, flops: float, nbytes: float
 ) -> None:
-    row = table.setdefault(name, [category, 0, 0.0, 0.0, 0.0])
-    row[1] += 1
-    row[2] += seconds
-    row[3] += flops
-    row[4] += nbytes
+    """Count one call into its (name, category) row: calls of one name can belong to different categories
+    (an elementwise kernel launched in a norm layer and in an activation), and each is counted where the
+    step breakdown counts it, whichever came first."""
+    row = table.setdefault((name, category), [0, 0.0, 0.0, 0.0])
+    row[0] += 1
+    row[1] += seconds
+    row[2] += flops
+    row[3] += nbytes
 
 
 def _sweep(

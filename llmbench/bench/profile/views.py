@@ -209,7 +209,8 @@ def _disagreements(rows: list[dict[str, Any]]) -> list[tuple[str, float, float]]
 
 
 def profile_views(profile: dict[str, Any]) -> list[View]:
-    """Every view of one variant's profile, the breakdown first."""
+    """Every view of one variant's profile, the breakdown first: what ``llmbench profile`` prints and what
+    ``llmbench report`` shows of a stored profile alike (a view added here shows in both)."""
     views = [breakdown_view(profile), kernels_view(profile)]
     views += [
         v for v in (ranks_view(profile), slow_summary_view(profile), slow_view(profile)) if v is not None

@@ -16,12 +16,17 @@ With ``slow_steps`` the profiler keeps recording until the run ends, in chunks o
 is written out when it holds steps of the window or a slow step (one over ``factor`` times the running
 median of its kind), and dropped otherwise.
 
-The window talks to the engine only through ``start_trace``/``stop_trace`` between steps; each recorded
-chunk is one trace file per rank, ``trace-steps<first>-<last>-rank<r>.json.gz``. ``record()`` is what the
-analysis needs to pair the trace's step ranges with the engine's step statistics. A trace's step range is
-one ``step()`` call, and a call is described by the step whose work it launched: under asynchronous
-scheduling a call launches the next step while it delivers the one before, so its record waits for the
-next call's statistics (a prompt's forward is in the call before the one that returns its first token).
+The window talks to the engine only through ``start_trace``/``stop_trace`` between steps (and
+``has_unfinished`` once the run is over); each recorded chunk is one trace file per rank,
+``trace-steps<first>-<last>-rank<r>.json.gz``. ``record()`` is what the analysis needs to pair the trace's
+step ranges with the engine's step statistics. A trace's step range is one ``step()`` call, and a call is
+described by the step whose work it launched: under asynchronous scheduling a call launches the next step
+while it delivers the one before, so its record waits for the next call's statistics (a prompt's forward
+is in the call before the one that returns its first token).
+A chunk full after such a call stays open for one call more, the one that delivers its last step: that
+call's range ends the trace but belongs to no chunk (the step it launched is delivered after the trace,
+and absorbs the cost of writing it), so every call of a chunk is described. The run's last call launches
+no step ("idle"); only an interrupted run leaves a call's step undelivered ("unrecorded").
 """
 
 from __future__ import annotations
@@ -119,18 +124,24 @@ class ProfileWindow:
         pending, self._pending = self._pending, None
         if pending is not None:  # the step the call before launched is delivered now
             self._describe(pending, stats)
+            if self._full():  # this call only delivered the chunk's last step: the trace's tail, no member
+                self._close(engine)
+                return
         # the whole step() call, what the trace's step range covers; the chunk's first pays for the start
         record = {"call": len(self.calls), "call_time": call_time, "first": len(self.calls) == self._open}
         self.calls.append(record)
         if self._launches_ahead:
-            self._pending = record
+            self._pending = record  # the chunk stays open until its step is delivered, by the next call
         else:
             self._describe(record, stats)
-        if not self.slow_steps:
-            if self.window_done:
+            if self._full():
                 self._close(engine)
-        elif len(self.calls) - self._open >= self.chunk_len:
-            self._close(engine)
+
+    def _full(self) -> bool:
+        """Whether the open chunk holds all it should: the window's steps, or ``chunk_len`` calls."""
+        if not self.slow_steps:
+            return self.window_done
+        return self._open is not None and len(self.calls) - self._open >= self.chunk_len
 
     def _describe(self, record: dict[str, Any], stats: Any) -> None:
         """Fill a call's record with the statistics of the step it launched; count it into the window."""
@@ -174,11 +185,12 @@ class ProfileWindow:
         start, self._open = self._open, None
         if start is None:
             return
-        if self._pending is not None:  # the step its last call launched comes after the trace: not known
+        if self._pending is not None:  # the run ended after this call: it launched no step, or was cut off
             self._pending.pop("first")
             self._pending.update(
-                step=None, kind="unrecorded", num_seqs=0, prefill_tokens=0, decode_tokens=0, graph_bucket=None,
-                engine_time=None, window=False, slow=False, causes=[],
+                step=None, kind="unrecorded" if engine.has_unfinished() else "idle", num_seqs=0,
+                prefill_tokens=0, decode_tokens=0, graph_bucket=None, engine_time=None, window=False,
+                slow=False, causes=[],
             )  # fmt: skip
             self._pending = None
         members = self.calls[start:]

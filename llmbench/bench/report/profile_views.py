@@ -1,7 +1,7 @@
 """Profile summaries in a report, next to the run metrics: for every group whose run was recorded by
-``llmbench profile`` (its ``profile.json`` sits beside the run folder), the breakdown per kind of step and
-the slow steps by cause, and the comparison with the baseline's profile; in the HTML report, stacked bars
-of that breakdown per variant.
+``llmbench profile`` (its ``profile.json`` sits beside the run folder), the views ``llmbench profile``
+printed for it (bench/profile/views.py ``profile_views``: a stored profile reads the same either way), and
+the comparison with the baseline's profile; in the HTML report, stacked bars of the breakdown per variant.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from llmbench.bench.profile.diff import diff_rows
-from llmbench.bench.profile.views import breakdown_view, diff_view, slow_summary_view
+from llmbench.bench.profile.views import diff_view, profile_views
 from llmbench.bench.report.frame import Group
 from llmbench.bench.report.kept import read_object
 from llmbench.bench.report.views import View
@@ -31,8 +31,7 @@ def group_profile(group: Group) -> dict[str, Any] | None:
 def profile_problem(data: dict[str, Any]) -> str | None:
     """Why a profile record cannot be shown (a field missing or of the wrong type), or None."""
     try:
-        breakdown_view(data)
-        slow_summary_view(data)
+        profile_views(data)
         diff_rows(data, data)
         profile_bars_data(data)
     except _MALFORMED as exc:
@@ -48,8 +47,8 @@ def profile_bars_data(data: dict[str, Any]) -> None:
 
 def profile_section(groups: list[Group], baseline: Group | None) -> list[View]:
     profiles = {id(g): p for g in groups if (p := group_profile(g)) is not None}
-    views = [breakdown_view(profiles[id(g)]) for g in groups if id(g) in profiles]
-    views += [v for g in groups if id(g) in profiles and (v := slow_summary_view(profiles[id(g)]))]
+    # as ``llmbench profile`` prints them: each variant's views, then the comparisons
+    views = [v for g in groups if id(g) in profiles for v in profile_views(profiles[id(g)])]
     base = profiles.get(id(baseline)) if baseline is not None else None
     if base is not None:
         for g in groups:

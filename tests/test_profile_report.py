@@ -1,0 +1,78 @@
+"""A stored profile reads the same through ``llmbench report --view profile`` as ``llmbench profile``
+printed it: every view of each variant (bench/profile/views.py ``profile_views``), then the comparison."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from llmbench.bench.profile.diff import diff_rows
+from llmbench.bench.profile.views import diff_view, profile_views
+from llmbench.bench.report import build_report
+from llmbench.bench.report.profile_views import profile_problem
+
+
+def _profile(variant: str, scale: float) -> dict[str, Any]:
+    """A variant's profile.json with something for every view: kinds, kernels, two ranks, slow steps."""
+    kind = {
+        "steps": 8, "wall": 0.002 * scale, "engine_time": 0.0021 * scale, "traced_median": 0.002 * scale,
+        "untraced_median": 0.0019 * scale, "untraced_wait": 0.001, "busy": 0.0015 * scale,
+        "device": {"GEMM": 0.001 * scale, "attention": 0.0005 * scale}, "idle": 0.0005 * scale,
+        "waited_for": {"schedule": 0.0005 * scale}, "overlap": 0.0, "launches": 12.0,
+    }  # fmt: skip
+    kernel = {
+        "name": "nvjet_tst_128x64_64x3_1x2_h_bz_coopA_NNT", "category": "GEMM", "count": 8, "total": 0.008,
+        "mean": 0.001, "flops_per_s": 4e14, "bytes_per_s": 1e12, "flops_peak_frac": 0.5,
+        "bandwidth_peak_frac": 0.3,
+    }  # fmt: skip
+    rank = {"steps": 8, "wall": 0.002, "busy": 0.0015, "device": {"GEMM": 0.001}, "idle": 0.0005}
+    slow = {
+        "step": 40, "kind": "decode", "causes": ["Triton compile"], "engine_time": 0.05, "ratio": 25.0,
+        "wall": 0.05, "device": {"GEMM": 0.001}, "idle": 0.049, "prefill_tokens": 0, "decode_tokens": 8,
+        "num_seqs": 8,
+    }  # fmt: skip
+    return {
+        "variant": variant, "status": "complete", "device": "cuda:0", "mode": "cuda", "steps_per_kind": 8,
+        "slow_steps_recorded": True, "slow_factor": 5.0,
+        "peak": {"matmul_flops": 8e14, "mem_bandwidth": 3.3e12, "source": "datasheet"},
+        "traces": ["trace-steps32-47-rank0.json.gz"], "kinds": {"decode": kind},
+        "ranks": [{"rank": 0, **rank}, {"rank": 1, **rank}], "kernels": [kernel], "slow_steps": [slow],
+        "steps": [], "notes": ["decode: 8 step(s) of the 20 asked for; the window held no more of them"],
+    }  # fmt: skip
+
+
+def _stored(folder: Path, profile: dict[str, Any]) -> None:
+    """A variant's folder as ``llmbench profile`` leaves it: its run and, beside it, its profile.json."""
+    run = folder / profile["variant"] / "run"
+    run.mkdir(parents=True)
+    repeats = [{"repeat": 0, "status": "complete", "metrics": {"tpot_p50": 0.002}}]
+    summary = {"status": "complete", "points": [{"label": "offline", "repeats": repeats, "metrics": {}}]}
+    meta = {"status": "complete", "scenario_name": "prof", "variant": profile["variant"], "command_line": []}
+    (run / "meta.json").write_text(json.dumps(meta))
+    (run / "summary.json").write_text(json.dumps(summary))
+    (run.parent / "profile.json").write_text(json.dumps(profile))
+
+
+def test_a_stored_profile_reads_the_same_through_report_as_the_command_printed_it(tmp_path):
+    base, other = _profile("baseline", 1.0), _profile("x", 1.2)
+    for p in (base, other):
+        _stored(tmp_path, p)
+    (section,) = build_report([tmp_path], views=["profile"]).sections
+    printed = [
+        *profile_views(base),
+        *profile_views(other),
+        diff_view("baseline", "x", diff_rows(base, other)),
+    ]
+    assert [(v.title, v.rows, v.notes) for v in section.views] == [
+        (v.title, v.rows, v.notes) for v in printed
+    ]
+    titles = [v.title for v in section.views]
+    for shown in ("top kernels", "each rank", "slow steps recorded by cause", "slow steps recorded (>"):
+        assert any(shown in t for t in titles), (shown, titles)  # so that the comparison is no empty one
+
+
+def test_a_profile_that_one_of_its_views_cannot_read_is_said_so():
+    broken = _profile("baseline", 1.0)
+    del broken["kernels"][0]["count"]  # read by the top kernels view alone
+    assert "KeyError" in profile_problem(broken)
