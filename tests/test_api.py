@@ -106,7 +106,7 @@ def test_llm_is_a_context_manager_whose_shutdown_frees_the_model_once():
 
 
 def test_a_built_engine_is_out_of_the_collectors_reach_until_shutdown():
-    """Start-up's objects frozen (engine/collector.py): a full collection during steps does not walk the
+    """Start-up's objects frozen (llmbench/collector.py): a full collection during steps does not walk the
     model; after shutdown they are the collector's again, so a dropped engine can be collected."""
     with LLM("qwen3-tiny", num_kv_blocks=16, max_model_len=64) as llm:
         model = llm.engine.runner.model

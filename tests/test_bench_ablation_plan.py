@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmbench.bench import fit
+from llmbench.bench import workload_fits as fit
 from llmbench.bench.ablation import BASELINE, Variant, parse_toggle, parse_toggles, plan
 from llmbench.bench.ablation.checks import config_problem
 from llmbench.bench.ablation.execute import child_command

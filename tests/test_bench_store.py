@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -229,3 +230,26 @@ def test_an_older_runs_group_peak_memory_is_not_read_as_one_devices(tmp_path, tp
     assert (
         "sum over the tensor-parallel GPUs" in run.summary.get("unavailable", {}).get("peak_memory", "")
     ) is not kept
+
+
+def test_every_figure_a_repeat_measures_is_a_metric_kept_in_the_summary(tmp_path):
+    # A figure a repeat computes but METRICS does not name would be missing from summary.json's estimates
+    # (which iterate METRICS), and a step figure missing from ENGINE_ONLY would read "–" on a peer backend
+    # instead of unavailable with its reason.
+    from llmbench.bench.backends.base import ENGINE_ONLY
+    from llmbench.bench.derived import StepUtilisation, step_summary
+    from llmbench.bench.metrics import METRICS, STEP_FIGURES
+    from llmbench.bench.runner import RunRequest, execute_run
+    from llmbench.bench.scenario import load_scenario
+
+    path = tmp_path / "s.yaml"
+    path.write_text(json.dumps({"model": "qwen3-tiny", "engine": {"device": "cpu"}, "warmup": 0,
+                                "workload": {"num_requests": 2, "input_len": 8, "output_len": 3}}))  # fmt: skip
+    summary = execute_run(RunRequest(load_scenario(path, []), tmp_path / "r", "v")).summary
+    (point,) = summary["points"]
+    measured = set(point["repeats"][0]["metrics"])
+    assert measured - set(METRICS) == set(), "figures measured but not kept as metrics"
+    assert set(point["metrics"]) == set(METRICS)
+    none = StepUtilisation(*(np.array([]) for _ in StepUtilisation._fields))
+    assert set(step_summary([], none)) == set(STEP_FIGURES) <= measured
+    assert set(STEP_FIGURES) <= set(ENGINE_ONLY)

@@ -464,7 +464,7 @@ def test_a_child_run_hears_sigint_even_when_started_with_it_ignored():
     # a shell script inherits SIGINT ignored, and would run on until killed.
     import signal
 
-    from llmbench.cli.run import listen_for_interrupts
+    from llmbench.cli.common import listen_for_interrupts
 
     before = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:

@@ -225,6 +225,53 @@ def test_warnings_of_one_point_stay_with_that_point():
     assert flag("rate=2 repeat 1: 3 of 40 requests failed: HTTP 500 (3)") == "failed requests"
 
 
+def test_a_peer_clients_own_warnings_are_flagged_by_what_they_put_in_doubt():
+    # The sentences the openai backend writes, as it writes them: a client loop held up is a timing doubt
+    # (verdicts say so), counts in doubt and prompts counted differently are flags of their own.
+    from llmbench.bench.backends.openai_probe import LoopLag
+    from llmbench.bench.backends.openai_warnings import loop_stalls
+    from llmbench.bench.records import RequestRecord
+    from llmbench.bench.repeat_warnings import count_warnings
+    from llmbench.bench.report.warning_flags import TIMING_FLAGS, flag, flags
+
+    def record(**extra) -> RequestRecord:
+        return RequestRecord("r0", 8, 4, 0.0, 0.0, 0.0, [0.1, 0.2], [1, 2], "length", **extra)
+
+    held = loop_stalls(LoopLag(0.3, 0.2, [(1.0, 1.3)]), [record(client_stall=0.3)])
+    assert held is not None and flag(held) == "lagging" and "lagging" in TIMING_FLAGS
+    lag = "offline repeat 0: the driver fell behind the arrival schedule: hand-over lag p99 40.0 ms"
+    assert flags([held, lag]) == ["lagging"]  # two wordings, one flag
+    (doubt, prompt) = count_warnings(
+        "offline repeat 0",
+        [record(output_len_source="chunks", count_check="3 chunks", prompt_check="9 tokens")],
+    )
+    assert flag(doubt) == "output counts" and flag(prompt) == "prompt counts"
+    (plain,) = count_warnings("offline repeat 0", [record(output_len_source="text")])
+    assert flag(plain) == "output counts"
+
+
+def test_a_peers_start_up_parts_it_cannot_time_are_not_shown_as_zero(tmp_path):
+    from llmbench.bench.report.frame import Group
+    from llmbench.bench.report.views import startup
+    from llmbench.cli.common import startup_line
+
+    line = startup_line("openai", {"engine_init_time": 0.05})
+    assert line == "openai startup 0.05 s — kept apart from the measurements"
+    engine = {"engine_init_time": 2.0, "load_time": 0.5, "compile_time": 0.0, "graph_capture_time": 1.0}
+    assert "(weights 0.50 s, compile 0.00 s, graph capture 1.00 s)" in startup_line("engine", engine)
+
+    class Run:
+        def __init__(self, start: dict) -> None:
+            self.meta = {"startup": start}
+
+    peer, ours = (
+        Group("s", "", v, [Run(s)], label=v)
+        for v, s in (("openai", {"engine_init_time": 0.05}), ("engine", engine))
+    )
+    rows = startup("s", [peer, ours]).rows
+    assert rows[0][2:] == ["0.05", "–", "–", "–"] and rows[1][2:] == ["2.00", "0.50", "0.00", "1.00"]
+
+
 def test_labels_are_unique_across_ablations_and_identical_run_folders(runs, tmp_path):
     """Two ablations with a 'baseline' each, and two copies of one standalone run: every column and every
     comparison has a label of its own."""

@@ -487,7 +487,7 @@ def test_a_rate_under_a_cap_keeps_at_most_that_many_in_flight_and_reports_the_cl
 
 
 def test_the_startup_line_says_a_tensor_parallel_pool_is_one_ranks():
-    from llmbench.cli.run import startup_line
+    from llmbench.cli.common import startup_line
 
     startup = {"engine_init_time": 1.0, "kv_num_blocks": 10, "kv_capacity_tokens": 160, "kv_cache_dtype": "bf16",
                "kv_bytes_per_token": 512}  # fmt: skip

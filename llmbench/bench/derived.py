@@ -125,7 +125,7 @@ def _field(model_info: Any, name: str) -> Any:
 
 
 def step_summary(steps: list[StepRecord], util: StepUtilisation) -> dict[str, float]:
-    """Per-repeat figures over the engine steps of that repeat."""
+    """Per-repeat figures over the engine steps of that repeat (``STEP_FIGURES``)."""
     nan = math.nan
     decode_steps = [s for s in steps if s.kind == "decode"]
     decode = [s.duration for s in decode_steps]

@@ -24,6 +24,20 @@ from llmbench.bench.records import RequestRecord
 from llmbench.bench.scenario.schema import SLO
 from llmbench.bench.stats import distribution
 
+# The figures bench/derived.py's ``step_summary`` gives: engine-only (a peer backend shows them unavailable:
+# backends/base.py ENGINE_ONLY), each a metric of METRICS below (summary.json keeps only those).
+STEP_FIGURES = (
+    "num_steps",
+    "decode_step_mean",
+    "decode_host_time",
+    "device_wait_share",
+    "decode_bw_util_mean",
+    "prefill_flop_util_mean",
+    "kv_usage_max",
+    "decode_fixed",
+    "decode_kv_rate",
+)
+
 
 class RequestMetrics(NamedTuple):
     queue: float

@@ -29,6 +29,15 @@ class RequestRecord(NamedTuple):
     client_queue: float | None = None  # seconds it waited in the client before being sent (peer clients)
     reported_output_len: int | None = None  # the server's own count of output tokens, when it sends one
     output_check: str | None = None  # what is wrong with the output's length, None when it is as asked
+    # Peer servers (bench/backends/openai_counts.py): where the output token count came from ("ids",
+    # "usage", "finish_reason", "text", "chunks"); where the stream and the server disagree on that count;
+    # where the server counted the prompt differently. None: not a peer's, or nothing to say.
+    output_len_source: str | None = None
+    count_check: str | None = None
+    prompt_check: str | None = None
+    # Peer clients: the longest the client's own loop was held up between the request's send and its last
+    # token, so how late any of its tokens may have been stamped (bench/backends/openai_probe.py).
+    client_stall: float | None = None
 
     @property
     def finished(self) -> bool:
@@ -36,9 +45,8 @@ class RequestRecord(NamedTuple):
 
     @property
     def num_output_tokens(self) -> int:
-        """Output tokens: the server's count when it gave one, else the tokens seen (ids, or stream times)."""
-        if self.reported_output_len is not None:
-            return self.reported_output_len
+        """Output tokens: one per token time (a peer backend gives each counted token a time, tokens of one
+        chunk sharing it), or per id where a backend keeps ids without times."""
         return max(len(self.token_ids), len(self.token_times))
 
     @property

@@ -26,7 +26,6 @@ from llmbench.bench.arrivals import arrival_offsets, at_measured_rate, in_flight
 from llmbench.bench.backends import Backend, make_backend
 from llmbench.bench.driver import DriveResult, Progress
 from llmbench.bench.errors import RunFailed, ScenarioError, StoreError
-from llmbench.bench.fit import budget_warning, fit_problem, longest_request
 from llmbench.bench.hardware import busy_warning, oversubscribed_warning, set_torch_threads
 from llmbench.bench.repeat_warnings import repeat_warnings
 from llmbench.bench.run_record import DIED, DIED_ERROR, RunContext, assemble, run_meta
@@ -36,6 +35,7 @@ from llmbench.bench.store import RunWriter
 from llmbench.bench.summary import Measured
 from llmbench.bench.telemetry import TelemetrySampler
 from llmbench.bench.workload import RequestSpec, build_workload, check_prompt_file, context_check
+from llmbench.bench.workload_fits import budget_warning, fit_problem, longest_request
 
 SALT_PER_POINT = 10_000  # prompt salt = point index * this + repeat index
 

@@ -25,7 +25,7 @@ REQUEST_COLUMNS = (
     "point", "repeat", "request_id", "input_len", "max_tokens", "output_len", "arrival", "submitted",
     "arrival_lag", "first_scheduled", "first_token", "last_token", "queue_time", "ttft", "tpot", "e2e",
     "finish_reason", "num_cached_tokens", "num_preemptions", "slo_met", "token_ids", "token_times",
-    "client_queue", "error", "output_check",
+    "client_queue", "error", "output_check", "output_len_source", "count_check", "prompt_check", "client_stall",
 )  # fmt: skip
 STEP_COLUMNS = (
     "point", "repeat", "step", "kind", "num_seqs", "num_prefill_tokens", "num_decode_tokens", "graph_bucket",
@@ -70,6 +70,10 @@ def request_rows(
                 "client_queue": math.nan if r.client_queue is None else r.client_queue,
                 "error": r.error,
                 "output_check": r.output_check,
+                "output_len_source": r.output_len_source,
+                "count_check": r.count_check,
+                "prompt_check": r.prompt_check,
+                "client_stall": math.nan if r.client_stall is None else r.client_stall,
             }
         )
     return rows

@@ -13,10 +13,10 @@ from rich.markup import escape
 from llmbench.bench.ablation.request import DEFAULT_MAX_REPEATS
 from llmbench.bench.errors import BenchError
 from llmbench.bench.stats import MIN_VERDICT_REPEATS
+from llmbench.cli.common import OutOption, ProfileOption, SetOption, load_scenario_arg, profile_line
 from llmbench.cli.console import console, error, note, warning
 from llmbench.cli.errors import EXIT_FAILED, handle_errors
 from llmbench.cli.report import MinEffectOption
-from llmbench.cli.run import OutOption, ProfileOption, SetOption, profile_line, resolve
 from llmbench.interrupts import interrupted_exit
 
 
@@ -132,7 +132,7 @@ def ablate(
             "ablate starts every variant in a process of its own, which torchrun's ranks cannot follow: "
             "run `llmbench ablate` without torchrun (tp on one host), or `llmbench run` under torchrun"
         )
-    resolved = resolve(scenario, set_, profile)
+    resolved = load_scenario_arg(scenario, set_, profile)
     request = AblationRequest(
         list(toggle or []),
         list(backend or []),

@@ -12,9 +12,9 @@ from rich.markup import escape
 from llmbench.bench.errors import BenchError
 from llmbench.bench.slow_steps import SLOW_FACTOR
 from llmbench.cli.ablate import DESIGN_HELP, Design
+from llmbench.cli.common import ProfileOption, SetOption, load_scenario_arg, profile_line
 from llmbench.cli.console import console, error, note, warning
 from llmbench.cli.errors import EXIT_FAILED, handle_errors
-from llmbench.cli.run import ProfileOption, SetOption, profile_line, resolve
 from llmbench.interrupts import interrupted_exit
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ def profile(
             "profile starts every variant in a process of its own, which torchrun's ranks cannot follow: "
             "run `llmbench profile` without torchrun"
         )
-    resolved = resolve(scenario, set_, profile)
+    resolved = load_scenario_arg(scenario, set_, profile)
     sc = resolved.scenario
     if sc.backends != ["engine"]:
         raise BenchError(

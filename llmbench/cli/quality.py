@@ -9,8 +9,8 @@ from typing import Annotated
 
 import typer
 
+from llmbench.cli.common import load_scenario_arg
 from llmbench.cli.errors import handle_errors
-from llmbench.cli.run import resolve
 
 
 @handle_errors
@@ -19,6 +19,6 @@ def quality_child(spec: Annotated[Path, typer.Argument(help="The spec file ablat
     from llmbench.bench.quality import QualitySettings, run_side
 
     data = json.loads(spec.read_text())
-    resolved = resolve(data["scenario"], data["sets"], data["profile"])
+    resolved = load_scenario_arg(data["scenario"], data["sets"], data["profile"])
     out = Path(data["out"]) if data["out"] else None
     run_side(resolved, data["options"], QualitySettings(**data["settings"]), Path(data["baseline"]), out)

@@ -12,7 +12,8 @@ from collections.abc import Iterable
 
 import torch
 
-from llmbench.engine import collector, step_counters, tp_lifecycle
+from llmbench import collector
+from llmbench.engine import step_counters, tp_lifecycle
 from llmbench.engine.async_scheduling import HostCopies, InFlight, mark_pending, sampling_rows, set_token_fill
 from llmbench.engine.block_manager import BlockManager, SlabAllocator
 from llmbench.engine.config import ConfigError, EngineConfig
@@ -378,7 +379,7 @@ class LLMEngine:
         collector.thaw()
 
     def __del__(self) -> None:
-        # Dropped without shutdown(): give what start-up froze back to the collector (engine/collector.py),
+        # Dropped without shutdown(): give what start-up froze back to the collector (llmbench/collector.py),
         # stop the ranks and free the process group now, so that another tensor-parallel engine can start
         # in this process.
         if not getattr(self, "_closed", True):

@@ -23,7 +23,7 @@ from typing import NoReturn
 import torch
 import torch.distributed as dist
 
-from llmbench.engine import collector
+from llmbench import collector
 from llmbench.engine.ranges import step_range
 from llmbench.engine.tp import (
     THREADS_ENV,

@@ -60,7 +60,7 @@ def config_problem(resolved: ResolvedScenario, variant: Variant | BackendVariant
         config = resolve_here(EngineConfig.from_options(sc.model, **_variant_options(resolved, variant)[0]))
     except ConfigError as exc:
         return str(exc)
-    from llmbench.bench.fit import fit_problem, longest_request
+    from llmbench.bench.workload_fits import fit_problem, longest_request
 
     longest = longest_request(resolved)
     return None if longest is None else fit_problem(config, longest)

@@ -14,24 +14,13 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from llmbench.bench.driver import DriveResult, Progress
+from llmbench.bench.metrics import STEP_FIGURES
 from llmbench.bench.workload.spec import Encoder, RequestSpec
 
 OnProgress = Callable[[Progress], None]
 
 # Metrics built on the engine's own bookkeeping: steps, KV blocks, prefix-cache hits, preemptions.
-ENGINE_ONLY = (
-    "num_steps",
-    "decode_step_mean",
-    "decode_bw_util_mean",
-    "decode_fixed",
-    "decode_kv_rate",
-    "decode_host_time",
-    "device_wait_share",
-    "prefill_flop_util_mean",
-    "kv_usage_max",
-    "prefix_cache_hit_rate",
-    "preemptions",
-)
+ENGINE_ONLY = (*STEP_FIGURES, "prefix_cache_hit_rate", "preemptions")
 
 
 def engine_only_reasons(backend: str) -> dict[str, str]:

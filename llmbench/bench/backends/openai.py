@@ -6,10 +6,12 @@ ints, which vLLM and SGLang take as is), ``max_tokens``, and -- when the scenari
 ``model`` (a preset, a local folder of the served model, or its hub id where the local Hugging Face cache
 holds it) gives the vocabulary that random prompt ids are drawn from and the tokenizer for text workloads;
 ``backend_options.openai.model`` is the name the server serves. ``start()`` asks the server for
-``/v1/models`` first, so a dead server or a wrong model name fails before anything is measured.
+``/v1/models`` first, so a dead server or a wrong model name fails before anything is measured; where
+that answer is not a model list, one one-token request must succeed instead (a wrong URL path fails
+there). Output tokens are counted as openai_counts.py says.
 
 What the client cannot see is unavailable, with the reason: the server's own queue (only the client's is
-measured), its GPUs and memory, and everything the engine reports per step.
+measured), its start-up, GPUs and memory, and everything the engine reports per step.
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ import asyncio
 import json
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
+from llmbench import collector
 from llmbench.bench.backends.base import (
     OnProgress,
     check_drive_args,
@@ -29,15 +31,18 @@ from llmbench.bench.backends.base import (
     untaken_engine_options,
 )
 from llmbench.bench.backends.engine import request_seed
-from llmbench.bench.backends.openai_driver import Client
+from llmbench.bench.backends.openai_driver import Client, Counting, Flight
 from llmbench.bench.backends.openai_http import Endpoint, body_lines, close, read_error_body, request
+from llmbench.bench.backends.openai_warnings import late_sends, loop_stalls
 from llmbench.bench.driver import DriveResult
 from llmbench.bench.errors import BenchError, RunFailed
-from llmbench.bench.repeat_warnings import LAG_WARNING_S
 from llmbench.bench.scenario.schema import Scenario
 from llmbench.bench.workload.spec import RequestSpec
 
 _TEXT_SOURCES = ("file", "sharegpt")
+# The last part of a URL's path that names an endpoint other than completions, which this backend does not
+# speak: chat takes messages (no token-id prompts), the others are not text generation or not OpenAI's.
+_OTHER_ENDPOINTS = ("chat/completions", "chat", "responses", "embeddings", "models", "messages", "generate")
 
 
 class _NoTokenizer:
@@ -54,10 +59,25 @@ class _NoTokenizer:
         )
 
 
+def _text_counter(tokenizer: Any) -> Callable[[str], int] | None:
+    from llmbench.models.tokenizer import HFTokenizer
+
+    if not isinstance(tokenizer, HFTokenizer):
+        return None
+    return lambda text: len(tokenizer.encode(text))
+
+
 def endpoints(url: str) -> tuple[Endpoint, Endpoint]:
     """(completions, models) endpoints from a base URL, a ``.../v1`` URL or the completions URL itself."""
     ep = Endpoint.parse(url)
     path = ep.path.split("?")[0].rstrip("/")
+    named = next((e for e in _OTHER_ENDPOINTS if path.endswith(f"/{e}")), None)
+    if named is not None:
+        raise BenchError(
+            f"backend_options.openai.url: {url} names the /{named} endpoint; the openai backend sends "
+            "completions requests (prompts as token ids): give the server's base URL (http://host:port), "
+            "its /v1, or its /v1/completions"
+        )
     if path.endswith("/completions"):
         base = path[: -len("/completions")]
         completions = ep.path
@@ -110,6 +130,9 @@ class OpenAIBackend:
         else:
             self.vocab_size = opts.vocab_size
             self.tokenizer = _NoTokenizer()
+        # Only the served model's own tokenizer can count its output from text (a preset's byte-level
+        # stand-in is not the server's): openai_counts.py.
+        self.count_text = _text_counter(self.tokenizer)
         self.device = "remote"
         self.cuda_indices: list[int] | None = None
         self.tp = 1
@@ -124,7 +147,18 @@ class OpenAIBackend:
             "client_queue)",
             "gpu_telemetry": "the openai backend measures a remote server: its GPUs are not visible here",
             "peak_memory": "the server's memory is not visible to the client",
+            **dict.fromkeys(
+                ("arrival_lag_p99", "arrival_lag_max"),
+                "the openai backend sends each request as it enters, so its arrival is its send; lateness "
+                "against the schedule is client_queue",
+            ),
+            **dict.fromkeys(
+                ("load_time", "compile_time", "graph_capture_time"),
+                "a remote server loads, compiles and captures before the benchmark starts, out of the client's "
+                "sight (its start-up here is the server check, server_check_time)",
+            ),
         }
+        self.output_len_sources: dict[str, int] = {}  # where measured requests' output counts came from
 
     def describe(self) -> dict[str, Any]:
         o = self.options
@@ -144,6 +178,8 @@ class OpenAIBackend:
             "extra_body": o.extra_body,
             "server_models": self.server_models,
             "server_max_model_len": self.max_model_len,
+            "count_from_text": self.count_text is not None,
+            "output_len_sources": dict(self.output_len_sources),
         }
 
     def body_for(self, spec: RequestSpec) -> dict[str, Any]:
@@ -174,7 +210,8 @@ class OpenAIBackend:
         return body
 
     def start(self) -> None:
-        """Ask the server which models it serves: fails early on a dead server or a wrong model name."""
+        """Ask the server which models it serves: fails early on a dead server, a wrong model name, or a URL
+        where no completions are served."""
         t0 = time.perf_counter()
         try:
             status, text = asyncio.run(self._get_models())
@@ -182,30 +219,60 @@ class OpenAIBackend:
             raise RunFailed(
                 f"cannot reach the openai server at {self.options.url}: {exc or type(exc).__name__}"
             ) from None
-        if status == 200:
-            try:
-                data = json.loads(text).get("data") or []
-            except (ValueError, AttributeError):
-                data = []
-            entries = [d for d in data if isinstance(d, dict) and "id" in d]
-            if entries:
-                self.server_models = [str(d["id"]) for d in entries]
-                if self.served_model not in self.server_models:
-                    raise RunFailed(
-                        f"the server at {self.options.url} serves {', '.join(self.server_models)}, not "
-                        f"{self.served_model!r}: set backend_options.openai.model"
-                    )
-                mine = next(d for d in entries if str(d["id"]) == self.served_model)
-                if isinstance(mine.get("max_model_len"), int):  # vLLM says it
-                    self.max_model_len = mine["max_model_len"]
-        elif status in (401, 403):
+        if status in (401, 403):
             raise RunFailed(f"the server at {self.options.url} refused the key (HTTP {status}): {text[:200]}")
-        self.startup = {
-            "load_time": 0.0,
-            "compile_time": 0.0,
-            "graph_capture_time": 0.0,
-            "server_check_time": time.perf_counter() - t0,
-        }
+        if not self._check_models(status, text):
+            self._check_completions(f"HTTP {status}" if status != 200 else "HTTP 200 without a model list")
+        # What start-up loaded (torch, a tokenizer) stays out of the collector's walks, as the engine's does:
+        # a full collection in the middle of a point holds the client's loop up and stamps tokens late.
+        collector.freeze_startup()
+        self.startup = {"server_check_time": time.perf_counter() - t0}
+
+    def _check_models(self, status: int, text: str) -> bool:
+        """Whether ``/v1/models`` listed models (the served one among them, else an error)."""
+        if status != 200:
+            return False
+        try:
+            data = json.loads(text).get("data") or []
+        except (ValueError, AttributeError):
+            data = []
+        entries = [d for d in data if isinstance(d, dict) and "id" in d] if isinstance(data, list) else []
+        if not entries:
+            return False
+        self.server_models = [str(d["id"]) for d in entries]
+        if self.served_model not in self.server_models:
+            raise RunFailed(
+                f"the server at {self.options.url} serves {', '.join(self.server_models)}, not "
+                f"{self.served_model!r}: set backend_options.openai.model"
+            )
+        mine = next(d for d in entries if str(d["id"]) == self.served_model)
+        if isinstance(mine.get("max_model_len"), int):  # vLLM says it
+            self.max_model_len = mine["max_model_len"]
+        return True
+
+    def _check_completions(self, models_said: str) -> None:
+        """``/v1/models`` listed nothing (some proxies and servers have none): one one-token request must
+        succeed instead, or nothing would."""
+        flight = Flight(RequestSpec("server-check", [1], 1), time.perf_counter())
+        asyncio.run(self._client(None).send(flight))
+        if flight.error is not None:
+            raise RunFailed(
+                f"the server at {self.options.url} answered {self.models.url} with {models_said}, and a one-token "
+                f"request to {self.completions.url} failed: {flight.error}. backend_options.openai.url takes the "
+                "server's base URL (http://host:port), its /v1, or its /v1/completions"
+            )
+        self.warnings.append(
+            f"the server answered {self.models.url} with {models_said}, so the model name "
+            f"{self.served_model!r} was not checked (a one-token request to {self.completions.url} succeeded)"
+        )
+
+    def _client(self, cap: int | None) -> Client:
+        o = self.options
+        counting = Counting(self.scenario.sampling.ignore_eos, o.token_ids, self.count_text)
+        return Client(
+            self.completions, self.headers, self.body_for, timeout_s=o.timeout_s,
+            connect_timeout_s=o.connect_timeout_s, max_concurrency=cap, counting=counting,
+        )  # fmt: skip
 
     async def _get_models(self) -> tuple[int, str]:
         resp = await request(self.models, "GET", None, self.headers, self.options.connect_timeout_s)
@@ -228,8 +295,7 @@ class OpenAIBackend:
         on_progress: OnProgress | None,
     ) -> DriveResult:
         check_drive_args(offsets, concurrency)
-        o = self.options
-        cap = o.max_concurrency
+        cap = self.options.max_concurrency
         if offsets is not None and concurrency is not None:  # the scenario's arrival.max_concurrency
             if cap and cap != concurrency:
                 raise BenchError(
@@ -237,23 +303,19 @@ class OpenAIBackend:
                     "disagree: give one"
                 )
             cap, concurrency = concurrency, None
-        client = Client(
-            self.completions, self.headers, self.body_for, timeout_s=o.timeout_s,
-            connect_timeout_s=o.connect_timeout_s, max_concurrency=cap,
-            ignore_eos=self.scenario.sampling.ignore_eos,
-        )  # fmt: skip
+        client = self._client(cap)
         result = client.run(specs, offsets, concurrency, max_duration, on_progress)
-        late = [r.client_queue for r in result.requests if r.client_queue is not None]
-        p99 = float(np.percentile(late, 99)) if late else 0.0
-        if offsets is not None and not cap and p99 > LAG_WARNING_S and tag != "w-":
-            # without a limit, a request held in the client was held by the client's own event loop
-            self.warnings.append(
-                f"the client fell behind the arrival schedule: requests were sent up to "
-                f"{max(late) * 1e3:.1f} ms after their scheduled time (p99 {p99 * 1e3:.1f} "
-                "ms, client queue). TTFT and E2E count from the send, so the server saw a gentler load "
-                "than the scenario asks; fewer requests per second, or a faster client machine, keep it"
-            )
-        if client.multi_token_chunks and tag != "w-":
+        if tag == "w-":
+            return result
+        sources = self.output_len_sources
+        for r in result.requests:
+            if r.output_len_source is not None:
+                sources[r.output_len_source] = sources.get(r.output_len_source, 0) + 1
+        # Without a limit, a request held in the client was held by the client's own event loop.
+        late = late_sends(result.requests) if offsets is not None and not cap else None
+        stalls = loop_stalls(client.loop_lag, result.requests)
+        self.warnings += [w for w in (late, stalls) if w is not None]
+        if client.multi_token_chunks:
             self.warnings.append(
                 f"{client.multi_token_chunks} stream chunks carried more than one token: their tokens share the "
                 "chunk's time (ITL counts 0 between them; TPOT divides by the token count)"
@@ -264,4 +326,4 @@ class OpenAIBackend:
         pass  # a server's prefix cache cannot be emptied through the API; prompts are fresh per repeat
 
     def shutdown(self) -> None:
-        pass
+        collector.thaw()

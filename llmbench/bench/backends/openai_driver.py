@@ -5,7 +5,10 @@ Open loop: each request is due at its scheduled time; closed loop: N requests ar
 it is *sent* (its ``arrival`` in the record, so TTFT and E2E are the server's), and the time it waited in
 the client before that -- behind the limit, or behind a busy event loop -- is its ``client_queue``,
 reported as its own figure. Every token is stamped with ``time.perf_counter()`` when the SSE event that
-carries it has been read; tokens that share a chunk share its time.
+carries it has been read; tokens that share a chunk share its time. A ticker on the same loop
+(openai_probe.py) measures how late the client itself runs, and each request records how long the loop
+was held up while it was in flight (``client_stall``): how late its tokens may have been stamped. Output
+tokens are counted once the point is over (openai_counts.py), off the loop.
 
 Nothing here raises for a bad request: a refused connection, an HTTP error, a dropped stream, an error
 event or a timeout make that request "failed" with the reason, and the run goes on.
@@ -19,8 +22,9 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
+from llmbench.bench.backends.openai_counts import Counted, Streamed, settle, spread
 from llmbench.bench.backends.openai_http import (
     Endpoint,
     HTTPStatusError,
@@ -30,7 +34,8 @@ from llmbench.bench.backends.openai_http import (
     request,
     sse_events,
 )
-from llmbench.bench.backends.openai_stream import output_check, parse_chunk
+from llmbench.bench.backends.openai_probe import LoopLag, LoopProbe, held
+from llmbench.bench.backends.openai_stream import parse_chunk
 from llmbench.bench.driver import PROGRESS_PERIOD_S, DriveResult, Progress
 from llmbench.bench.records import RequestRecord
 from llmbench.bench.workload.spec import RequestSpec
@@ -47,7 +52,9 @@ class Flight:
         self.spec = spec
         self.scheduled = scheduled
         self.sent: float | None = None
-        self.token_times: list[float] = []
+        self.chunks: list[tuple[float, int]] = []  # (stamp, tokens) of each chunk that carried tokens
+        self.shown = 0  # tokens the chunks showed
+        self.text: list[str] = []
         self.token_ids: list[int] = []
         self.ids_complete = True  # every token-carrying chunk had its ids
         self.multi_token_chunks = 0
@@ -65,7 +72,9 @@ class Flight:
         if chunk.error is not None:
             raise StreamError(f"error in the stream: {chunk.error}")
         if chunk.num_tokens:
-            self.token_times += [now] * chunk.num_tokens
+            self.chunks.append((now, chunk.num_tokens))
+            self.shown += chunk.num_tokens
+            self.text.append(chunk.text)
             if chunk.token_ids:
                 self.token_ids += chunk.token_ids
             else:
@@ -76,32 +85,60 @@ class Flight:
         if chunk.usage is not None:
             self.usage = chunk.usage
 
-    def record(self, ignore_eos: bool, aborted: bool = False) -> RequestRecord:
+    def record(self, counting: Counting, aborted: bool = False, held: float | None = None) -> RequestRecord:
+        """The request's record; a finished one's output tokens are counted by openai_counts.py."""
         spec = self.spec
         sent = self.sent if self.sent is not None else self.scheduled
         ids = self.token_ids if self.ids_complete else []
-        usage = self.usage or {}
-        reported = usage.get("completion_tokens")
-        reported = int(reported) if isinstance(reported, (int, float)) else None
         if aborted:
             reason = "abort"
         elif self.error is not None:
             reason = "failed"
         else:
             reason = "length" if self.finish_reason in (None, "length") else "stop"
-        check = None
-        if reason in ("length", "stop"):
-            prompt = usage.get("prompt_tokens")
-            check = output_check(
-                spec.max_tokens, len(self.token_times), reported, ignore_eos, spec.input_len,
-                int(prompt) if isinstance(prompt, (int, float)) else None,
-            )  # fmt: skip
+        counted = self.count(counting) if reason in ("length", "stop") else None
+        times = spread(self.chunks, counted.n if counted else self.shown)
         return RequestRecord(
-            spec.request_id, spec.input_len, spec.max_tokens, sent, sent, None, list(self.token_times),
-            list(ids), reason, num_cached_tokens=None, num_preemptions=None, error=self.error,
+            spec.request_id, spec.input_len, spec.max_tokens, sent, sent, None, times, list(ids), reason,
+            num_cached_tokens=None, num_preemptions=None, error=self.error,
             client_queue=max(sent - self.scheduled, 0.0) if self.sent is not None else None,
-            reported_output_len=reported if reason in ("length", "stop") else None, output_check=check,
+            client_stall=held, **(_counted_fields(counted, self.usage) if counted else {}),
         )  # fmt: skip
+
+    def count(self, counting: Counting) -> Counted:
+        ids = len(self.token_ids) if self.ids_complete and self.token_ids else None
+        usage = _int(self.usage, "completion_tokens")
+        text = None
+        if ids is None and usage is None and counting.count_text is not None:
+            text = counting.count_text("".join(self.text))
+        streamed = Streamed(
+            self.spec.max_tokens, self.finish_reason, self.shown, ids, usage, text, self.spec.input_len,
+            _int(self.usage, "prompt_tokens"), counting.ids_asked,
+        )  # fmt: skip
+        return settle(streamed, counting.ignore_eos)
+
+
+def _counted_fields(counted: Counted, usage: dict[str, Any] | None) -> dict[str, Any]:
+    return {
+        "reported_output_len": _int(usage, "completion_tokens"),
+        "output_check": counted.output_check,
+        "output_len_source": counted.source,
+        "count_check": counted.count_check,
+        "prompt_check": counted.prompt_check,
+    }
+
+
+def _int(usage: dict[str, Any] | None, key: str) -> int | None:
+    value = (usage or {}).get(key)
+    return int(value) if isinstance(value, (int, float)) else None
+
+
+class Counting(NamedTuple):
+    """What counting a finished request's output tokens needs from the scenario (openai_counts.py)."""
+
+    ignore_eos: bool
+    ids_asked: bool  # backend_options.openai.token_ids
+    count_text: Callable[[str], int] | None  # the served model's tokenizer, where the scenario has it
 
 
 class PointRun:
@@ -111,10 +148,10 @@ class PointRun:
         self.specs = specs
         self.clock = clock
         self.start = clock()
-        self.records: list[RequestRecord] = []
+        self.done: list[Flight] = []  # finished or failed, in the order they ended
         self.flights: dict[int, Flight] = {}
         self.not_submitted = len(specs)
-        self.out_tokens = 0
+        self.out_tokens = 0  # tokens the streams showed, for the live display
 
 
 class Client:
@@ -129,7 +166,7 @@ class Client:
         timeout_s: float,
         connect_timeout_s: float,
         max_concurrency: int | None,
-        ignore_eos: bool,
+        counting: Counting,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.endpoint = endpoint
@@ -138,9 +175,10 @@ class Client:
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.max_concurrency = max_concurrency
-        self.ignore_eos = ignore_eos
+        self.counting = counting
         self.clock = clock
         self.multi_token_chunks = 0  # chunks that carried more than one token, over every request sent
+        self.loop_lag = LoopLag(0.0, 0.0, [])  # how late the client's loop woke over the last point
 
     async def _stream(self, flight: Flight) -> None:
         body = json.dumps(self.body_for(flight.spec)).encode()
@@ -148,8 +186,17 @@ class Client:
         try:
             if not 200 <= resp.status < 300:
                 raise HTTPStatusError(resp.status, resp.reason, await read_error_body(resp))
+            kind = resp.headers.get("content-type", "")
+            if "json" in kind:  # a whole completion: the server ignored "stream": true
+                start = (await read_error_body(resp))[:120]
+                raise StreamError(
+                    f"the server answered {kind}, not an event stream (text/event-stream): does it support "
+                    f"stream: true? It sent: {start}"
+                )
+            events = 0
             async for event in sse_events(body_lines(resp)):
                 now = self.clock()
+                events += 1
                 if event.data.strip() == "[DONE]":
                     flight.done = True
                     break
@@ -159,8 +206,9 @@ class Client:
         finally:
             await close(resp)
         if not flight.done and flight.finish_reason is None:
+            what = "" if events else f" (no event at all: Content-Type {kind or 'not given'})"
             raise StreamError(
-                f"the stream ended after {len(flight.token_times)} tokens without a finish_reason or [DONE]"
+                f"the stream ended after {flight.shown} tokens without a finish_reason or [DONE]{what}"
             )
 
     async def send(self, flight: Flight) -> None:
@@ -175,12 +223,10 @@ class Client:
         except StreamError as exc:
             flight.error = f"stream: {exc}"
         except asyncio.IncompleteReadError:
-            flight.error = f"connection dropped after {len(flight.token_times)} tokens (incomplete chunk)"
+            flight.error = f"connection dropped after {flight.shown} tokens (incomplete chunk)"
         except (OSError, ConnectionError, asyncio.LimitOverrunError, ValueError) as exc:
-            what = "dropped" if flight.token_times else "failed"
-            flight.error = (
-                f"connection {what} after {len(flight.token_times)} tokens: {exc or type(exc).__name__}"
-            )
+            what = "dropped" if flight.shown else "failed"
+            flight.error = f"connection {what} after {flight.shown} tokens: {exc or type(exc).__name__}"
 
     async def serve(
         self,
@@ -205,15 +251,13 @@ class Client:
                     await self.send(flight)
             del state.flights[i]
             self.multi_token_chunks += flight.multi_token_chunks
-            rec = flight.record(self.ignore_eos)
-            state.records.append(rec)
-            state.out_tokens += rec.num_output_tokens if rec.finished else len(rec.token_times)
+            state.done.append(flight)
+            state.out_tokens += flight.shown
             if on_progress is not None and self.clock() - last_report[0] >= PROGRESS_PERIOD_S:
                 last_report[0] = self.clock()
-                done = len(state.records)
                 progress = Progress(
-                    done, len(state.specs), state.out_tokens, last_report[0] - state.start, float("nan"),
-                    len(state.flights),
+                    len(state.done), len(state.specs), state.out_tokens, last_report[0] - state.start,
+                    float("nan"), len(state.flights),
                 )  # fmt: skip
                 try:
                     on_progress(progress)
@@ -249,9 +293,14 @@ class Client:
     ) -> DriveResult:
         state = PointRun(specs, self.clock)
         status, error = "complete", None
+        probe = LoopProbe(self.clock)
 
         async def main() -> None:
-            await asyncio.wait_for(self.serve(state, offsets, concurrency, on_progress), max_duration)
+            ticker = asyncio.create_task(probe.run())
+            try:
+                await asyncio.wait_for(self.serve(state, offsets, concurrency, on_progress), max_duration)
+            finally:
+                ticker.cancel()
 
         try:
             asyncio.run(main())
@@ -261,11 +310,20 @@ class Client:
             status = "interrupted"
         except Exception:
             status, error = "failed", traceback.format_exc()
-        # What was still in flight when the run stopped.
-        state.records += [f.record(self.ignore_eos, aborted=True) for f in state.flights.values()]
         end = self.clock()
+        self.loop_lag = probe.lag()
+        # Counting (a tokenizer, maybe) happens here, after the point, never on the loop it would delay.
+        records = [self._record(f, False) for f in state.done]
+        records += [self._record(f, True) for f in state.flights.values()]  # in flight at the stop
         if on_progress is not None and status == "complete":
             on_progress(
-                Progress(len(state.records), len(specs), state.out_tokens, end - state.start, float("nan"), 0)
+                Progress(len(records), len(specs), state.out_tokens, end - state.start, float("nan"), 0)
             )
-        return DriveResult(state.records, [], state.start, end, status, error, state.not_submitted)
+        return DriveResult(records, [], state.start, end, status, error, state.not_submitted)
+
+    def _record(self, flight: Flight, aborted: bool) -> RequestRecord:
+        """``flight``'s record, with the longest hold-up of the loop between its send and its last token."""
+        held_up = None
+        if flight.sent is not None:
+            held_up = held(self.loop_lag.stalls, flight.sent, flight.chunks[-1][0]) if flight.chunks else 0.0
+        return flight.record(self.counting, aborted, held_up)

@@ -71,14 +71,14 @@ async def request(
     connect_timeout: float,
 ) -> Response:
     """Send one request and read the response head; the body is left to :func:`body_lines`."""
-    ctx = ssl.create_default_context() if endpoint.scheme == "https" else None
     try:
         reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(endpoint.host, endpoint.port, ssl=ctx, limit=MAX_HEAD_BYTES),
-            connect_timeout,
+            asyncio.open_connection(endpoint.host, endpoint.port, limit=MAX_HEAD_BYTES), connect_timeout
         )
     except TimeoutError:
         raise ConnectionError(f"no connection within connect_timeout_s={connect_timeout:g}") from None
+    if endpoint.scheme == "https":
+        await _start_tls(writer, endpoint, connect_timeout)
     try:
         lines = [f"{method} {endpoint.path} HTTP/1.1", f"Host: {endpoint.host_header}", "Connection: close"]
         lines += [f"{k}: {v}" for k, v in headers.items()]
@@ -102,6 +102,28 @@ async def request(
         writer.close()
         raise
     return Response(int(code), reason, head, reader, writer)
+
+
+async def _start_tls(writer: asyncio.StreamWriter, endpoint: Endpoint, connect_timeout: float) -> None:
+    """TLS on a connection made: a failure names the handshake, not the connection (a plain-HTTP port
+    never answers a TLS hello, or answers it in plain text)."""
+    where = f"{endpoint.host}:{endpoint.port}"
+    try:
+        await asyncio.wait_for(
+            writer.start_tls(ssl.create_default_context(), server_hostname=endpoint.host), connect_timeout
+        )
+    except TimeoutError:
+        writer.close()
+        raise ConnectionError(
+            f"connected to {where}, but the TLS handshake did not finish within connect_timeout_s="
+            f"{connect_timeout:g}: is it a plain-HTTP server (an http:// URL)?"
+        ) from None
+    except ssl.SSLError as exc:
+        writer.close()
+        plain = (
+            " (the server answered in plain HTTP: use an http:// URL)" if "WRONG_VERSION" in str(exc) else ""
+        )
+        raise ConnectionError(f"the TLS handshake with {where} failed: {exc.reason or exc}{plain}") from None
 
 
 async def body_bytes(resp: Response) -> AsyncIterator[bytes]:

@@ -3,8 +3,7 @@
 A chunk carries tokens only when it says so: its ``token_ids`` (vLLM's ``return_token_ids``), its logprobs'
 ``tokens``, or else non-empty text (counted as one token). A role-only chunk (``delta: {role: ...}``),
 an empty text, or the closing usage-only chunk carries none, so it never stands in for a first token.
-When the server sends ``usage``, its ``completion_tokens`` is the output length; where it differs from
-what the stream showed, the request says so rather than trusting either silently.
+How a finished stream's tokens are counted is openai_counts.py's.
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ from typing import Any, NamedTuple
 
 class Chunk(NamedTuple):
     num_tokens: int  # tokens this chunk carries (0: role-only, empty, usage-only)
+    text: str
     token_ids: list[int] | None  # when the server sent them
     finish_reason: str | None
     usage: dict[str, Any] | None
@@ -28,13 +28,13 @@ def _error_text(err: Any) -> str:
 
 def parse_chunk(obj: Any) -> Chunk:
     if not isinstance(obj, dict):
-        return Chunk(0, None, None, None, f"not a JSON object: {str(obj)[:80]}")
+        return Chunk(0, "", None, None, None, f"not a JSON object: {str(obj)[:80]}")
     if obj.get("error") is not None:
-        return Chunk(0, None, None, None, _error_text(obj["error"]))
+        return Chunk(0, "", None, None, None, _error_text(obj["error"]))
     usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else None
     choices = obj.get("choices") or []
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        return Chunk(0, None, None, usage, None)
+        return Chunk(0, "", None, None, usage, None)
     choice = choices[0]
     ids = choice.get("token_ids")
     ids = [int(t) for t in ids] if isinstance(ids, list) else None
@@ -51,27 +51,4 @@ def parse_chunk(obj: Any) -> Chunk:
         n = len(lp_tokens)
     else:
         n = 1 if text else 0
-    return Chunk(n, ids, choice.get("finish_reason"), usage, None)
-
-
-def output_check(
-    asked: int,
-    streamed: int,
-    reported: int | None,
-    ignore_eos: bool,
-    prompt_len: int,
-    reported_prompt: int | None,
-) -> str | None:
-    """What is wrong with a finished request's lengths, or None."""
-    problems = []
-    got, source = (reported, "usage") if reported is not None else (streamed, "stream")
-    if got > asked or (ignore_eos and got != asked):
-        problems.append(f"asked for {asked} tokens, got {got} ({source})")
-    if reported is not None and reported != streamed:
-        problems.append(
-            f"the stream showed {streamed} tokens, the server counted {reported}: per-token times cover what "
-            "the stream showed (ask for token ids: backend_options.openai.token_ids)"
-        )
-    if reported_prompt is not None and reported_prompt != prompt_len:
-        problems.append(f"prompt of {prompt_len} tokens, the server counted {reported_prompt}")
-    return "; ".join(problems) or None
+    return Chunk(n, text if isinstance(text, str) else "", ids, choice.get("finish_reason"), usage, None)

@@ -134,11 +134,12 @@ class Group:
         return interval(self.repeat_values(point, metric))
 
     def startup(self) -> dict[str, float]:
-        """Mean one-off costs over the group's runs (seconds)."""
+        """Mean one-off costs over the group's runs (seconds); NaN for a part no run measured (a remote
+        server's weights, compile and graphs are not the client's to time)."""
         keys = ("engine_init_time", "load_time", "compile_time", "graph_capture_time")
         out = {}
         for k in keys:
-            vals = [float(r.meta.get("startup", {}).get(k) or 0.0) for r in self.runs]
+            vals = [float(v) for r in self.runs if (v := (r.meta.get("startup") or {}).get(k)) is not None]
             out[k] = float(np.mean(vals)) if vals else math.nan
         return out
 

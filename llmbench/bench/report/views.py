@@ -253,10 +253,8 @@ def startup(scenario: str, groups: list[Group]) -> View:
     rows = []
     for g in groups:
         s = g.startup()
-        rows.append([
-            g.label, str(len(g.runs)), f"{s['engine_init_time']:.2f}", f"{s['load_time']:.2f}",
-            f"{s['compile_time']:.2f}", f"{s['graph_capture_time']:.2f}",
-        ])  # fmt: skip
+        keys = ("engine_init_time", "load_time", "compile_time", "graph_capture_time")
+        rows.append([g.label, str(len(g.runs)), *("–" if math.isnan(s[k]) else f"{s[k]:.2f}" for k in keys)])
     title = (
         f"{scenario}: startup seconds (init = weights + compile + graph capture + KV pool, or a peer backend's "
         "start-up; not measured)"

@@ -15,8 +15,12 @@ import re
 _FLAGS = (
     ("machine was busy", "busy"),
     ("fell behind the arrival schedule", "lagging"),
+    ("event loop was held up", "lagging"),
     ("requests failed", "failed requests"),
     ("not the length asked for", "output lengths"),
+    ("disagree on how many output tokens", "output counts"),
+    ("sent neither usage nor token ids", "output counts"),
+    ("prompts differently", "prompt counts"),
     ("stopped after max_duration_s", "stopped early"),
 )
 TIMING_FLAGS = ("busy", "lagging")
@@ -42,5 +46,5 @@ def concerns(text: str, point: str, points: list[str]) -> bool:
 def flags(texts: list[str]) -> list[str]:
     """Distinct flags of some warnings, in a fixed order."""
     found = {flag(t) for t in texts}
-    order = [name for _, name in _FLAGS] + ["warning"]
+    order = dict.fromkeys([*(name for _, name in _FLAGS), "warning"])  # a flag several wordings share: once
     return [f for f in order if f in found]

@@ -1,4 +1,4 @@
-"""Python's garbage collector kept off the engine's steps.
+"""Python's garbage collector kept off the measured steps and requests (the engine's, and a peer client's).
 
 A full collection walks every object the collector tracks. Once an engine is built that is the model,
 torch's, Triton's and the tokenizer's modules and caches: on the order of a million objects, so a
