@@ -161,6 +161,32 @@ def test_skinny_matmul_any_tiling_matches_reference(setting: Setting, tiles: Til
         )
 
 
+HOPPER_SHARED = 232_448  # bytes of shared memory a program may take on an H100 or H200 (Triton's limit there)
+
+
+def test_skinny_matmul_tiles_fit_the_shared_memory_at_every_element_size() -> None:
+    # A program stages (block_n + block_m) x block_k elements a stage: float32 inputs (an engine in float32
+    # on a GPU) take twice bf16's bytes, and tiles chosen for bf16 then ask for more than a Hopper SM has
+    # (the launch fails: "out of resource: shared memory"). 2-byte inputs keep the measured choices.
+    from llmbench.kernels.skinny_tiles import _tiled, block_m, tiles_for
+
+    shapes = [
+        (n, k)
+        for n in (64, 1024, 2048, 4096, 6144, 12288, 151936)
+        for k in (64, 1024, 2048, 3072, 4096, 12288)
+    ]
+    for rows in (1, 2, 3, 8, 16, 17, 32, 33, 64, 65, 128, 200, 256):
+        for n, k in shapes:
+            assert tiles_for(rows, n, k) == tiles_for(rows, n, k, itemsize=2) == _tiled(rows, n, k, True)
+            for itemsize in (1, 2, 4):
+                t = tiles_for(rows, n, k, itemsize=itemsize)
+                if t.dot:
+                    staged = (
+                        t.num_stages * (t.block_n + (t.block_m or block_m(rows, True))) * t.block_k * itemsize
+                    )
+                    assert staged <= HOPPER_SHARED - 16 * 1024, (rows, n, k, itemsize, t)
+
+
 @pytest.mark.parametrize("rows", [1, 3, 40])
 @pytest.mark.parametrize("N,K,bias", [(64, 256, False), (37, 100, True)])
 def test_skinny_silu_matmul_matches_reference(

@@ -325,7 +325,7 @@ def launch(
         raise ValueError(f"the skinny kernels take up to {MAX_ROWS} rows, got {M}")
     x = x if x.stride(-1) == 1 else x.contiguous()
     weight = weight if weight.stride(-1) == 1 else weight.contiguous()
-    t = tiles or tiles_for(M, N, K, dot=reduce is None)
+    t = tiles or tiles_for(M, N, K, dot=reduce is None, itemsize=x.element_size())
     if t.dot and reduce is not None:
         raise ValueError("the summing form (reduce) takes the broadcast tiles, not tensor-core ones")
     if out is None:

@@ -6,6 +6,10 @@ from __future__ import annotations
 from typing import NamedTuple
 
 SHARED_BUDGET = 160 * 1024  # bytes of pipelined weight and input tiles a program may stage
+# What the staged tiles may take at most, whatever the element size: under the 227 KiB of shared memory a
+# Hopper multiprocessor gives one program, with room for the rest of the kernel's. The choices below, made
+# for 2-byte inputs, fit it; 4-byte (float32) inputs take fewer stages, or shorter input steps.
+SHARED_LIMIT = 200 * 1024
 WHOLE_ROWS = 64  # up to this many rows a program takes all of them; above, blocks of ``Tiles.block_m``
 
 
@@ -18,7 +22,21 @@ class Tiles(NamedTuple):
     block_m: int = 0  # input rows per program; 0: all of them, padded to a power of two (``block_m``)
 
 
-def tiles_for(rows: int, n: int, k: int, dot: bool = True) -> Tiles:
+def tiles_for(rows: int, n: int, k: int, dot: bool = True, itemsize: int = 2) -> Tiles:
+    """The tiles of ``_tiled`` (below), cut to fit the shared memory at ``itemsize`` bytes an element."""
+    t = _tiled(rows, n, k, dot)
+    if not t.dot:
+        return t
+    bm = t.block_m or block_m(rows, True)
+    stages, bk = t.num_stages, t.block_k
+    while stages > 2 and stages * (t.block_n + bm) * bk * itemsize > SHARED_LIMIT:
+        stages -= 1
+    while bk > 16 and stages * (t.block_n + bm) * bk * itemsize > SHARED_LIMIT:
+        bk //= 2
+    return t._replace(num_stages=stages, block_k=bk)
+
+
+def _tiled(rows: int, n: int, k: int, dot: bool) -> Tiles:
     """Tile sizes for an (rows x k) @ (k x n) product, from sweeps on an H200 (BENCHMARKS.md,
     ``devtools/bench_gemv.py --sweep``): at one row 4 x 1024 is within 5% of the best of 96 tilings on
     every qwen3-8b (tp=1, tp=2) and qwen3-0.6b layer. From two rows on, the tensor cores (``dot=False``:
