@@ -75,9 +75,10 @@ def _record(flight: _InFlight, out: Any | None, reason: str | None) -> RequestRe
     """From the engine's RequestOutput when there is one, else from the token events seen."""
     if out is None:
         return RequestRecord(
-            flight.spec.request_id, flight.spec.input_len, flight.spec.max_tokens, flight.arrival,
-            flight.submitted, None, list(flight.token_times), list(flight.token_ids), reason,
-            client_queue=flight.client_queue,
+            request_id=flight.spec.request_id, input_len=flight.spec.input_len,
+            max_tokens=flight.spec.max_tokens, arrival=flight.arrival, submitted=flight.submitted,
+            first_scheduled=None, token_times=list(flight.token_times), token_ids=list(flight.token_ids),
+            finish_reason=reason, client_queue=flight.client_queue,
         )  # fmt: skip
     return RequestRecord(
         request_id=flight.spec.request_id,

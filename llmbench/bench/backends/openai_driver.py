@@ -99,7 +99,8 @@ class Flight:
         counted = self.count(counting) if reason in ("length", "stop") else None
         times = spread(self.chunks, counted.n if counted else self.shown)
         return RequestRecord(
-            spec.request_id, spec.input_len, spec.max_tokens, sent, sent, None, times, list(ids), reason,
+            request_id=spec.request_id, input_len=spec.input_len, max_tokens=spec.max_tokens, arrival=sent,
+            submitted=sent, first_scheduled=None, token_times=times, token_ids=list(ids), finish_reason=reason,
             num_cached_tokens=None, num_preemptions=None, error=self.error,
             client_queue=max(sent - self.scheduled, 0.0) if self.sent is not None else None,
             client_stall=held, **(_counted_fields(counted, self.usage) if counted else {}),

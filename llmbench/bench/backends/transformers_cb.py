@@ -51,8 +51,9 @@ def _record(
     common = dict(num_cached_tokens=None, num_preemptions=None, client_queue=flight.client_queue)
     if out is None:  # aborted before transformers returned anything
         return RequestRecord(
-            spec.request_id, spec.input_len, spec.max_tokens, flight.arrival, flight.submitted, None,
-            list(flight.stream_times), [], "abort", **common,
+            request_id=spec.request_id, input_len=spec.input_len, max_tokens=spec.max_tokens,
+            arrival=flight.arrival, submitted=flight.submitted, first_scheduled=None,
+            token_times=list(flight.stream_times), token_ids=[], finish_reason="abort", **common,
         )  # fmt: skip
     tokens = list(out.generated_tokens)
     times = list(out.timestamps or []) if stamped else list(flight.stream_times)
@@ -72,8 +73,9 @@ def _record(
         elif len(times) != len(tokens):
             check = f"{len(tokens)} tokens but {len(times)} token times"
     return RequestRecord(
-        spec.request_id, spec.input_len, spec.max_tokens, flight.arrival, flight.submitted, started, times,
-        tokens, reason, error=error, output_check=check, **common,
+        request_id=spec.request_id, input_len=spec.input_len, max_tokens=spec.max_tokens,
+        arrival=flight.arrival, submitted=flight.submitted, first_scheduled=started, token_times=times,
+        token_ids=tokens, finish_reason=reason, error=error, output_check=check, **common,
     )  # fmt: skip
 
 

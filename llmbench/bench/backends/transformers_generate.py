@@ -104,9 +104,10 @@ def run_generate(
             stopped = bool(tokens) and tokens[-1] in eos and not ignore_eos and len(tokens) < spec.max_tokens
             records.append(
                 RequestRecord(
-                    spec.request_id, spec.input_len, spec.max_tokens, arrival, arrival, begun,
-                    streamer.token_times[: len(tokens)], tokens, "stop" if stopped else "length",
-                    num_cached_tokens=None, num_preemptions=None, client_queue=queued,
+                    request_id=spec.request_id, input_len=spec.input_len, max_tokens=spec.max_tokens,
+                    arrival=arrival, submitted=arrival, first_scheduled=begun,
+                    token_times=streamer.token_times[: len(tokens)], token_ids=tokens,
+                    finish_reason="stop" if stopped else "length", num_cached_tokens=None, num_preemptions=None, client_queue=queued,
                     output_check=_check(spec, tokens, ignore_eos),
                 )
             )  # fmt: skip
@@ -125,9 +126,10 @@ def run_generate(
         spec, arrival, begun = current
         records.append(
             RequestRecord(
-                spec.request_id, spec.input_len, spec.max_tokens, arrival, arrival, begun,
-                list(streamer.token_times), list(streamer.token_ids), "abort",
-                num_cached_tokens=None, num_preemptions=None,
+                request_id=spec.request_id, input_len=spec.input_len, max_tokens=spec.max_tokens,
+                arrival=arrival, submitted=arrival, first_scheduled=begun,
+                token_times=list(streamer.token_times), token_ids=list(streamer.token_ids),
+                finish_reason="abort", num_cached_tokens=None, num_preemptions=None,
             )
         )  # fmt: skip
     end = clock()
