@@ -125,6 +125,19 @@ def test_gemm_flops_and_bytes_come_from_the_launching_op_shapes():
     assert gemm.flops == 2 * 4 * 64 * 128
     assert gemm.bytes == (4 * 64 + 64 * 128 + 4 * 128) * 2  # bf16 operands, each once
     assert gemm.total == pytest.approx(20e-6) and gemm.count == 1
+    # the same op also clearing a workspace first (a memset it launched): the product's FLOPs and bytes
+    # stay with the kernel that computes it, the memset takes its time and none of them
+    events = gpu_step()
+    events.insert(5, launch(15.5, 77, "cudaMemsetAsync"))
+    events.append(kernel("Memset (Device)", 17, 2, 77, cat="gpu_memset"))
+    for e in events:  # the memset launched by the same op: the launch sits inside aten::mm
+        if e.get("args", {}).get("correlation") == 77 and e["cat"] == "cuda_runtime":
+            e["ts"] = 15.5
+    tr = analyse({"traceEvents": events})
+    (gemm,) = [k for k in tr.kernels if k.category == "GEMM"]
+    (memset,) = [k for k in tr.kernels if k.name == "Memset (Device)"]
+    assert gemm.flops == 2 * 4 * 64 * 128 and gemm.bytes == (4 * 64 + 64 * 128 + 4 * 128) * 2
+    assert memset.flops == 0 and memset.bytes == 0 and memset.total == pytest.approx(2e-6)
 
 
 def test_cpu_ops_are_the_device_when_the_trace_has_no_kernels():

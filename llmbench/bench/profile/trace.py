@@ -104,6 +104,9 @@ def _gemm_cost(op: _Node) -> tuple[float, float]:
     return 2.0 * batch * m * n * k, float(batch * (m * k + k * n + m * n) * size)
 
 
+_COPY_CATS = ("gpu_memcpy", "gpu_memset")  # the device's copies and fills, not kernels
+
+
 def is_step_range(name: str, cat: str | None) -> bool:
     """Whether an event is a step range: ``llmbench.step``, named or not (``step_name``)."""
     return cat == "user_annotation" and (name == STEP or name.startswith(STEP + " "))
@@ -203,7 +206,7 @@ def analyse(trace: dict[str, Any]) -> TraceBreakdown:
             corr = (e.get("args") or {}).get("correlation")
             ctx = by_correlation.get(corr)
             name = e.get("name", "?")
-            if e.get("cat") in ("gpu_memcpy", "gpu_memset"):
+            if e.get("cat") in _COPY_CATS:
                 category = COPIES
             else:
                 ops = tuple(o.name for o in ctx.ops) if ctx else ()
@@ -220,9 +223,11 @@ def analyse(trace: dict[str, Any]) -> TraceBreakdown:
                 _add(kernels, name, category, b - a, 0.0, 0.0)
         for key, launched in by_op.items():
             flops, nbytes = _gemm_cost(ops_seen[key])
-            total = sum(e["dur"] for e, _ in launched) or 1.0
-            for e, category in launched:  # an op's FLOPs shared among its kernels by their time
-                share = e["dur"] / total
+            # an op's FLOPs and bytes shared among its computing kernels by their time; a memset or copy
+            # it launched (a split-K workspace cleared) computes none of its product
+            total = sum(e["dur"] for e, _ in launched if e.get("cat") not in _COPY_CATS) or 1.0
+            for e, category in launched:
+                share = 0.0 if e.get("cat") in _COPY_CATS else e["dur"] / total
                 _add(kernels, e.get("name", "?"), category, e["dur"] * 1e-6, flops * share, nbytes * share)
     else:
         kernels = op_stats
