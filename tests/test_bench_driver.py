@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from still_clock import StillClock
 
 from llmbench.bench import driver as driver_mod
 from llmbench.bench.driver import drive
@@ -92,20 +93,6 @@ def test_engine_error_is_a_failed_result_not_a_crash(engine):
     res = drive(engine, bad, [0.0, 0.0], greedy, tag="bad-")
     assert res.status == "failed" and "outside" in res.error
     assert not engine.has_unfinished()
-
-
-class StillClock:
-    """A clock that stands still while the engine works and moves only when the driver sleeps: what
-    max_duration does then cannot depend on how fast this machine is."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def test_max_duration_stops_with_timeout(engine):

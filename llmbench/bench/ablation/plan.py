@@ -302,11 +302,11 @@ def plan(design: str, toggles: list[Toggle], resolved: Any, sampling: Any = None
 
 def plan_backends(backends: list[str]) -> list[BackendVariant]:
     """One variant per backend (``backend=transformers``), the first the baseline."""
-    from llmbench.bench.scenario.backend_options import BACKENDS
+    from llmbench.bench.scenario.backend_registry import BACKENDS, unsupported
 
     unknown = [b for b in backends if b not in BACKENDS]
     if unknown:
-        raise BenchError(f"Unsupported backend: {unknown[0]!r}. Supported: {', '.join(BACKENDS)}")
+        raise BenchError(unsupported(unknown[0]))
     if len(set(backends)) != len(backends):
         raise BenchError(f"a backend is named twice: {', '.join(backends)}")
     if len(backends) < 2:

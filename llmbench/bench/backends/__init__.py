@@ -1,16 +1,20 @@
 """Backends: who serves a scenario's workload. ``engine`` is llmbench's own; the peers are the same model
 in Hugging Face ``transformers`` and any ``openai``-compatible completions server.
 
-``make_backend`` resolves and checks a scenario's backend options without loading anything (so a bad
-option is an error before a result folder exists); the runner then starts it, runs every point through
-it and stores its records like any other.
+Which backends exist, how each is built and whether it is remote is the registry,
+``bench/scenario/backend_registry.py``. ``make_backend`` builds the one a scenario names from its entry:
+options resolved and checked without loading anything (so a bad option is an error before a result
+folder exists); the runner then starts it, runs every point through it and stores its records like any
+other.
 """
 
 from __future__ import annotations
 
+import importlib
+
 from llmbench.bench.backends.base import ENGINE_ONLY, Backend, engine_only_reasons
 from llmbench.bench.errors import BenchError
-from llmbench.bench.scenario.backend_options import BACKENDS
+from llmbench.bench.scenario.backend_registry import BACKENDS, unsupported
 from llmbench.bench.scenario.schema import Scenario
 
 
@@ -23,20 +27,11 @@ def make_backend(scenario: Scenario) -> Backend:
             f"Compare them with `llmbench ablate SCENARIO` (each in its own process), or pick one with "
             f"--set backend={names[0]}"
         )
-    name = names[0]
-    if name == "engine":
-        from llmbench.bench.backends.engine import EngineBackend
-
-        return EngineBackend(scenario)
-    if name == "transformers":
-        from llmbench.bench.backends.transformers import TransformersBackend
-
-        return TransformersBackend(scenario)
-    if name == "openai":
-        from llmbench.bench.backends.openai import OpenAIBackend
-
-        return OpenAIBackend(scenario)
-    raise BenchError(f"Unsupported backend: {name!r}. Supported: {', '.join(BACKENDS)}")
+    entry = BACKENDS.get(names[0])
+    if entry is None:
+        raise BenchError(unsupported(names[0]))
+    module, _, cls = entry.builder.partition(":")
+    return getattr(importlib.import_module(module), cls)(scenario)
 
 
 def backend_problem(scenario: Scenario) -> str | None:

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from llmbench.bench.driver import DriveResult, Progress
 from llmbench.bench.metrics import STEP_FIGURES
+from llmbench.bench.scenario.backend_registry import BACKENDS
 from llmbench.bench.workload.spec import Encoder, RequestSpec
 
 OnProgress = Callable[[Progress], None]
@@ -31,6 +32,23 @@ def engine_only_reasons(backend: str) -> dict[str, str]:
     return dict.fromkeys(ENGINE_ONLY, why)
 
 
+def peer_unavailable(backend: str) -> dict[str, str]:
+    """What a peer backend cannot give by what it is (its registry entry): the engine's own figures, and,
+    when it is remote, what only the server's machine sees. The backend adds what is its alone."""
+    reasons = engine_only_reasons(backend)
+    if BACKENDS[backend].remote:
+        reasons["gpu_telemetry"] = (
+            f"the {backend} backend measures a remote server: its GPUs are not visible here"
+        )
+        reasons["peak_memory"] = "the server's memory is not visible to the client"
+        reasons |= dict.fromkeys(
+            ("load_time", "compile_time", "graph_capture_time"),
+            "a remote server loads, compiles and captures before the benchmark starts, out of the client's "
+            "sight (its start-up here is the server check, server_check_time)",
+        )
+    return reasons
+
+
 def untaken_engine_options(scenario: Any, backend: str, taken: tuple[str, ...]) -> list[str]:
     """A warning naming the ``engine:`` options a peer backend does not apply (a scenario shared with the
     engine, or an ablation of backends, sets them for the engine); none when it takes all it was given."""
@@ -45,8 +63,8 @@ def untaken_engine_options(scenario: Any, backend: str, taken: tuple[str, ...]) 
 
 
 class Backend(Protocol):
-    name: str  # "engine" | "transformers" | "openai"
-    device: str  # where the model runs: "cpu", "cuda", "cuda:N", or "remote"
+    name: str  # its key in the registry (bench/scenario/backend_registry.py)
+    device: str  # where the model runs: "cpu", "cuda", "cuda:N", or "remote" (a remote backend's)
     cuda_indices: list[int] | None  # GPUs whose telemetry describes this run (None: none visible)
     tp: int
     tokenizer: Encoder

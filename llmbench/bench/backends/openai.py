@@ -27,7 +27,7 @@ from llmbench import collector
 from llmbench.bench.backends.base import (
     OnProgress,
     check_drive_args,
-    engine_only_reasons,
+    peer_unavailable,
     untaken_engine_options,
 )
 from llmbench.bench.backends.engine import request_seed
@@ -142,20 +142,13 @@ class OpenAIBackend:
         self.startup: dict[str, Any] = {}
         self.warnings: list[str] = untaken_engine_options(scenario, self.name, ())
         self.unavailable = {
-            **engine_only_reasons(self.name),
+            **peer_unavailable(self.name),
             "queue": "a remote server does not say when it scheduled a request (the client's own queue is "
             "client_queue)",
-            "gpu_telemetry": "the openai backend measures a remote server: its GPUs are not visible here",
-            "peak_memory": "the server's memory is not visible to the client",
             **dict.fromkeys(
                 ("arrival_lag_p99", "arrival_lag_max"),
                 "the openai backend sends each request as it enters, so its arrival is its send; lateness "
                 "against the schedule is client_queue",
-            ),
-            **dict.fromkeys(
-                ("load_time", "compile_time", "graph_capture_time"),
-                "a remote server loads, compiles and captures before the benchmark starts, out of the client's "
-                "sight (its start-up here is the server check, server_check_time)",
             ),
         }
         self.output_len_sources: dict[str, int] = {}  # where measured requests' output counts came from

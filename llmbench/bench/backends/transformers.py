@@ -21,7 +21,7 @@ import torch
 from llmbench.bench.backends.base import (
     OnProgress,
     check_drive_args,
-    engine_only_reasons,
+    peer_unavailable,
     untaken_engine_options,
 )
 from llmbench.bench.backends.hf_model import folder_model, preset_model
@@ -116,7 +116,7 @@ class TransformersBackend:
             )
         self.token_times_source = ""
         self.attn_used: str | None = None  # what transformers ran (CB may page it: paged|sdpa)
-        self.unavailable = engine_only_reasons(self.name)
+        self.unavailable = peer_unavailable(self.name)
 
     # -- options ----------------------------------------------------------------------------------
 

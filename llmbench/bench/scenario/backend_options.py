@@ -12,6 +12,7 @@ its own key, so one file can hold the options of every backend it compares::
 
 Engine options stay under ``engine:``; the transformers backend reads ``engine.device``, ``engine.dtype``
 and ``engine.seed`` from there unless its own options say otherwise (same device, dtype and weights).
+Which backends exist, and which of these models is whose, is the registry (``backend_registry.py``).
 """
 
 from __future__ import annotations
@@ -22,15 +23,14 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-BACKENDS = ("engine", "transformers", "openai")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-class _Strict(BaseModel):
+class StrictOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-class TransformersOptions(_Strict):
+class TransformersOptions(StrictOptions):
     """Hugging Face transformers on the same device, dtype and weights as the engine.
 
     mode: ``continuous_batching`` (``init_continuous_batching``: paged KV, requests join every step),
@@ -54,7 +54,7 @@ class TransformersOptions(_Strict):
     allow_block_sharing: bool = True  # CB prefix caching
 
 
-class OpenAIOptions(_Strict):
+class OpenAIOptions(StrictOptions):
     """An OpenAI-compatible server, streamed ``/v1/completions`` requests with token-id prompts.
 
     url: the server's base (``http://host:8000`` or ``.../v1``; ``/v1/completions`` is appended) or the
@@ -68,7 +68,7 @@ class OpenAIOptions(_Strict):
     request body.
     """
 
-    url: str
+    url: str = Field(description="the server's base URL")
     model: str | None = None
     api_key_env: str | None = None
     max_concurrency: int | None = Field(default=None, ge=1)
@@ -111,8 +111,3 @@ class OpenAIOptions(_Strict):
         if reserved:
             raise ValueError(f"sets {', '.join(reserved)}, which every request sets itself")
         return value
-
-
-class BackendOptions(_Strict):
-    transformers: TransformersOptions = Field(default_factory=TransformersOptions)
-    openai: OpenAIOptions | None = None

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from llmbench.bench.scenario.backend_options import BACKENDS, BackendOptions
+from llmbench.bench.scenario.backend_registry import BACKENDS, BackendOptions, unsupported
 from llmbench.bench.scenario.fields import FieldIssue, FieldIssues, StrictModel
 from llmbench.bench.scenario.workload_schema import MAX_ARRIVAL_SPAN_S, Workload
 
@@ -261,7 +261,7 @@ class Scenario(StrictModel):
             raise ValueError(f"needs at least one backend; supported: {', '.join(BACKENDS)}")
         for name in names:
             if name not in BACKENDS:
-                raise ValueError(f"Unsupported backend: {name!r}. Supported: {', '.join(BACKENDS)}")
+                raise ValueError(unsupported(name))
         if len(set(names)) != len(names):
             raise ValueError(f"a backend is named twice: {', '.join(names)}")
         return value
@@ -315,8 +315,12 @@ class Scenario(StrictModel):
             for rate in self.arrival.rate or []:
                 if problem := rate_span_problem(rate, self.workload.num_requests):
                     raise FieldIssue("arrival.rate", problem)
-        if "openai" in self.backends and self.backend_options.openai is None:
-            raise FieldIssue(
-                "backend_options.openai.url", "required for backend 'openai' (the server's base URL)"
-            )
+        for name in self.backends:
+            required = BACKENDS[name].required_option
+            if required is not None and getattr(self.backend_options, name) is None:
+                field, what = required
+                raise FieldIssue(
+                    f"backend_options.{name}.{field}",
+                    f"required for backend '{name}'" + (f" ({what})" if what else ""),
+                )
         return self

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from llmbench.bench.scenario.backend_registry import BACKENDS
 from llmbench.bench.scenario.workload_schema import Workload
 from llmbench.bench.workload.files import check_prompt_file, prompt_file_requests, trace_requests
 from llmbench.bench.workload.sharegpt import sharegpt_requests
@@ -61,12 +62,14 @@ def build_requests(
 
 
 def context_check(max_model_len: int | None, backend: str) -> Fits | None:
-    """Whether a request's prompt and output fit the backend's context (None for a remote server: it says
-    so per request, HTTP 400, counted as failed)."""
+    """Whether a request's prompt and output fit the backend's context (None when it is not known here:
+    a remote server that does not say it refuses such a request itself, HTTP 400, counted as failed)."""
     if max_model_len is None:
         return None
     what = "engine's max_model_len" if backend == "engine" else f"{backend} model's context length"
-    fix = "shorten the workload" + (" or raise engine.max_model_len" if backend != "openai" else "")
+    # a backend run here takes its context from engine.max_model_len; a remote server's is its own
+    raise_it = "" if BACKENDS[backend].remote else " or raise engine.max_model_len"
+    fix = "shorten the workload" + raise_it
 
     def fits(prompt: int, output: int) -> str | None:
         if prompt + output <= max_model_len:
