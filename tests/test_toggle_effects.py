@@ -99,7 +99,9 @@ def probe_triton_kernels(value: bool) -> None:
                 name,
                 lambda *a, real=real, key=key, **k: called.__setitem__(key, called[key] + 1) or real(*a, **k),
             )
-        engine = _engine(triton_kernels=value, attention_backend="torch")
+        # Triton runs on a GPU, or on the CPU under its interpreter (where there is no GPU: conftest.py)
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        engine = _engine(triton_kernels=value, attention_backend="torch", device=device)
         _steps(
             engine, {0: [("a", _prompt(6))]}, SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True)
         )
