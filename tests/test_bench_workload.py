@@ -147,6 +147,35 @@ def test_jsonl_prompts_text_ids_and_output_lengths(tmp_path):
     assert [r.max_tokens for r in reqs] == [3, 11, 4]
 
 
+class _DropsBraces:
+    """A tokenizer that encodes the text it cannot read to no token (as a broken tokenizer may)."""
+
+    def encode(self, text: str) -> list[int]:
+        return [] if "{" in text else list(text.encode())
+
+
+def test_prompts_that_encode_to_no_token_are_counted_not_dropped_in_silence(tmp_path):
+    from llmbench.bench.workload import build_workload
+
+    path = tmp_path / "p.txt"
+    path.write_text("hello\n{x}\nworld\n{y}\n")
+    built = build_workload(
+        wl(source="file", path=str(path), num_requests=2, output_len=3), _DropsBraces(), VOCAB, 0
+    )
+    assert sorted(bytes(r.prompt).decode() for r in built.requests) == ["hello", "world"]
+    (warning,) = built.warnings
+    assert (
+        f"{path}: 2 of its 4 prompts encode to no token with the model's tokenizer and are left out"
+        in warning
+    )
+    assert f"{path}:2" in warning and f"{path}:4" in warning
+    path.write_text("{a}\n{b}\n")  # all of them: an error that says why, not "holds no prompt"
+    with pytest.raises(WorkloadError, match=r"every one of its 2 prompts encodes to no token"):
+        build_workload(
+            wl(source="file", path=str(path), num_requests=2, output_len=3), _DropsBraces(), VOCAB, 0
+        )
+
+
 def test_text_file_one_prompt_per_line_and_sampling_cycles(tmp_path):
     path = tmp_path / "p.txt"
     path.write_text("a b\n\nccc\n")

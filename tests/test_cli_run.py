@@ -132,6 +132,24 @@ def test_dry_run_defaults_to_chat_and_shows_the_profile(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize(
+    "patch,message",
+    [
+        ({"workload": {**TINY["workload"], "input_len": 5000}}, "does not fit max_model_len"),
+        ({"workload": {**TINY["workload"], "token_ids": {"min": 0, "max": 10**6}}}, "is past the model's vocabulary"),
+        ({"workload": {"source": "file", "path": "no-such-prompts.jsonl", "num_requests": 2, "output_len": 4}}, "no-such-prompts.jsonl"),
+    ],
+    ids=["too long", "ids past the vocabulary", "missing prompt file"],
+)  # fmt: skip
+def test_dry_run_refuses_what_run_refuses_before_any_cost(tmp_path, patch, message):
+    # a scenario --dry-run prints is one run would start: every check run makes before it starts a backend
+    path = scenario(tmp_path, **patch)
+    for args in (("--dry-run",), ("--out", tmp_path / "r")):
+        res = invoke("run", path, *args)
+        assert res.exit_code == 2 and message in " ".join(res.output.split()), (args, res.output)
+    assert not (tmp_path / "r").exists()
+
+
 BAD = [
     ("broken.yaml", "model: [oops\n", "not valid YAML at line"),
     ("empty.yaml", "", "the file is empty"),

@@ -26,23 +26,30 @@ def test_a_run_whose_requests_all_failed_exits_non_zero_and_keeps_its_results(tm
         )
     assert "Traceback" not in res.output, res.output
     assert res.exit_code == 1, res.output
-    assert "no request completed in concurrency=1 repeat 1 (all 4 failed)" in " ".join(res.stderr.split())
+    assert "no request completed in concurrency=1 repeat 1 (of 4: 4 failed)" in " ".join(res.stderr.split())
     (run,), _ = find_runs([tmp_path / "r"])  # kept, with its failures
     assert run.summary["points"][0]["metrics"]["num_failed"]["value"] == 4
 
 
-def test_a_run_with_some_requests_served_exits_zero():
-    # the other side of the rule: one failure of four is a warning (test_backend_openai), not a failed run
-    from llmbench.cli.run import _served_nothing
+def test_a_run_whose_time_limit_cut_every_request_exits_non_zero(tmp_path):
+    # the engine on the CPU: max_duration_s far below one request's time aborts all of them
+    path = tmp_path / "cut.yaml"
+    path.write_text(yaml.safe_dump({"model": "qwen3-tiny", "engine": {"device": "cpu"}, "warmup": 0,
+                                    "max_duration_s": 0.001,
+                                    "workload": {"num_requests": 3, "input_len": 8, "output_len": 64}}))  # fmt: skip
+    res = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "r")])
+    said = " ".join(res.output.split())
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    assert "no request completed in offline repeat 1 (of 3: 3 cut by max_duration_s)" in said, said
 
-    summary = {
-        "points": [
-            {"label": "p", "repeats": [{"repeat": 0, "metrics": {"num_completed": 3, "num_failed": 1}}]}
-        ]
-    }
-    assert _served_nothing(summary) == []
-    summary["points"][0]["repeats"].append({"repeat": 1, "metrics": {"num_completed": 0, "num_failed": 4}})
-    assert _served_nothing(summary) == ["p repeat 2 (all 4 failed)"]
+
+def test_a_run_with_some_requests_served_exits_zero(tmp_path):
+    # the other side of the rule: one failure of four is a warning (test_backend_openai), not a failed run
+    with Stub(fail={2: "500"}) as stub:
+        res = CliRunner().invoke(
+            app, ["run", _scenario(tmp_path, stub.url, "one"), "--out", str(tmp_path / "r")]
+        )
+    assert res.exit_code == 0 and "1 of 4 requests failed" in " ".join(res.output.split()), res.output
 
 
 def test_compare_fails_when_new_lost_requests_that_base_served(tmp_path):

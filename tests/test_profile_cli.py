@@ -135,3 +135,18 @@ def test_ctrl_c_keeps_what_was_recorded_marked_incomplete(tmp_path):
     assert variant["status"] == "incomplete" and variant["kinds"] and variant["traces"]
     run = load_run(folder / "baseline" / "run")
     assert run.meta["status"] == "incomplete" and run.meta["stop_reason"] == "interrupted"
+
+
+def test_a_variant_that_cannot_start_shows_its_own_error(tmp_path):
+    # A model whose weights cannot be read fails at start-up, before any step: the profile must show that
+    # error (as run and ablate do), not one of writing a profile of steps that were never recorded.
+    from tiny_models import make_tiny
+
+    folder = tmp_path / "model"
+    make_tiny("qwen3", folder)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    res = invoke("profile", scenario(tmp_path, model=str(folder)), "--steps", "4", "--out", tmp_path / "r")
+    said = " ".join(res.output.split())
+    assert res.exit_code == 1, res.output
+    assert "not a readable safetensors file" in said and "profile.json" not in said, said

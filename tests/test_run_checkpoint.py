@@ -9,6 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -68,3 +69,31 @@ def test_a_killed_run_keeps_the_repeats_it_finished(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["report", str(tmp_path / "r")], terminal_width=200)
     assert res.exit_code == 0, res.output
     assert "incomplete (died)" in res.stdout
+
+
+def _interrupt(*args, **kwargs):
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["llmbench.bench.runner.busy_warning", "llmbench.bench.telemetry.TelemetrySampler.start",
+     "llmbench.bench.backends.engine.EngineBackend.start"],
+)  # fmt: skip
+def test_an_interrupt_before_anything_was_measured_leaves_no_folder(
+    tmp_path: Path, monkeypatch, where
+) -> None:
+    # Ctrl-C while the machine is sampled, the telemetry starts or the backend starts: nothing was measured,
+    # so nothing is kept, not even the run's working folder (which readers would show as a run that died).
+    from llmbench.bench.runner import RunRequest, execute_run
+    from llmbench.bench.scenario import load_scenario
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"model": "qwen3-tiny", "engine": {"device": "cpu"},
+                                    "workload": {"num_requests": 2, "input_len": 8, "output_len": 2}}))  # fmt: skip
+    monkeypatch.setattr(where, _interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        execute_run(RunRequest(load_scenario(path, []), tmp_path / "r", "v"))
+    assert not (tmp_path / "r").exists() or not any((tmp_path / "r").rglob("*")), list(
+        (tmp_path / "r").rglob("*")
+    )

@@ -34,7 +34,7 @@ from llmbench.bench.slow_steps import SLOW_FACTOR
 from llmbench.bench.store import RunWriter
 from llmbench.bench.summary import Measured
 from llmbench.bench.telemetry import TelemetrySampler
-from llmbench.bench.workload import RequestSpec, build_workload, check_prompt_file, context_check
+from llmbench.bench.workload import RequestSpec, build_workload, check_prompt_file, context_check, token_range
 from llmbench.bench.workload_fits import budget_warning, fit_problem, longest_request
 
 SALT_PER_POINT = 10_000  # prompt salt = point index * this + repeat index
@@ -228,6 +228,18 @@ def _measure(req: RunRequest, backend: Backend, events: RunEvents, state: _Measu
             state.repeat_done(last=pi == len(points) - 1 and r == repeats[-1])
 
 
+def preflight(resolved: ResolvedScenario, backend: Backend) -> None:
+    """What is checked of a scenario against its backend before any cost (``run``, and ``run --dry-run``,
+    which stops here): the workload fits the engine (its first request would be refused), its file reads
+    as its reader will read it, its prompt ids lie in the model's vocabulary."""
+    scenario = resolved.scenario
+    if (config := getattr(backend, "config", None)) is not None and (longest := longest_request(resolved)):
+        if problem := fit_problem(config, longest):
+            raise ScenarioError(problem)
+    check_prompt_file(scenario.workload, backend.vocab_size, scenario.model)
+    token_range(scenario.workload, backend.vocab_size)
+
+
 def execute_run(req: RunRequest, events: RunEvents | None = None) -> RunOutcome:
     """Measure and store one run (see the module docstring); torch's thread count is restored after."""
     import torch
@@ -235,14 +247,7 @@ def execute_run(req: RunRequest, events: RunEvents | None = None) -> RunOutcome:
     backend = make_backend(req.resolved.scenario)  # option errors go up before anything is written
     if getattr(backend, "launched_follower", False):
         backend.start()  # torchrun's rank > 0: serves rank 0's steps and exits, writing nothing
-    if (config := getattr(backend, "config", None)) is not None and (
-        longest := longest_request(req.resolved)
-    ):
-        if problem := fit_problem(config, longest):  # the engine would refuse its first request
-            raise ScenarioError(problem)
-    check_prompt_file(
-        req.resolved.scenario.workload, backend.vocab_size, req.resolved.scenario.model
-    )  # before any cost
+    preflight(req.resolved, backend)
     threads_before = torch.get_num_threads()
     try:
         return _execute(req, backend, events or QuietEvents())
@@ -252,7 +257,6 @@ def execute_run(req: RunRequest, events: RunEvents | None = None) -> RunOutcome:
 
 def _execute(req: RunRequest, backend: Backend, events: RunEvents) -> RunOutcome:
     scenario = req.resolved.scenario
-    writer = RunWriter(req.out_root, scenario.name, req.variant, req.run_dir)
     state = _Measuring(events)
     threads = set_torch_threads(scenario.cpu_threads)
     cpu_ranks = backend.tp if backend.device == "cpu" else 1
@@ -265,11 +269,16 @@ def _execute(req: RunRequest, backend: Backend, events: RunEvents) -> RunOutcome
     origin = time.perf_counter()
     telemetry = None
     started_backend = False
-    if scenario.telemetry.enabled:
-        torch_device = backend.device if backend.device != "remote" else None
-        telemetry = TelemetrySampler(scenario.telemetry.period_ms / 1e3, backend.cuda_indices, torch_device)
-        telemetry.start()
+    # the run's working folder from here on: whatever stops the run before it measured (an interrupt
+    # during start-up too) takes it away again, so no reader mistakes it for a run that died
+    writer = RunWriter(req.out_root, scenario.name, req.variant, req.run_dir)
     try:
+        if scenario.telemetry.enabled:
+            torch_device = backend.device if backend.device != "remote" else None
+            telemetry = TelemetrySampler(
+                scenario.telemetry.period_ms / 1e3, backend.cuda_indices, torch_device
+            )
+            telemetry.start()
         state.tell(backend.warnings)  # what the backend knows of its options, before its start-up's cost
         where = "a server" if backend.device == "remote" else backend.device
         events.phase(f"starting the {backend.name} backend ({scenario.model} on {where})")

@@ -47,14 +47,18 @@ def profile_line(resolved: ResolvedScenario) -> str:
 
 
 def print_dry_run(resolved: ResolvedScenario) -> None:
-    """The scenario, then each backend's options as resolved (ConfigError here is a clean error too)."""
+    """The scenario, then each backend's options as resolved, once every check ``run`` makes before any cost
+    has passed (ConfigError here is a clean error too): a scenario it prints is one ``run`` would start."""
     from llmbench.bench.backends import make_backend
+    from llmbench.bench.runner import preflight
 
     sc = resolved.scenario
     text = yaml.safe_dump(scenario_dict(sc), sort_keys=False)
     out = f"# scenario: {resolved.path}\n# {profile_line(resolved)}\n{text}"
     for name in sc.backends:
-        backend = make_backend(sc.model_copy(update={"backend": name}))
+        one = sc.model_copy(update={"backend": name})
+        backend = make_backend(one)
+        preflight(resolved._replace(scenario=one), backend)
         out += f"---\n# {name} options, resolved\n{yaml.safe_dump(backend.describe(), sort_keys=False)}"
     print(out, end="")
 

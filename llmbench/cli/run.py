@@ -89,25 +89,20 @@ def run(
             trace_dir, trace_steps, trace_slow_steps, slow_step_factor, reference_repeat=trace_reference
         )
     request = RunRequest(resolved, out, variant, run_dir, ablation, repeat_index, slow_step_factor, window)
-    outcome = None
     try:
         with RichRunEvents(quiet) as events:
             outcome = execute_run(request, events)
-    finally:
-        if window is not None:  # written even when the run stopped: what was recorded is kept
-            from llmbench.bench.backends.engine import engine_config
-            from llmbench.bench.profile.summary import write_profile
-
-            done = outcome is not None and outcome.status == "complete"
-            device = engine_config(sc).device
-            if not quiet and window.chunks:
-                note(
-                    f"reading {len(window.chunks)} trace chunk(s) for the profile (an interrupt waits for it)"
-                )
-            with held_interrupts():  # the profile of what was traced, whole or not at all
-                write_profile(
-                    trace_dir, window.record(), variant, device, "complete" if done else "incomplete"
-                )
+    except BaseException:
+        # what was recorded before the run stopped is kept; a run that stopped before it stepped (a model
+        # that cannot load) has nothing to keep, and its own error is what the user must see
+        if window is not None and window.calls:
+            try:
+                _keep_profile(window, trace_dir, sc, variant, False, quiet)
+            except Exception as exc:
+                warning(f"the profile of the steps recorded could not be written: {exc}")
+        raise
+    if window is not None:
+        _keep_profile(window, trace_dir, sc, variant, outcome.status == "complete", quiet)
     backend = outcome.meta["backend"]
     if not quiet:
         note(startup_line(backend, outcome.meta["startup"]))
@@ -136,15 +131,37 @@ def run(
         raise typer.Exit(EXIT_FAILED)
 
 
+def _keep_profile(window: Any, trace_dir: Path, sc: Any, variant: str, done: bool, quiet: bool) -> None:
+    """``llmbench profile``'s child: the profile of what its window recorded, beside the traces."""
+    from llmbench.bench.backends.engine import engine_config
+    from llmbench.bench.profile.summary import write_profile
+
+    if not quiet and window.chunks:
+        note(f"reading {len(window.chunks)} trace chunk(s) for the profile (an interrupt waits for it)")
+    with held_interrupts():  # the profile of what was traced, whole or not at all
+        write_profile(
+            trace_dir,
+            window.record(),
+            variant,
+            engine_config(sc).device,
+            "complete" if done else "incomplete",
+        )
+
+
 def _served_nothing(summary: dict[str, Any]) -> list[str]:
-    """The repeats (``label repeat r``) in which every request sent failed: a run of them ran to its end
-    but measured nothing there, which a script checking the exit status must not take for success."""
+    """The repeats (``label repeat r``) in which no request completed (every one failed, or the time limit
+    cut them all): a run of them ran to its end but measured no latency there, which a script checking
+    the exit status must not take for success."""
     out = []
     for p in summary.get("points") or []:
         for r in p.get("repeats") or []:
             m = r.get("metrics") or {}
-            if not m.get("num_completed") and m.get("num_failed"):
-                out.append(
-                    f"{p.get('label', '?')} repeat {r.get('repeat', 0) + 1} (all {int(m['num_failed'])} failed)"
-                )
+            if m.get("num_completed") or not m.get("num_requests"):
+                continue
+            failed, aborted = int(m.get("num_failed") or 0), int(m.get("num_aborted") or 0)
+            why = [f"{failed} failed"] * bool(failed) + [f"{aborted} cut by max_duration_s"] * bool(aborted)
+            out.append(
+                f"{p.get('label', '?')} repeat {r.get('repeat', 0) + 1} "
+                f"(of {int(m['num_requests'])}: {', '.join(why) or 'none finished'})"
+            )
     return out

@@ -18,7 +18,7 @@ from llmbench.bench.scenario.workload_schema import Workload
 from llmbench.bench.workload.files import check_prompt_file, prompt_file_requests, trace_requests
 from llmbench.bench.workload.sharegpt import sharegpt_requests
 from llmbench.bench.workload.spec import Built, Encoder, Fits, RequestSpec, require_fit
-from llmbench.bench.workload.synthetic import shared_prefix_requests, synthetic_requests
+from llmbench.bench.workload.synthetic import shared_prefix_requests, synthetic_requests, token_range
 
 
 def build_workload(
@@ -41,7 +41,7 @@ def build_workload(
     if workload.source == "trace":
         return Built(trace_requests(workload, vocab_size, token_rng, fits))
     if workload.source == "file":
-        built = Built(prompt_file_requests(workload, encoder, vocab_size, rng))
+        built = prompt_file_requests(workload, encoder, vocab_size, rng)
     else:
         built = sharegpt_requests(workload, encoder, rng, fits)
     for spec in built.requests:  # their lengths are known once their text is encoded
@@ -88,4 +88,5 @@ __all__ = [
     "build_workload",
     "check_prompt_file",
     "context_check",
+    "token_range",
 ]

@@ -24,7 +24,7 @@ from llmbench.bench.scenario.workload_schema import MAX_ARRIVAL_SPAN_S, Workload
 from llmbench.bench.workload.lengths import sample_lengths
 from llmbench.bench.workload.reading import JSON_SUFFIXES, choose, read_records, read_text
 from llmbench.bench.workload.sharegpt import conversations
-from llmbench.bench.workload.spec import Encoder, Fits, RequestSpec, require_fit
+from llmbench.bench.workload.spec import Built, Encoder, Fits, RequestSpec, require_fit
 from llmbench.models.tokenizer import has_tokenizer_files, text_needs_tokenizer
 
 
@@ -113,15 +113,24 @@ def check_prompt_file(workload: Workload, vocab_size: int, model: str | None = N
 
 def prompt_file_requests(
     workload: Workload, encoder: Encoder, vocab_size: int, rng: np.random.Generator
-) -> list[RequestSpec]:
+) -> Built:
     """JSON records ``{"prompt": "text" | [ids], "prompt_token_ids": [ids], "output_len": N}`` (JSONL, or
-    one array in a .json file), or plain text, one prompt a line."""
+    one array in a .json file), or plain text, one prompt a line. A text prompt that the model's tokenizer
+    encodes to no token is left out and counted in a warning; all of them is an error."""
     path = Path(workload.path)
-    prompts = []
-    for p in _prompt_records(path, vocab_size):
+    prompts, empty = [], []
+    records = _prompt_records(path, vocab_size)
+    for p in records:
         ids = p.ids if p.text is None else encoder.encode(p.text)
         if ids:
             prompts.append((ids, p.output_len))
+        else:
+            empty.append(p.where)
+    if not prompts and empty:
+        raise WorkloadError(
+            f"{path}: every one of its {len(records)} prompts encodes to no token with the model's tokenizer "
+            f"(e.g. {empty[0]}): is the tokenizer the model's, and complete?"
+        )
     if not prompts:
         raise WorkloadError(f"{path}: holds no prompt")
     if any(out is None for _, out in prompts) and workload.output_len is None:
@@ -132,7 +141,12 @@ def prompt_file_requests(
     for k, idx in enumerate(chosen):
         ids, out = prompts[idx]
         specs.append(RequestSpec(str(k), ids, out if out is not None else int(fill[k])))
-    return specs
+    left = (
+        [f"{path}: {len(empty)} of its {len(records)} prompts encode to no token with the model's tokenizer and "
+         f"are left out ({', '.join(empty[:3])}{', ...' if len(empty) > 3 else ''})"]
+        if empty else []
+    )  # fmt: skip
+    return Built(specs, left)
 
 
 _TRACE_COLUMNS = ("timestamp", "input_len", "output_len")
