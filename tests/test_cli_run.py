@@ -459,8 +459,8 @@ def test_a_changes_table_too_wide_is_cut_between_metrics_never_inside_one(tmp_pa
 
 
 def test_a_repeat_cut_by_max_duration_says_how_many_requests_completed(tmp_path):
-    # One request at a time, each far longer than the limit: none completes, and the run must say its
-    # latencies are undefined rather than leave a throughput figure standing alone.
+    # One request at a time, each far longer than the limit: none completes, and the run must say no
+    # latency was measured rather than leave a throughput figure standing alone, and exit 1.
     path = scenario(
         tmp_path,
         workload={"num_requests": 4, "input_len": 8, "output_len": 4000},
@@ -471,10 +471,10 @@ def test_a_repeat_cut_by_max_duration_says_how_many_requests_completed(tmp_path)
         max_duration_s=0.5,
     )
     res = invoke("run", path, "--out", tmp_path / "r")
-    assert res.exit_code == 0, res.output
-    run = only_run(tmp_path / "r")
+    assert res.exit_code == 1, res.output
+    run = only_run(tmp_path / "r")  # kept
     (said,) = [w for w in run.summary["warnings"] if "max_duration_s" in w]
-    assert "0 of 4 requests completed" in said and "undefined" in said, said
+    assert "0 of 4 requests completed" in said and "no latency was measured" in said, said
     metrics = run.summary["points"][0]["metrics"]
     assert metrics["num_completed"]["value"] == 0 and metrics["num_aborted"]["value"] == 4  # all were sent
     assert any([c.strip() for c in line.split("│")] == ["aborted", "4"] for line in res.stdout.splitlines())

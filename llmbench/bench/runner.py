@@ -219,7 +219,7 @@ def _measure(req: RunRequest, backend: Backend, events: RunEvents, state: _Measu
                     + (
                         ""
                         if done
-                        else ": its latencies and request rate are undefined (raise max_duration_s)"
+                        else ": no latency was measured (raise max_duration_s)"
                     )
                 )
             elif result.status != "complete":
