@@ -347,7 +347,7 @@ def test_nothing_to_report_is_a_clean_error(tmp_path, make):
 def test_a_view_asked_for_that_has_nothing_to_show_says_why(runs):
     # one run: nothing to compare; no profile was recorded; the exit code says nothing was shown
     res = invoke("report", runs["baseline"], "--view", "changes")
-    assert res.exit_code == 1 and res.stdout.strip() == ""
+    assert res.exit_code == 2 and res.stdout.strip() == ""  # a usage error, as an unknown --baseline is
     assert "--view changes: every scenario here has one configuration" in res.stderr
     res = invoke("report", runs["baseline"].parent, "--view", "changes", "--view", "profile")
     assert res.exit_code == 0 and "rep · offline: changes against baseline" in res.stdout
@@ -811,7 +811,7 @@ def test_a_profile_record_of_the_wrong_shape_is_named_not_shown(runs, tmp_path):
         json.dumps({"variant": "baseline", "kinds": {"decode": {"wall": "x"}}})
     )
     res = invoke("report", root, "--view", "profile")
-    assert res.exit_code == 1, res.output  # the one view asked for has nothing to show
+    assert res.exit_code == 2, res.output  # the one view asked for has nothing to show
     assert f"{root / 'profile.json'}: a field is missing or of the wrong type" in res.stderr
     assert "its profile is not shown" in res.stderr
 

@@ -216,11 +216,7 @@ def _measure(req: RunRequest, backend: Backend, events: RunEvents, state: _Measu
                 state.warn(
                     f"{label} repeat {r}: stopped after max_duration_s={scenario.max_duration_s}; "
                     f"{done} of {len(result.requests) + result.not_submitted} requests completed"
-                    + (
-                        ""
-                        if done
-                        else ": no latency was measured (raise max_duration_s)"
-                    )
+                    + ("" if done else ": no latency was measured (raise max_duration_s)")
                 )
             elif result.status != "complete":
                 state.stop_reason, state.error = result.status, result.error

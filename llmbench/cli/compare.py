@@ -40,12 +40,16 @@ if TYPE_CHECKING:
 
 def _one_per_scenario(path: Path, role: str) -> dict[str, Group]:
     from llmbench.bench.report.frame import load_groups
+    from llmbench.bench.report.tables import probe
 
     groups, problems = load_groups([path])
     for p in problems:
         warning(f"skipped {p.path}: {p.reason}")
     for p in (d for g in groups for d in g.doubts):
         warning(f"{p.path}: {p.reason}")
+    for run in (r for g in groups for r in g.runs):  # the gate judges summary.json's figures alone
+        for path, why in probe(run).items():
+            warning(f"{path}: unreadable ({why}); the gate reads summary.json's figures, not this table")
     if not groups:
         raise StoreError(f"{role} {path}: holds no run")
     out: dict[str, Group] = {}

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from llmbench.bench.errors import BenchError
 from llmbench.cli.console import console, error, note, warning
-from llmbench.cli.errors import EXIT_FAILED, handle_errors
+from llmbench.cli.errors import EXIT_INPUT, handle_errors
 
 MinEffectOption = Annotated[
     float,
@@ -105,7 +105,7 @@ def report(
     for line in rep.empty:
         (error if nothing else warning)(line)
     if nothing:
-        raise typer.Exit(EXIT_FAILED)
+        raise typer.Exit(EXIT_INPUT)
     if format is Format.csv:
         text = _csv(rep, metrics, views)
     elif format is Format.markdown:
@@ -121,8 +121,10 @@ def report(
             for v in s.views:
                 print_view(v, target)
         if out is None:
+            _damaged_late(rep)
             return
         text = target.export_text()
+    _damaged_late(rep)
     if out is None:
         print(text, end="" if text.endswith("\n") else "\n")
         return
@@ -137,6 +139,18 @@ def report(
             f"--out {target}: cannot write the report there ({os_reason(exc, target)})"
         ) from None
     note(f"report written to {target}")
+
+
+def _damaged_late(rep) -> None:
+    """Warn of the tables found unreadable only when read in full (their footers were sound)."""
+    from llmbench.bench.report.tables import damage
+
+    said = {p.path for p in rep.doubts}
+    for g in (g for s in rep.sections for g in s.groups):
+        for path, why in g.damaged.items():
+            if path not in said:
+                warning(f"{path}: {damage(path, why)}")
+                said.add(path)
 
 
 CSV_VIEWS = ("deltas", "changes")  # a view with a CSV form of its own: the comparisons

@@ -7,7 +7,8 @@ variant called "baseline" (what ``ablate`` writes for toggles), else the one an 
 ``ablation.json`` names (``backend=engine`` when backends are compared), else none. ``threshold`` is the
 practical effect size of the verdicts (``--min-effect``, a fraction). Values of the wrong type in the
 kept files (meta.json, summary.json, and the side files of an ablation or a profile) read as missing; the
-report's ``doubts`` name each file once.
+report's ``doubts`` name each file once, and each request, step or telemetry table that cannot be read
+(only the parts drawn from it are then missing: ``tables.USES``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from llmbench.bench.metrics import METRICS
 from llmbench.bench.report.batches import batch_views
 from llmbench.bench.report.compare import DEFAULT_MIN_EFFECT, DELTA_METRICS, change, judged
 from llmbench.bench.report.format import SUMMARY_METRICS
-from llmbench.bench.report.frame import ABLATION_FILE, Group, load_groups, tidy
+from llmbench.bench.report.frame import ABLATION_FILE, Group, damaged_tables, load_groups, tidy
 from llmbench.bench.report.kept import is_text, read_object, show
 from llmbench.bench.report.outputs import COMPARISON_FILE, comparison_problems
 from llmbench.bench.report.quality import QUALITY_FILE, quality_problems, quality_views
@@ -236,7 +237,7 @@ def build_report(
         sections.append(Section(scenario, members, base, built))
     if baseline and not found_baseline:
         raise StoreError(f"--baseline {baseline}: no run folder or variant of that name among the runs read")
-    doubts = [d for g in groups for d in g.doubts] + side_file_problems(groups)
+    doubts = [d for g in groups for d in g.doubts] + side_file_problems(groups) + damaged_tables(groups)
     return Report(sections, problems, _empty_views(views or [], parts, built_kinds), doubts, threshold)
 
 

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from llmbench.bench.metrics import METRICS, REQUEST_LEVEL
-from llmbench.bench.report import warning_flags
+from llmbench.bench.report import tables, warning_flags
 from llmbench.bench.report.kept import first_line, read_object, sound_run
 from llmbench.bench.store import NO_RUN, Problem, Run, find_runs
 from llmbench.bench.summary import interval
@@ -53,6 +53,7 @@ class Group:
     _requests: pd.DataFrame | None = None
     doubts: list[Problem] = field(default_factory=list)  # runs read with values of the wrong type left out
     traced_out: int = 0  # repeats left out because the profiler ran in them (``untraced``)
+    damaged: dict[Path, str] = field(default_factory=dict)  # tables that could not be read, and why
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -101,10 +102,24 @@ class Group:
     def flags(self, point: str) -> list[str]:
         return warning_flags.flags(self.warnings(point))
 
+    def table(self, run: Run, name: str) -> pd.DataFrame:
+        """One of a run's tables; empty when it is not kept or cannot be read (then named in ``damaged``)."""
+        df, why = tables.read(run, name)
+        if why is not None:
+            self.damaged[run.path / f"{name}.parquet"] = why
+        return df
+
+    def unreadable(self, name: str) -> str | None:
+        """The first of the group's ``name`` tables that could not be read, with why (None: all could)."""
+        for path, why in self.damaged.items():
+            if path.name == f"{name}.parquet":
+                return f"{path} is unreadable ({why})"
+        return None
+
     def requests(self) -> pd.DataFrame:
-        """All runs' requests (loaded once)."""
+        """All runs' requests (loaded once); a run whose table cannot be read adds none."""
         if self._requests is None:
-            frames = [r.table("requests") for r in self.runs]
+            frames = [self.table(r, "requests") for r in self.runs]
             frames = [f for f in frames if len(f)]
             self._requests = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
         return self._requests
@@ -168,6 +183,17 @@ def load_groups(paths: list[Any]) -> tuple[list[Group], list[Problem]]:
     out = list(groups.values())
     _label(out)
     return out, problems
+
+
+def damaged_tables(groups: list[Group]) -> list[Problem]:
+    """The groups' tables that cannot be read (found from their footers, recorded in each ``damaged``),
+    each with what is not shown for it."""
+    out = []
+    for g in groups:
+        for run in g.runs:
+            g.damaged.update(tables.probe(run))
+        out += [Problem(path, tables.damage(path, why)) for path, why in g.damaged.items()]
+    return out
 
 
 def untraced(run: Run, point: int, repeats: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -6,7 +6,8 @@ variant with 95%
 intervals, telemetry over time (GPU utilisation and power with NVML; process CPU % and RSS without), and
 each decode step's time against the context it read (the decode step model's data: a variant that moves
 the fixed part shifts the cloud, one that moves the K/V read rate tilts it). The page loads nothing from
-anywhere.
+anywhere. A plot that cannot be drawn (a figure no plot can place, a table that cannot be read) is
+replaced by a note saying why; the rest of the page is drawn.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 from llmbench.bench.report.batches import bin_label, pooled_bins
 from llmbench.bench.report.frame import Group
 from llmbench.bench.report.profile_views import profile_bars
+from llmbench.bench.report.tables import damage
 from llmbench.bench.report.views import View
 
 _CSS = """
@@ -99,12 +101,12 @@ def throughput_bars(groups: list[Group]) -> str:
     for g in groups:
         for point in g.points:
             est = g.estimate(point, "output_throughput")
-            if est["value"] is None:
+            if not _drawable(est["value"]):
                 continue
             labels.append(f"{g.label}\n{point}")
             values.append(est["value"])
-            lows.append(est["value"] - est["ci_low"] if est["ci_low"] is not None else 0.0)
-            highs.append(est["ci_high"] - est["value"] if est["ci_high"] is not None else 0.0)
+            lows.append(_bar(est["value"], est["ci_low"]))
+            highs.append(_bar(est["ci_high"], est["value"]))
     if not values:
         return ""
     fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(values)), 4))
@@ -114,6 +116,18 @@ def throughput_bars(groups: list[Group]) -> str:
     ax.set_title("output throughput per variant")
     ax.grid(axis="y", alpha=0.3)
     return _png(fig)
+
+
+def _drawable(value: float | None) -> bool:
+    """A figure a plot can place: finite and not below 0 (the report reads any other as missing)."""
+    return value is not None and math.isfinite(value) and value >= 0
+
+
+def _bar(high: float | None, low: float | None) -> float:
+    """One arm of an error bar, from ``low`` up to ``high``: 0 where an end is missing or they cross."""
+    if high is None or low is None or not (math.isfinite(high) and math.isfinite(low)):
+        return 0.0
+    return max(0.0, high - low)
 
 
 RATE_PANELS = (("ttft_p50", "TTFT p50"), ("ttft_p99", "TTFT p99"), ("tpot_p50", "TPOT p50"))
@@ -127,7 +141,7 @@ def rate_curves(groups: list[Group]) -> str:
         points = []
         for point in g.points:
             rate = g.estimate(point, "request_throughput")["value"]
-            if rate is not None and math.isfinite(rate):
+            if _drawable(rate):
                 points.append((rate, point))
         if len(points) >= 2:
             curves.append((g, sorted(points)))
@@ -138,9 +152,9 @@ def rate_curves(groups: list[Group]) -> str:
     for ax, (metric, title) in zip(axes, RATE_PANELS, strict=True):
         for g, points in curves:
             ests = [g.estimate(point, metric) for _, point in points]
-            ys = np.array([np.nan if e["value"] is None else e["value"] * 1e3 for e in ests])
-            lo = np.array([0.0 if e["ci_low"] is None else (e["value"] - e["ci_low"]) * 1e3 for e in ests])
-            hi = np.array([0.0 if e["ci_high"] is None else (e["ci_high"] - e["value"]) * 1e3 for e in ests])
+            ys = np.array([e["value"] * 1e3 if _drawable(e["value"]) else np.nan for e in ests])
+            lo = np.array([_bar(e["value"], e["ci_low"]) * 1e3 for e in ests])
+            hi = np.array([_bar(e["ci_high"], e["value"]) * 1e3 for e in ests])
             ax.errorbar([r for r, _ in points], ys, yerr=[lo, hi], marker="o", capsize=3, label=g.label)
         ax.set_title(f"{title} against the rate served")
         ax.set_xlabel("requests/s served")
@@ -156,7 +170,7 @@ def telemetry_plot(groups: list[Group]) -> str:
     plotted = False
     gpu = False
     for g in groups:
-        df = g.runs[0].table("telemetry")
+        df = g.table(g.runs[0], "telemetry")
         if df.empty:
             continue
         gpu_rows = df[df["gpu"] >= 0]
@@ -187,7 +201,7 @@ MAX_STEP_POINTS = 4000  # decode steps drawn per variant (evenly thinned beyond)
 
 def decode_step_points(group: Group) -> tuple[np.ndarray, np.ndarray]:
     """The decode steps of a group's first run: context tokens read (thousands) and step time (ms)."""
-    df = group.runs[0].table("steps")
+    df = group.table(group.runs[0], "steps")
     if df.empty or "context_tokens" not in df:
         return np.empty(0), np.empty(0)
     d = df[(df["kind"] == "decode") & (df["end"] > df["start"])]
@@ -246,6 +260,23 @@ def decode_batch_plot(groups: list[Group]) -> str:
     return _png(fig)
 
 
+PLOTS = (  # each with the name a note gives it when it cannot be drawn
+    ("latency against the rate served", rate_curves),
+    ("latency CDFs", latency_cdfs),
+    ("output throughput per variant", throughput_bars),
+    ("telemetry", telemetry_plot),
+    ("decode steps against the K/V they read", decode_step_plot),
+    ("decode steps by batch size", decode_batch_plot),
+    ("profile", profile_bars),
+)
+
+
+def _close_figures() -> None:
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
 def render_html(
     sections: list[tuple[str, list[View], list[Group]]], problems: list[str], doubts: list[str] = ()
 ) -> str:
@@ -267,16 +298,19 @@ def render_html(
     for i, (scenario, views, groups) in enumerate(sections):
         parts.append(f"<h2 id='s{i}'>{html.escape(scenario)}</h2>")
         parts += [view_html(v) for v in views]
-        for plot in (
-            rate_curves(groups),
-            latency_cdfs(groups),
-            throughput_bars(groups),
-            telemetry_plot(groups),
-            decode_step_plot(groups),
-            decode_batch_plot(groups),
-            profile_bars(groups),
-        ):
-            if plot:
-                parts.append(f"<p>{plot}</p>")
+        notes = []
+        for name, plot in PLOTS:
+            try:
+                drawn = plot(groups)
+            except Exception as exc:  # one odd figure costs its plot, never the report
+                _close_figures()
+                notes.append(f"{name}: not drawn ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})")
+                continue
+            if drawn:
+                parts.append(f"<p>{drawn}</p>")
+        notes += [f"{path}: {damage(path, why)}" for g in groups for path, why in g.damaged.items()]
+        if notes:
+            items = "".join(f"<li>{html.escape(n)}</li>" for n in dict.fromkeys(notes))
+            parts.append(f"<ul class='problems'>{items}</ul>")
     parts.append("</body></html>\n")
     return "\n".join(parts)

@@ -3,7 +3,9 @@
 Result folders outlive the code that wrote them and are sometimes edited by hand; a report over many must
 not die on one odd value. ``sound_run`` returns a run whose meta.json and summary.json hold only values of
 the types the report reads (the others removed, or null: shown as –) and says what it removed, so that the
-run is named once in a warning. Null is not wrong: it is how the store writes a missing figure (NaN, inf).
+run is named once in a warning. A metric's figure must also be possible (``impossible``): NaN, Infinity
+or a negative latency, rate or count, written by hand or by a damaged copy, reads as missing the same way.
+Null is not wrong: it is how the store writes a missing figure (NaN, inf).
 The side files of an ablation or a profile (ablation.json, quality.json, comparison.json, profile.json)
 are read with ``read_object``, and ``side_file_problems`` names those that cannot be used.
 """
@@ -66,6 +68,24 @@ def _json_kind(value: Any) -> str:
     if isinstance(value, bool):
         return "a boolean"
     return {list: "an array", str: "a string", int: "a number", float: "a number"}.get(type(value), "a value")
+
+
+# Metrics a sound run can record below 0: the decode step model's fixed part is a fit's intercept, and an
+# arrival lag is a send time less a scheduled one. Every other is a time, rate, count, share or amount.
+SIGNED = frozenset({"decode_fixed", "arrival_lag_p99", "arrival_lag_max"})
+
+
+def impossible(metric: str, value: Any) -> str | None:
+    """Why a recorded figure of ``metric`` cannot be one (None when it can): it is not a number, not a
+    finite one (JSON readers take NaN and Infinity), or below 0 where the metric never is."""
+    v = number(value)
+    if v is None:
+        return "not a number"
+    if not math.isfinite(v):
+        return "not a finite number"
+    if v < 0 and metric not in SIGNED:
+        return "below 0, which this metric never is"
+    return None
 
 
 # meta.json's fields the report reads, dotted, with the type each must have.
@@ -151,8 +171,8 @@ def _sound_summary(summary: dict[str, Any], issues: list[str]) -> None:
                     issues.append(f"summary.json {name} metrics is {show(metrics)}, not an object")
                 e["metrics"] = metrics = {}
             for m, v in metrics.items():
-                if v is not None and not is_number(v):
-                    issues.append(f"summary.json {name} {m} is {show(v)}, not a number")
+                if v is not None and (why := impossible(m, v)) is not None:
+                    issues.append(f"summary.json {name} {m} is {show(v)}, {why}")
                     metrics[m] = None
             if e.get("decode_batches") is not None and not _bins_ok(e["decode_batches"]):
                 issues.append(f"summary.json {name} decode_batches is not a list of bins")

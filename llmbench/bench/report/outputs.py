@@ -124,7 +124,20 @@ def compare_outputs(base: Group, new: Group, point: str) -> OutputComparison | s
     if isinstance(measured, OutputComparison):
         return measured
     stored = stored_comparison(base, new, point)
-    return stored if stored is not None else measured
+    if stored is not None:
+        return stored
+    damaged = base.unreadable("requests") or new.unreadable("requests")
+    return f"n/a (not compared: {damaged})" if damaged else measured
+
+
+def missed(base: Group, new: Group) -> bool:
+    """Whether the two greedy runs' outputs were to be compared but were not: one side kept its request
+    table and the other lost it, or a table is unreadable (results kept with summaries only, on both
+    sides, were never meant to be compared)."""
+    if not (_greedy(base) and _greedy(new)):
+        return False
+    kept = [(r.path / "requests.parquet").exists() for g in (base, new) for r in g.runs]
+    return bool(base.unreadable("requests") or new.unreadable("requests")) or (any(kept) and not all(kept))
 
 
 def _folder(group: Group) -> Path | None:

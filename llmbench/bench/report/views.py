@@ -28,7 +28,7 @@ from llmbench.bench.report.format import (
     metric_label,
 )
 from llmbench.bench.report.frame import Group
-from llmbench.bench.report.outputs import OutputComparison, compare_outputs, describe
+from llmbench.bench.report.outputs import OutputComparison, compare_outputs, describe, missed
 from llmbench.bench.stats import central
 
 OVERVIEW_METRICS = (
@@ -75,11 +75,15 @@ def overview(
     flags = [", ".join(g.flags(point)) or DASH for g, point in columns]
     if any(f != DASH for f in flags):
         rows.append(["run warnings", *flags])
+    short = False  # a figure some repeats did not record (or recorded as an impossible value)
     for m in metrics or OVERVIEW_METRICS:
         cells = []
         for g, point in columns:
             value = g.value(point, m)
             text = format_value(m, value, is_unavailable(m, g.unavailable))
+            if math.isfinite(value) and (n := _recorded(g, point, m)) < len(g.points[point]):
+                text += f" ({n} of {len(g.points[point])})"
+                short = True
             if intervals and math.isfinite(value):
                 est = g.estimate(point, m)
                 ci = format_ci(m, est["ci_low"], est["ci_high"])
@@ -101,10 +105,20 @@ def overview(
             "work slows it); their figures are the untraced repeat's",
             *notes,
         )
+    if short:
+        notes = (
+            "(k of n): the figure of k repeats only; the others recorded none, or one read as missing",
+            *notes,
+        )
     if intervals:
         notes = ("[low – high]: 95% t-interval over the repeats (none with one repeat)", *notes)
     title = scenario + (f" (changes against {baseline.label})" if baseline is not None else "")
     return View(title, headers, rows, [False, *([True] * len(columns))], notes)
+
+
+def _recorded(group: Group, point: str, metric: str) -> int:
+    """How many of the point's repeats recorded a figure of ``metric``."""
+    return sum(math.isfinite(v) for v in group.repeat_values(point, metric))
 
 
 def deltas(
@@ -187,9 +201,10 @@ def changes(
         notes += dict.fromkeys(n for g in members for n in pair_notes(baseline, g, point))
         outputs = [(g, compare_outputs(baseline, g, point)) for g in members]
         notes += [
-            f"outputs of {g.label} against {_the(baseline)} (greedy): {describe(o)}"
+            f"outputs of {g.label} against {_the(baseline)} (greedy): "
+            + (describe(o) if isinstance(o, OutputComparison) else o)
             for g, o in outputs
-            if isinstance(o, OutputComparison)
+            if isinstance(o, OutputComparison) or missed(baseline, g)
         ]
         numeric = [False, True] + [True, True, False] * len(shown)
         views.append(
