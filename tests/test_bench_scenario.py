@@ -99,6 +99,7 @@ def test_unknown_key_is_an_error_that_lists_the_allowed_keys(tmp_path):
         ("cuda_graph_buckets", "engine.tuning.cuda_graph_buckets"),  # a tuning knob, two sections in
         ("workload.temperature", "sampling.temperature"),  # another section's key
         ("arrival.input_len", "workload.input_len"),
+        ("tuning", "engine.tuning"),  # the tuning section at the top level
     ],
 )
 def test_a_key_set_in_the_wrong_section_names_the_section_that_holds_it(tmp_path, key, where):
@@ -547,3 +548,65 @@ def test_a_declared_mean_the_clipping_would_move_is_an_error(dist, fits):
             LengthDist(**dist)
         said = float(str(info.value).split("have a mean of ")[1].split(",")[0])
         assert said == pytest.approx(sampled, rel=0.02)  # said to one decimal
+
+
+def test_an_engine_option_set_under_tuning_is_pointed_to_engine(tmp_path):
+    msg = error_of(write(tmp_path, MINIMAL), ["engine.tuning.cuda_graph=true"])
+    assert msg.splitlines()[1:] == [
+        "  engine.tuning.cuda_graph: an engine option: set it under engine (cuda_graph), not tuning"
+    ]
+    from llmbench import LLM
+    from llmbench.engine.config import ConfigError
+
+    with pytest.raises(
+        ConfigError,
+        match=r"^tuning.cuda_graph: an engine option: set it under engine \(cuda_graph\), not tuning$",
+    ):
+        LLM("qwen3-tiny", tuning={"cuda_graph": True})
+
+
+def test_every_profiles_mistakes_are_reported_at_once_the_files_own_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(loader_mod, "_cuda_available", lambda: False)
+    data = {
+        **MINIMAL,
+        "warmup": -1,  # the file's own mistake: shown once, with the profile that applies
+        "profiles": {
+            "cpu": {"when": "cpu", "overrides": {"workload": {"num_requets": 3}}},
+            "gpu": {"when": "gpu", "overrides": {"workload": {"num_requets": 3}, "egnine": {}}},
+        },
+    }
+    path = write(tmp_path, data)
+    unknown = "workload.num_requets: unknown key (did you mean 'num_requests'?); allowed here:"
+    lines = error_of(path).splitlines()
+    assert lines[0] == f"Invalid scenario {path} (with profile 'cpu'):"
+    assert lines[1].startswith(f"  {unknown}") and "warmup" in lines[2]
+    assert lines[3] == f"Invalid scenario {path} (with profile 'gpu'):"
+    assert lines[4].startswith(f"  {unknown}") and lines[5].startswith("  egnine: unknown key")
+    assert len(lines) == 6
+
+
+def test_a_gpu_option_is_refused_on_the_cpu_as_given_but_not_from_a_gpu_profile(tmp_path, monkeypatch):
+    """Set is set (0.9 is what auto gives on a GPU, and still refused on the CPU); a profile for GPU machines
+    may set it, and a CPU profile may unset the file's with auto."""
+    from llmbench.bench.backends.engine import engine_config
+    from llmbench.engine.config import ConfigError
+
+    monkeypatch.setattr(loader_mod, "_cuda_available", lambda: False)
+    gpu_only = {"gpu": {"when": "gpu", "overrides": {"engine": {"gpu_memory_utilization": 0.9}}}}
+    sc = load_scenario(write(tmp_path, {**MINIMAL, "profiles": gpu_only})).scenario
+    assert engine_config(sc).device == "cpu"
+    monkeypatch.setattr(loader_mod, "_cuda_available", lambda: True)
+    assert load_scenario(write(tmp_path, {**MINIMAL, "profiles": gpu_only})).scenario.engine == {
+        "gpu_memory_utilization": 0.9
+    }
+    monkeypatch.setattr(loader_mod, "_cuda_available", lambda: False)
+    everywhere = {**MINIMAL, "engine": {"device": "cpu", "gpu_memory_utilization": 0.9}}
+    with pytest.raises(
+        ConfigError, match=r"^gpu_memory_utilization=0.9 sizes the KV pool from a GPU's memory"
+    ):
+        engine_config(load_scenario(write(tmp_path, everywhere)).scenario)
+    unset = {"cpu": {"when": "cpu", "overrides": {"engine": {"gpu_memory_utilization": "auto"}}}}
+    assert (
+        engine_config(load_scenario(write(tmp_path, {**everywhere, "profiles": unset})).scenario).device
+        == "cpu"
+    )

@@ -78,11 +78,14 @@ def message(**options) -> str:
             "kv_cache_memory: expected a number of bytes (an integer >= 1, or a size such as 512MiB or 4GB) or "
             "auto, got '1 GB of it'",
         ),
-        ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization: expected a number in (0, 1], got 1.5"),
-        ({"gpu_memory_utilization": 0}, "gpu_memory_utilization: expected a number in (0, 1], got 0"),
+        (
+            {"gpu_memory_utilization": 1.5},
+            "gpu_memory_utilization: expected a number in (0, 1] or auto, got 1.5",
+        ),
+        ({"gpu_memory_utilization": 0}, "gpu_memory_utilization: expected a number in (0, 1] or auto, got 0"),
         (
             {"gpu_memory_utilization": "most"},
-            "gpu_memory_utilization: expected a number in (0, 1], got 'most'",
+            "gpu_memory_utilization: expected a number in (0, 1] or auto, got 'most'",
         ),
         ({"cuda_graph": "yes please"}, "cuda_graph: expected true, false or auto, got 'yes please'"),
         ({"cuda_graph": 1}, "cuda_graph: expected true, false or auto, got 1"),
@@ -387,10 +390,16 @@ def test_the_cpu_at_tp2_uses_gloo_without_fusions():
             "run its kernels on the CPU, slowly)",
         ),
         (
-            CPU,
+            h200s(flash_attn=True),
             {"dtype": "float32", "attention_backend": "flash_attn"},
             "attention_backend='flash_attn' runs in float16 or bfloat16 only (flash-attn has no float32 "
             "kernels): set dtype='bfloat16' or choose another attention backend",
+        ),
+        (
+            # the root cause alone: on a GPU the dtype advice would follow, here it would mislead
+            CPU,
+            {"dtype": "float32", "attention_backend": "flash_attn"},
+            "attention_backend='flash_attn' needs a CUDA device",
         ),
         (
             h200s(),
@@ -752,3 +761,60 @@ def test_weights_that_cannot_fit_where_they_go_are_refused_before_any_loads():
     with pytest.raises(ConfigError, match=r"needs 15\.3 GiB of weights, more than each GPU's 0\.5 share"):
         resolve(EngineConfig.from_options("qwen3-8b", gpu_memory_utilization=0.5), small_gpu)
     assert resolve(EngineConfig.from_options("qwen3-8b", tp=2, gpu_memory_utilization=0.5), small_gpu).tp == 2
+
+
+def test_a_gpu_budget_given_on_the_cpu_is_an_error_even_at_its_default_value():
+    # the check asks whether it was given, not whether it differs from what auto gives
+    for value in (0.9, 0.5):
+        with pytest.raises(ConfigError) as exc:
+            resolved(CPU, gpu_memory_utilization=value)
+        assert str(exc.value) == (
+            f"gpu_memory_utilization={value} sizes the KV pool from a GPU's memory: on the CPU, kv_cache_memory "
+            "(or num_kv_blocks) sizes it"
+        )
+    assert resolved(CPU).gpu_memory_utilization == 0.9  # left to auto: recorded, unused
+    assert resolved(CPU, gpu_memory_utilization="auto").device == "cpu"  # how a CPU profile unsets it
+    assert resolved(h200s()).gpu_memory_utilization == 0.9
+    assert resolved(h200s(), gpu_memory_utilization=0.9).gpu_memory_utilization == 0.9
+
+
+@pytest.mark.parametrize(
+    "facts,budget,value",
+    [(CPU, "kv_cache_memory", 64 << 20), (h200s(), "gpu_memory_utilization", 0.5)],
+)
+def test_a_memory_budget_beside_num_kv_blocks_is_an_error_naming_which_to_drop(facts, budget, value):
+    # num_kv_blocks would size the pool and leave the budget silently unused
+    with pytest.raises(ConfigError) as exc:
+        resolved(facts, num_kv_blocks=10, **{budget: value})
+    assert str(exc.value) == (
+        f"num_kv_blocks=10 and {budget}={value} both size the KV pool, and num_kv_blocks would override "
+        f"{budget}: drop {budget} to keep 10 blocks, or drop num_kv_blocks to size the pool from {budget}"
+    )
+    assert resolved(facts, num_kv_blocks=10).num_kv_blocks == 10
+    assert getattr(resolved(facts, **{budget: value}), budget) == value
+
+
+def test_every_contradiction_resolve_finds_is_reported_at_once_root_causes_first():
+    with pytest.raises(ConfigError) as exc:
+        resolved(CPU, cuda_graph=True, attention_backend="triton", torch_compile=True, async_scheduling=True)
+    assert str(exc.value).splitlines() == [
+        "attention_backend='triton' needs the triton package and a CUDA device (or TRITON_INTERPRET=1 to run "
+        "its kernels on the CPU, slowly)",
+        "cuda_graph=True needs a CUDA device: CUDA Graphs cannot run on the CPU",
+    ]
+    with pytest.raises(ConfigError) as exc:
+        resolved(
+            CPU,
+            tp=3,
+            gpu_memory_utilization=0.9,
+            tuning={"decode_split_tokens": 64, "compile_mode": "max-autotune", "tp_all_reduce": "symm_mem"},
+        )
+    assert str(exc.value).splitlines() == [
+        "tp=3 does not divide the 4 attention heads of qwen3-tiny",
+        "gpu_memory_utilization=0.9 sizes the KV pool from a GPU's memory: on the CPU, kv_cache_memory (or "
+        "num_kv_blocks) sizes it",
+        "tuning.decode_split_tokens tunes the Triton decode kernel: it needs attention_backend='triton', got 'sdpa'",
+        "tuning.tp_all_reduce='symm_mem' reads the other GPUs' memory over NVLink: it needs tp > 1 on CUDA "
+        "devices (got tp=3 on 'cpu')",
+        "tuning.compile_mode='max-autotune' sets how torch.compile compiles: it needs torch_compile=True",
+    ]

@@ -60,3 +60,26 @@ def test_preset_weights_equal_a_transformers_model_drawn_the_same_way():
     llm = LLM("qwen3-tiny", device="cpu", dtype="float32", num_kv_blocks=64, seed=0)
     got = llm.generate([[1, 2, 3, 4]], SamplingParams(temperature=0.0, max_tokens=10, ignore_eos=True))[0]
     assert got.token_ids == hf_greedy(hf, [1, 2, 3, 4], 10)
+
+
+@pytest.mark.parametrize("stored", [torch.bfloat16, torch.float16, torch.float64])
+def test_a_checkpoint_of_another_float_dtype_is_cast_to_the_parameters(stored, tmp_path):
+    """Only non-float tensors are refused (test_model_errors.py): a float one of any width is cast, and runs
+    as the same values stored in float32 do."""
+    from safetensors.torch import load_file, save_file
+
+    make_tiny("qwen3", tmp_path / "f32")
+    shutil.copytree(tmp_path / "f32", tmp_path / "other")
+    tensors = load_file(str(tmp_path / "f32" / "model.safetensors"))
+    rounded = {name: t.to(stored) for name, t in tensors.items()}
+    save_file(rounded, str(tmp_path / "other" / "model.safetensors"), metadata={"format": "pt"})
+    as_f32 = {name: t.float() for name, t in rounded.items()}
+    save_file(as_f32, str(tmp_path / "f32" / "model.safetensors"), metadata={"format": "pt"})
+    params = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
+    runs = [
+        LLM(str(tmp_path / name), device="cpu", dtype="float32", num_kv_blocks=64).generate(
+            [[1, 2, 3]], params
+        )
+        for name in ("f32", "other")
+    ]
+    assert runs[0][0].token_ids == runs[1][0].token_ids

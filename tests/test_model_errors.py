@@ -53,6 +53,10 @@ def edit_weights(file: Path, edit: Callable[[dict], object]) -> None:
     save_file(tensors, str(file), metadata={"format": "pt"})
 
 
+def retype(file: Path, name: str, dtype: torch.dtype) -> None:
+    edit_weights(file, lambda t: t.update({name: t[name].to(dtype)}))
+
+
 def truncate(file: Path) -> None:
     data = file.read_bytes()
     file.write_bytes(data[: len(data) // 2])
@@ -207,6 +211,29 @@ CASES: list[tuple[str, str, Callable[[Path], object], str]] = [
         ),
         "{m}/model.safetensors: tensor 'model.layers.0.self_attn.k_proj.weight': shape (3, 64) does not fit "
         "the parameter's (64, 64)",
+    ),
+    (
+        "integer tensor for a float weight",  # cast, every value would truncate to an integer
+        "qwen3",
+        lambda m: retype(m / "model.safetensors", "model.layers.0.self_attn.q_proj.weight", torch.int32),
+        "{m}/model.safetensors: tensor 'model.layers.0.self_attn.q_proj.weight' is int32, which cannot stand "
+        "for a float parameter (model.layers.0.self_attn.qkv_proj.weight, float32): allowed: float32, "
+        "float16, bfloat16, float64",
+    ),
+    (
+        "bool tensor for a float weight",
+        "qwen3",
+        lambda m: retype(m / "model.safetensors", "model.norm.weight", torch.bool),
+        "{m}/model.safetensors: tensor 'model.norm.weight' is bool, which cannot stand for a float parameter "
+        "(model.norm.weight, float32): allowed: float32, float16, bfloat16, float64",
+    ),
+    (
+        "float8 tensor for a float weight",  # its scales would be lost
+        "qwen3",
+        lambda m: retype(m / "model.safetensors", "model.layers.1.mlp.down_proj.weight", torch.float8_e4m3fn),
+        "{m}/model.safetensors: tensor 'model.layers.1.mlp.down_proj.weight' is float8_e4m3fn, which cannot "
+        "stand for a float parameter (model.layers.1.mlp.down_proj.weight, float32): allowed: float32, "
+        "float16, bfloat16, float64",
     ),
     (
         "unexpected tensor",
@@ -410,7 +437,7 @@ def test_a_hub_id_not_in_the_cache_says_how_to_fetch_it(tmp_path, monkeypatch):
     res = CliRunner().invoke(app, ["run", str(scenario), "--out", str(tmp_path / "r"), "-q"])
     assert res.exit_code == 2, res.output
     assert res.stderr == (
-        f"error: engine options: model 'Qwen/Qwen3-0.6B' is not a preset, not a folder, and not in the local "
+        f"error: model 'Qwen/Qwen3-0.6B' is not a preset, not a folder, and not in the local "
         f"Hugging Face cache ({tmp_path / 'hub'}); llmbench does not download: fetch it first with "
         "`hf download Qwen/Qwen3-0.6B` (or `huggingface-cli download Qwen/Qwen3-0.6B`), or give its folder, "
         "or use the preset 'qwen3-0.6b' (its shapes, random weights)\n"
@@ -438,3 +465,53 @@ def test_models_lists_the_caches_checkpoints_and_why_one_cannot_run(qwen3, tmp_p
     assert rows["someone/tiny-qwen3"] == ["Qwen3ForCausalLM", f"{params:,.1f} M", ""]
     assert rows["someone/gpt"][2] == f"cannot run: Unsupported architecture: 'GPT2'. Supported: {SUPPORTED}"
     assert rows["someone/config-only"][2].startswith("cannot run: no *.safetensors in its snapshot")
+
+
+def test_a_hub_id_typo_names_the_cached_id_it_may_mean(qwen3, tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    hub_cache(tmp_path / "hub", "acme/tiny", qwen3)
+    with pytest.raises(
+        ModelError, match=r"^model 'acme/tinny' \(did you mean 'acme/tiny'\?\) is not a preset, "
+    ):
+        LLM("acme/tinny", device="cpu")
+
+
+def test_a_mistyped_folder_path_is_no_such_folder_and_names_the_sibling_it_may_mean(
+    qwen3, tmp_path, monkeypatch
+):
+    (tmp_path / "models").mkdir()
+    shutil.copytree(qwen3, tmp_path / "models" / "good")
+    tail = (
+        "; a model is a preset, a folder holding config.json and *.safetensors, or a Hugging Face repository "
+        "id (org/name) in the local cache"
+    )
+    typo = tmp_path / "models" / "goood"
+    with pytest.raises(ModelError) as info:
+        LLM(str(typo), device="cpu")
+    assert str(info.value) == (
+        f"model {str(typo)!r}: no such folder (did you mean {str(tmp_path / 'models' / 'good')!r}?){tail}"
+    )
+    monkeypatch.chdir(tmp_path)  # written relative, it reads as a hub id (org/name): still a folder typo
+    with pytest.raises(ModelError) as info:
+        LLM("models/goood", device="cpu")
+    assert str(info.value) == f"model 'models/goood': no such folder (did you mean 'models/good'?){tail}"
+    with pytest.raises(ModelError) as info:
+        LLM(str(tmp_path / "modls" / "good"), device="cpu")
+    assert str(info.value) == (
+        f"model {str(tmp_path / 'modls' / 'good')!r}: no such folder, nor its parent "
+        f"{str(tmp_path / 'modls')!r}{tail}"
+    )
+
+
+def test_an_unknown_model_is_a_model_error_not_an_engine_options_error(tmp_path):
+    """``model:`` is a key of its own in a scenario: its error is not put under "engine options:"."""
+    scenario = tmp_path / "s.yaml"
+    workload = {"num_requests": 1, "input_len": 4, "output_len": 2}
+    scenario.write_text(yaml.safe_dump({"name": "s", "model": str(tmp_path / "nope"), "workload": workload}))
+    res = CliRunner().invoke(app, ["run", str(scenario), "--out", str(tmp_path / "r"), "-q"])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.startswith(f"error: model {str(tmp_path / 'nope')!r}: no such folder")
+    with pytest.raises(ConfigError):  # still what callers checking the engine's options catch
+        LLM(str(tmp_path / "nope"), device="cpu")

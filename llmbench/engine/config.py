@@ -24,6 +24,7 @@ from llmbench.engine.option_checks import AUTO, ENGINE_CHECKS, TUNING_CHECKS, Ch
 from llmbench.suggest import did_you_mean
 
 DEFAULT_COMPILE_MODE = "default"
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # what gpu_memory_utilization "auto" gives on a GPU
 
 # The optimisations (the README's toggle table): what ``ablate --toggle NAME`` flips.
 TOGGLES = (
@@ -188,10 +189,13 @@ class EngineConfig:
 
     Memory and batch knobs:
     gpu_memory_utilization: the share of the GPU's memory the engine may use (0 < x <= 1); the KV pool
-        gets what weights, activations and graphs leave.
+        gets what weights, activations and graphs leave. auto: 0.9. Set on the CPU, an error.
     kv_cache_memory: bytes of the CPU's KV pool (a count, or a size: 512MiB, 4GB), at least one
-        max_model_len sequence's. auto: what max_num_seqs full-length sequences need, at most 1 GiB.
-    num_kv_blocks: the KV pool's size in blocks, overriding both budgets. auto: from the budget.
+        max_model_len sequence's. auto: what max_num_seqs full-length sequences need, at most 1 GiB. Set
+        on a GPU, an error.
+    num_kv_blocks: the KV pool's size in blocks, instead of a memory budget: set together with
+        kv_cache_memory or gpu_memory_utilization, an error (one of the two would go unused). auto:
+        from the budget.
     block_size: tokens per KV block (a power of two with the triton and flash_attn backends).
     max_num_seqs: sequences in one batch at most.
     max_num_batched_tokens: tokens in one step at most (the chunked-prefill budget).
@@ -220,7 +224,7 @@ class EngineConfig:
     kv_cache_dtype: str = AUTO
 
     # memory and batch knobs
-    gpu_memory_utilization: float = 0.9
+    gpu_memory_utilization: float | None = None
     kv_cache_memory: int | None = None
     num_kv_blocks: int | None = None
     block_size: int = 16
@@ -356,6 +360,13 @@ def _check_tuning(value: Any, prefix: str) -> tuple[dict[str, Any], list[OptionP
     for key, knob in value.items():
         if key in TUNING_CHECKS:
             _check_one(TUNING_CHECKS[key], knob, f"{prefix}{key}", values, problems, key)
+        elif key in ENGINE_CHECKS:  # one level too deep: ``engine.tuning.cuda_graph``
+            where = f"{prefix.removesuffix('tuning.')}{key}"
+            problems.append(
+                OptionProblem(
+                    f"{prefix}{key}", f"an engine option: set it under engine ({where}), not tuning"
+                )
+            )
         else:
             problems.append(
                 OptionProblem(

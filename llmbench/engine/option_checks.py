@@ -98,8 +98,10 @@ def _byte_size(value: Any) -> Any:
 
 
 def _fraction(value: Any) -> Any:
+    if _is_auto(value):
+        return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise Invalid(f"expected a number in (0, 1], got {value!r}")
+        raise Invalid(f"expected a number in (0, 1] or auto, got {value!r}")
     return float(value)
 
 

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmbench.engine.config import ConfigError, EngineConfig, Tuning
+from llmbench.engine.config import DEFAULT_GPU_MEMORY_UTILIZATION, ConfigError, EngineConfig, Tuning
 from llmbench.engine.facts import Facts, ModelFacts, read_facts
 from llmbench.engine.option_checks import AUTO
-from llmbench.engine.resolve_tuning import ResolvedTuning, auto, resolve_tuning
+from llmbench.engine.resolve_tuning import Problems, ResolvedTuning, auto, resolve_tuning
+from llmbench.models.errors import ModelError
 
 if TYPE_CHECKING:
     import torch
@@ -79,44 +80,53 @@ class ResolvedConfig:
 
 
 def resolve(config: EngineConfig, facts: Facts) -> ResolvedConfig:
-    """Every "auto" of ``config`` decided from ``facts``; ConfigError if the combination cannot run."""
-    device = _device(config.device, facts)
+    """Every "auto" of ``config`` decided from ``facts``; one ConfigError naming every contradiction
+    found, root causes (the device, what the attention backend needs) first."""
+    device = _device(config.device, facts)  # every other choice depends on it: its error comes alone
     cuda = device.startswith("cuda")
+    problems = Problems()
     triton_runs = facts.triton and (cuda or facts.triton_interpret)  # on CUDA, or interpreted
     dtype = auto(config.dtype, "bfloat16" if cuda else "float32")
     backend = auto(
         config.attention_backend, "triton" if cuda and facts.triton else ("torch" if cuda else "sdpa")
     )
-    kv_cache_dtype = auto(config.kv_cache_dtype, dtype)
-    _check_kv_cache(kv_cache_dtype, dtype, backend, config.tuning)
-    _check_attention_backend(backend, config, facts, cuda, triton_runs, dtype)
+    for problem in _attention_backend_problems(backend, config, facts, cuda, triton_runs, dtype):
+        problems.add(problem)
     triton_kernels = auto(config.triton_kernels, cuda and facts.triton)
     if triton_kernels and not triton_runs:
-        raise ConfigError(
+        problems.add(
             "triton_kernels=True needs the triton package and a CUDA device (or TRITON_INTERPRET=1 on the CPU)"
         )
     cuda_graph = auto(config.cuda_graph, cuda and backend in GRAPH_SAFE_BACKENDS)
-    _check_cuda_graph(cuda_graph, cuda, backend)
+    problems.check(_check_cuda_graph, cuda_graph, cuda, backend, fallback=None)
+    kv_cache_dtype = auto(config.kv_cache_dtype, dtype)
+    problems.check(_check_kv_cache, kv_cache_dtype, dtype, backend, config.tuning, fallback=None)
     prefix_cache = auto(config.prefix_cache, config.paged_kv)
     if prefix_cache and not config.paged_kv:
-        raise ConfigError("prefix_cache=True shares KV blocks between requests: it needs paged_kv=True")
+        problems.add("prefix_cache=True shares KV blocks between requests: it needs paged_kv=True")
     async_scheduling = auto(config.async_scheduling, cuda)  # on the CPU nothing would overlap
-    _check_tp(config.tp, facts)
-    _check_pool_budget(config, cuda)
-    _check_weights_fit(config, facts, device, dtype)
-    max_model_len = _max_model_len(config.max_model_len, facts.model)
+    problems.check(_check_tp, config.tp, facts, fallback=None)
+    for problem in _pool_budget_problems(config, cuda):
+        problems.add(problem)
+    gpu_memory_utilization = auto(config.gpu_memory_utilization, DEFAULT_GPU_MEMORY_UTILIZATION)
+    problems.check(_check_weights_fit, config, facts, device, dtype, gpu_memory_utilization, fallback=None)
+    max_model_len = problems.check(
+        _max_model_len, config.max_model_len, facts.model, fallback=config.max_model_len or 0
+    )
     if backend in GRAPH_SAFE_BACKENDS and config.block_size & (config.block_size - 1):
-        raise ConfigError(
+        problems.add(
             f"block_size must be a power of two with attention_backend={backend!r}, got {config.block_size}"
         )
     tuning = resolve_tuning(
         config,
         facts,
+        problems,
         device=device,
         backend=backend,
         triton_kernels=triton_kernels,
         cuda_graph=cuda_graph,
     )
+    problems.raise_any()
     return ResolvedConfig(
         model=config.model,
         device=device,
@@ -133,7 +143,7 @@ def resolve(config: EngineConfig, facts: Facts) -> ResolvedConfig:
         async_scheduling=async_scheduling,
         tp=config.tp,
         kv_cache_dtype=kv_cache_dtype,
-        gpu_memory_utilization=config.gpu_memory_utilization,
+        gpu_memory_utilization=gpu_memory_utilization,
         kv_cache_memory=config.kv_cache_memory,
         num_kv_blocks=config.num_kv_blocks,
         block_size=config.block_size,
@@ -162,30 +172,34 @@ def _device(asked: str, facts: Facts) -> str:
     return asked
 
 
-def _check_attention_backend(
+def _attention_backend_problems(
     backend: str, config: EngineConfig, facts: Facts, cuda: bool, triton_runs: bool, dtype: str
-) -> None:
+) -> list[str]:
+    """What the attention backend lacks here: a missing device or package alone (the rest would follow
+    from it), else every option it cannot run with."""
     if backend == "triton" and not triton_runs:
-        raise ConfigError(
+        return [
             "attention_backend='triton' needs the triton package and a CUDA device "
             "(or TRITON_INTERPRET=1 to run its kernels on the CPU, slowly)"
-        )
+        ]
     if backend != "flash_attn":
-        return
+        return []
+    if not cuda:
+        return ["attention_backend='flash_attn' needs a CUDA device"]
+    if not facts.flash_attn:
+        return [
+            "attention_backend='flash_attn' needs flash-attn installed (pip install 'llmbench[flash]'); "
+            "available here: torch, sdpa" + (", triton" if facts.triton else "")
+        ]
+    found = []
     if dtype not in ("float16", "bfloat16"):
-        raise ConfigError(
+        found.append(
             f"attention_backend='flash_attn' runs in float16 or bfloat16 only (flash-attn has no {dtype} "
             "kernels): set dtype='bfloat16' or choose another attention backend"
         )
-    if not cuda:
-        raise ConfigError("attention_backend='flash_attn' needs a CUDA device")
-    if not facts.flash_attn:
-        raise ConfigError(
-            "attention_backend='flash_attn' needs flash-attn installed (pip install 'llmbench[flash]'); "
-            "available here: torch, sdpa" + (", triton" if facts.triton else "")
-        )
     if not config.paged_kv:
-        raise ConfigError("attention_backend='flash_attn' reads a paged KV cache: it needs paged_kv=True")
+        found.append("attention_backend='flash_attn' reads a paged KV cache: it needs paged_kv=True")
+    return found
 
 
 def _check_kv_cache(kv_cache_dtype: str, dtype: str, backend: str, tuning: Tuning) -> None:
@@ -202,30 +216,42 @@ def _check_kv_cache(kv_cache_dtype: str, dtype: str, backend: str, tuning: Tunin
         )
 
 
-def _check_pool_budget(config: EngineConfig, cuda: bool) -> None:
-    """Each device's KV pool has its own budget: the other one's, set, would be ignored."""
-    default = EngineConfig.__dataclass_fields__["gpu_memory_utilization"].default
-    if not cuda and config.gpu_memory_utilization != default:
-        raise ConfigError(
+def _pool_budget_problems(config: EngineConfig, cuda: bool) -> list[str]:
+    """Each device's KV pool has its own budget, and num_kv_blocks replaces it: an option set where it
+    cannot apply (whatever its value: set is set), or set beside the one that would override it, would be
+    ignored."""
+    found = []
+    budget = "kv_cache_memory" if not cuda else "gpu_memory_utilization"
+    if not cuda and config.gpu_memory_utilization is not None:
+        found.append(
             f"gpu_memory_utilization={config.gpu_memory_utilization} sizes the KV pool from a GPU's memory: on "
             "the CPU, kv_cache_memory (or num_kv_blocks) sizes it"
         )
     if cuda and config.kv_cache_memory is not None:
-        raise ConfigError(
+        found.append(
             "kv_cache_memory sizes the CPU's KV pool: on a GPU, gpu_memory_utilization (or num_kv_blocks) sizes it"
         )
+    if config.num_kv_blocks is not None and getattr(config, budget) is not None:
+        found.append(
+            f"num_kv_blocks={config.num_kv_blocks} and {budget}={getattr(config, budget)} both size the KV pool, "
+            f"and num_kv_blocks would override {budget}: drop {budget} to keep {config.num_kv_blocks} blocks, "
+            f"or drop num_kv_blocks to size the pool from {budget}"
+        )
+    return found
 
 
-def _check_weights_fit(config: EngineConfig, facts: Facts, device: str, dtype: str) -> None:
+def _check_weights_fit(
+    config: EngineConfig, facts: Facts, device: str, dtype: str, gpu_memory_utilization: float
+) -> None:
     """The weights must fit where they go, before any is loaded: on the CPU the memory the host has free
     now (every rank of a CPU run shares it), on a GPU its share (gpu_memory_utilization) of each rank's."""
     import torch
 
     weights = facts.model.num_params * getattr(torch, dtype).itemsize
     if device.startswith("cuda"):
-        room = None if facts.device_memory is None else facts.device_memory * config.gpu_memory_utilization
+        room = None if facts.device_memory is None else facts.device_memory * gpu_memory_utilization
         weights //= config.tp
-        where = f"each GPU's {config.gpu_memory_utilization:g} share of {_gib(facts.device_memory or 0)}"
+        where = f"each GPU's {gpu_memory_utilization:g} share of {_gib(facts.device_memory or 0)}"
     else:
         room, where = facts.host_memory_available, "the memory this machine has free now"
     if room is None or not weights or weights <= room:
@@ -286,14 +312,20 @@ def _max_model_len(asked: int | None, model: ModelFacts) -> int:
     return asked
 
 
+class ModelNotFoundError(ConfigError, ModelError):
+    """A model name that names nothing runnable: an engine option's error for the callers that check the
+    options, and a model error (no "engine options:" before it) for a person, as ``model`` is no option
+    of ``engine:`` in a scenario."""
+
+
 def find_model(model: str) -> tuple[ModelConfig, Path | None]:
-    """The model's config (and its folder, None for a preset); an unknown one is a ConfigError."""
+    """The model's config (and its folder, None for a preset); an unknown one is a ModelNotFoundError."""
     from llmbench.models.registry import UnknownModelError, resolve_model
 
     try:
         return resolve_model(model)
     except UnknownModelError as exc:
-        raise ConfigError(str(exc)) from None
+        raise ModelNotFoundError(str(exc)) from None
 
 
 def resolve_here(config: EngineConfig) -> ResolvedConfig:

@@ -4,8 +4,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from llmbench.engine.config import DEFAULT_COMPILE_MODE, ConfigError, EngineConfig, Tuning
 from llmbench.engine.facts import Facts
@@ -34,6 +35,35 @@ PROGRAMMATIC_LAUNCH_ROWS = 64
 PREFILL_NARROW_TILES_UP_TO = 1024
 
 
+T = TypeVar("T")
+
+
+class Problems:
+    """The contradictions ``resolve`` finds, gathered so that one ConfigError names them all, one a line,
+    in the order found: ``resolve`` checks the root causes (the device, what the attention backend needs)
+    before what depends on them."""
+
+    def __init__(self) -> None:
+        self.found: list[str] = []
+
+    def add(self, message: str) -> None:
+        if message not in self.found:
+            self.found.append(message)
+
+    def check(self, step: Callable[..., T], *args: Any, fallback: T) -> T:
+        """``step(*args)``; where it raises ConfigError, its message kept and ``fallback`` returned, so that
+        the checks after it still run."""
+        try:
+            return step(*args)
+        except ConfigError as exc:
+            self.add(str(exc))
+            return fallback
+
+    def raise_any(self) -> None:
+        if self.found:
+            raise ConfigError("\n".join(self.found))
+
+
 @dataclass(frozen=True)
 class ResolvedTuning:
     """``Tuning`` with every choice made (see its docstring for the meanings)."""
@@ -60,26 +90,40 @@ class ResolvedTuning:
 
 
 def resolve_tuning(
-    config: EngineConfig, facts: Facts, *, device: str, backend: str, triton_kernels: bool, cuda_graph: bool
+    config: EngineConfig,
+    facts: Facts,
+    problems: Problems,
+    *,
+    device: str,
+    backend: str,
+    triton_kernels: bool,
+    cuda_graph: bool,
 ) -> ResolvedTuning:
-    """The tuning knobs, given the toggles they tune."""
+    """The tuning knobs, given the toggles they tune; each knob that cannot apply added to ``problems``."""
     t: Tuning = config.tuning
     cuda = device.startswith("cuda")
-    programmatic_rows = _programmatic_rows(t.programmatic_launch_rows, config, facts, cuda, triton_kernels)
+    programmatic_rows = problems.check(
+        _programmatic_rows, t.programmatic_launch_rows, config, facts, cuda, triton_kernels, fallback=0
+    )
     several = config.tp == 1 and programmatic_rows > 1 and facts.model.hidden_size <= SKINNY_ROWS_MAX_HIDDEN
     rows_default = min(programmatic_rows, SKINNY_MATMUL_ROWS) if several else 1
     skinny_rows = auto(t.skinny_matmul_rows, rows_default if triton_kernels else 0)
     if skinny_rows and not triton_kernels:
-        raise ConfigError(
+        problems.add(
             f"tuning.skinny_matmul_rows={skinny_rows} asks for a Triton kernel: it needs triton_kernels=True "
             "(or tuning.skinny_matmul_rows=0)"
         )
+        skinny_rows = 0
     for knob, kernel in (("decode_split_tokens", "decode"), ("prefill_narrow_tiles_up_to", "prefill")):
         if getattr(t, knob) not in (None, AUTO, 0) and backend != "triton":
-            raise ConfigError(
+            problems.add(
                 f"tuning.{knob} tunes the Triton {kernel} kernel: it needs attention_backend='triton', "
                 f"got {backend!r}"
             )
+
+    def switch(asked: bool | None, what: str, *needs: tuple[str, bool]) -> bool:
+        return problems.check(decide_switch, asked, what, *needs, fallback=False)
+
     longest_first = switch(
         t.decode_longest_first,
         "tuning.decode_longest_first=True orders the Triton decode kernel's work",
@@ -110,7 +154,8 @@ def resolve_tuning(
         ("tp=1", config.tp == 1),
         ("torch_compile=False", not config.torch_compile),
     )
-    all_reduce = _all_reduce(t.tp_all_reduce, config.tp, device, facts)
+    fallback = "none" if config.tp == 1 else ("nccl" if cuda else "gloo")
+    all_reduce = problems.check(_all_reduce, t.tp_all_reduce, config.tp, device, facts, fallback=fallback)
     fuse_norm = switch(
         t.tp_fuse_norm,
         "tuning.tp_fuse_norm=True does each tensor-parallel all-reduce with the RMSNorm after it in one "
@@ -137,11 +182,12 @@ def resolve_tuning(
         small = facts.model.hidden_size <= NORM_FUSION_MAX_HIDDEN
         fusion = "none" if not skinny_rows else ("all" if small and not fuse_norm else "silu")
     elif fusion != "none" and not skinny_rows:
-        raise ConfigError(
+        problems.add(
             f"tuning.skinny_fusion={fusion!r} fuses into the skinny matmul, which is off "
             "(tuning.skinny_matmul_rows=0 or triton_kernels=False)"
         )
     _unused(
+        problems,
         (
             "tuning.cuda_graph_buckets sets the batch sizes that get a decode CUDA Graph",
             bool(t.cuda_graph_buckets) and not cuda_graph,
@@ -203,15 +249,15 @@ def auto(asked: Any, default: Any) -> Any:
     return default if asked is None or asked == AUTO else asked
 
 
-def _unused(*knobs: tuple[str, bool, str]) -> None:
+def _unused(problems: Problems, *knobs: tuple[str, bool, str]) -> None:
     """A knob set for a feature that is off would change nothing: an error naming what it needs, rather
     than a value silently ignored. ``knobs``: (what it does, whether it is set in vain, what it needs)."""
     for what, in_vain, needs in knobs:
         if in_vain:
-            raise ConfigError(f"{what}: it needs {needs}")
+            problems.add(f"{what}: it needs {needs}")
 
 
-def switch(asked: bool | None, what: str, *needs: tuple[str, bool]) -> bool:
+def decide_switch(asked: bool | None, what: str, *needs: tuple[str, bool]) -> bool:
     """An automatic switch: on where all it needs is there; asked for where something is missing, an
     error naming each missing condition in order."""
     missing = [name for name, met in needs if not met]
@@ -227,7 +273,7 @@ def _programmatic_rows(
 ) -> int:
     """Programmatic dependent launch up to PROGRAMMATIC_LAUNCH_ROWS rows where it can apply; asked for
     where it cannot, an error naming what is missing."""
-    on = switch(
+    on = decide_switch(
         None if asked is None or asked == AUTO else asked > 0,
         f"tuning.programmatic_launch_rows={asked} launches Triton kernels with programmatic dependent launch",
         (

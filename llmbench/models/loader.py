@@ -4,7 +4,9 @@ Each checkpoint tensor is routed to its parameter's ``weight_loader`` (which kee
 q/k/v and gate/up go to their fused parameters through the model's ``packed_modules``. Whatever makes the
 folder unusable -- no config.json, one that is not JSON or lacks a field, an unsupported architecture, no
 weights, a safetensors file that cannot be read, a shard index naming absent files, a missing tensor, an
-unexpected one, a shape that does not fit -- is a :class:`ModelError` naming the file (and the tensor).
+unexpected one, a shape that does not fit, a dtype that cannot stand for the parameter (an integer, bool or
+float8 tensor where a float weight goes) -- is a :class:`ModelError` naming the file (and the tensor).
+Float tensors are cast to the parameter's dtype (a float32 checkpoint runs in bfloat16).
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ class WeightLoadError(ModelError):
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 _LAYOUT = "a model folder holds config.json and *.safetensors, Hugging Face layout"
 _INDEX = "model.safetensors.index.json"
+# What a float parameter takes: float8 is excluded, as its values are stored divided by scales this
+# loader does not apply (and an integer or bool tensor would be truncated to nonsense, silently).
+_FLOAT_WEIGHTS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
 def _read_json(path: Path, error: type[ModelError]) -> Any:
@@ -154,6 +159,7 @@ def load_weights(model: nn.Module, tensors: Iterable[tuple[str, str, torch.Tenso
         if target not in params:
             raise WeightLoadError(f"{where}: unexpected tensor {key!r}: {arch} has no such parameter")
         param = params[target]
+        _check_dtype(tensor, param, where, key, target)
         try:
             loader = getattr(param, "weight_loader", _default_loader)
             loader(param, tensor.to(param.dtype), shard_id)
@@ -179,6 +185,23 @@ def load_weights(model: nn.Module, tensors: Iterable[tuple[str, str, torch.Tenso
         raise WeightLoadError(
             f"{where}: the checkpoint lacks tensor(s) {', '.join(missing[:8])}{more}, which {arch} needs"
         )
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _check_dtype(tensor: torch.Tensor, param: nn.Parameter, where: str, key: str, target: str) -> None:
+    """A float parameter takes any float tensor of _FLOAT_WEIGHTS (cast to its dtype); any other
+    parameter its own dtype only."""
+    allowed = _FLOAT_WEIGHTS if param.dtype.is_floating_point else (param.dtype,)
+    if tensor.dtype in allowed:
+        return
+    kind = "a float parameter" if param.dtype.is_floating_point else "the parameter"
+    raise WeightLoadError(
+        f"{where}: tensor {key!r} is {_dtype_name(tensor.dtype)}, which cannot stand for {kind} "
+        f"({target}, {_dtype_name(param.dtype)}): allowed: {', '.join(map(_dtype_name, allowed))}"
+    )
 
 
 def _default_loader(param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:

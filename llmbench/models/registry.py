@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from llmbench.models.config import ModelConfig, ModelConfigError
 from llmbench.models.presets import PRESETS
-from llmbench.suggest import did_you_mean
+from llmbench.suggest import did_you_mean, nearest
 
 if TYPE_CHECKING:
     from torch import nn
@@ -70,16 +70,47 @@ def cached_models(cache_dir: str | Path | None = None) -> dict[str, ModelConfig 
     return found
 
 
+def _cached_ids() -> list[str]:
+    """The repository ids the local Hugging Face cache holds a folder for (downloaded or not)."""
+    from huggingface_hub import constants
+
+    root = Path(constants.HF_HUB_CACHE)
+    if not root.is_dir():
+        return []
+    return [p.name.removeprefix("models--").replace("--", "/", 1) for p in root.glob("models--*--*")]
+
+
 def _not_cached(model: str) -> UnknownModelError:
     from huggingface_hub import constants
 
     preset = difflib.get_close_matches(model.rsplit("/", 1)[-1].lower(), list(PRESETS), n=1, cutoff=0.75)
     same_shapes = f", or use the preset {preset[0]!r} (its shapes, random weights)" if preset else ""
     return UnknownModelError(
-        f"model {model!r} is not a preset, not a folder, and not in the local Hugging Face cache "
-        f"({constants.HF_HUB_CACHE}); llmbench does not download: fetch it first with `hf download {model}` "
-        f"(or `huggingface-cli download {model}`), or give its folder{same_shapes}"
+        f"model {model!r}{did_you_mean(model, [i for i in _cached_ids() if i != model])} is not a preset, not a folder, and not in the "
+        f"local Hugging Face cache ({constants.HF_HUB_CACHE}); llmbench does not download: fetch it first "
+        f"with `hf download {model}` (or `huggingface-cli download {model}`), or give its folder{same_shapes}"
     )
+
+
+def _no_such_folder(model: str, folder: Path) -> UnknownModelError:
+    """A path that names no folder: the sibling it may have meant (``models/goood`` -> ``models/good``)."""
+    parent = folder.parent
+    siblings = [p.name for p in parent.iterdir() if p.is_dir()] if parent.is_dir() else []
+    near = nearest(folder.name, siblings)
+    hint = f" (did you mean {str(parent / near)!r}?)" if near else ""
+    where = "" if parent.is_dir() else f", nor its parent {str(parent)!r}"
+    return UnknownModelError(
+        f"model {model!r}: no such folder{where}{hint}; a model is a preset, a folder holding config.json "
+        "and *.safetensors, or a Hugging Face repository id (org/name) in the local cache"
+    )
+
+
+def _is_path(model: str, folder: Path) -> bool:
+    """Whether ``model`` is written as a path rather than a preset or a hub id: it starts like one, or it
+    reads as org/name but the folder it would be in exists here."""
+    if model.startswith(("/", "~", ".")) or model.count("/") > 1 or "\\" in model:
+        return True
+    return "/" in model and folder.parent.is_dir()
 
 
 def resolve_model(model: str) -> tuple[ModelConfig, Path | None]:
@@ -91,7 +122,7 @@ def resolve_model(model: str) -> tuple[ModelConfig, Path | None]:
     if not folder.exists() and HUB_ID.fullmatch(model):
         snapshot = hub_snapshot(model)
         if snapshot is None:
-            raise _not_cached(model)
+            raise _no_such_folder(model, folder) if _is_path(model, folder) else _not_cached(model)
         folder = snapshot
     if folder.is_dir():
         from llmbench.models.loader import read_model_config  # (the loader imports ARCHITECTURES from here)
@@ -102,6 +133,8 @@ def resolve_model(model: str) -> tuple[ModelConfig, Path | None]:
             f"model {model!r} is a file: a model is a preset or the folder holding config.json and "
             f"*.safetensors (here perhaps {str(folder.parent)!r})"
         )
+    if _is_path(model, folder):
+        raise _no_such_folder(model, folder)
     raise UnknownModelError(
         f"Unknown model {model!r}{did_you_mean(model, PRESETS)}: not a preset ({', '.join(PRESETS)}), a "
         "folder holding config.json, nor a Hugging Face repository id (org/name) in the local cache"

@@ -69,6 +69,7 @@ def nested_path(name: str, model: type[BaseModel], depth: int = 2) -> str | None
 
         found += [f"engine.{name}"] if name in ENGINE_CHECKS else []
         found += [f"engine.tuning.{name}"] if name in TUNING_CHECKS else []
+        found += ["engine.tuning"] if name == "tuning" else []
     for field in model.model_fields:
         sub = model_at((field,), model)
         if sub is None or sub is model:

@@ -273,18 +273,44 @@ def load_scenario(
         merged = deep_merge(data, profiles[choice.name].get("overrides") or {})
     origin = str(path) + (f" (with profile '{choice.name}')" if choice.name else "")
     after = apply_overrides(merged, sets)
-    scenario = _validate(after, origin + (" and --set overrides" if sets else ""))
+    found: list[str] = []
+    scenario = _collect(found, after, origin + (" and --set overrides" if sets else ""), set())
+    # Every profile must be valid, not only the one this machine picks; all reported at once, each
+    # mistake of the file itself once (a profile's own mistakes under its name).
+    shown = _problem_lines(data) & {line for error in found for line in error.splitlines()[1:]}
+    for name, prof in profiles.items():
+        if name != choice.name and isinstance(prof, dict) and isinstance(prof.get("overrides"), dict):
+            _collect(found, deep_merge(data, prof["overrides"]), f"{path} (with profile '{name}')", shown)
+    if found or scenario is None:
+        raise ScenarioError("\n".join(found))
     if choice.name is not None:
         overrides_of = profiles[choice.name].get("overrides") or {}
         choice = choice._replace(
             changes=profile_changes(apply_overrides(data, sets), after, overrides_of, scenario)
         )
-
-    # Every profile must be valid, not only the one this machine picks.
-    for name, prof in profiles.items():
-        if name != choice.name and isinstance(prof, dict) and isinstance(prof.get("overrides"), dict):
-            _validate(deep_merge(data, prof["overrides"]), f"{path} (with profile '{name}')")
     return ResolvedScenario(scenario, path.resolve(), choice, tuple(overrides))
+
+
+def _collect(found: list[str], data: dict[str, Any], origin: str, shown: set[str]) -> Scenario | None:
+    """``data`` validated; where it is not, its error added to ``found`` without the problem lines in
+    ``shown`` (and not at all when none is left)."""
+    try:
+        return _validate(data, origin)
+    except ScenarioError as exc:
+        head, *lines = str(exc).splitlines()
+        new = [line for line in lines if line not in shown]
+        if new or not lines:
+            found.append("\n".join([head, *new]))
+        return None
+
+
+def _problem_lines(data: dict[str, Any]) -> set[str]:
+    """The problem lines of the file alone, without any profile."""
+    try:
+        _validate(data, "")
+    except ScenarioError as exc:
+        return set(str(exc).splitlines()[1:])
+    return set()
 
 
 def scenario_dict(scenario: Scenario) -> dict[str, Any]:
