@@ -50,7 +50,7 @@ def main() -> None:
 def _is_pipe() -> bool:
     try:
         return stat.S_ISFIFO(os.fstat(sys.stdout.fileno()).st_mode)
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):  # a stdout replaced by an object with no file behind it
         return False
 
 
@@ -58,7 +58,7 @@ def _silenced() -> bool:
     """Whether stdout was pointed at the null device: Rich does that when its reader leaves, then exits 1."""
     try:
         here, null = os.fstat(sys.stdout.fileno()), os.stat(os.devnull)
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):
         return False
     return stat.S_ISCHR(here.st_mode) and here.st_rdev == null.st_rdev
 
