@@ -44,6 +44,8 @@ def test_a_backend_outside_the_registry_is_refused_with_the_names_allowed():
     built = Scenario.model_construct(name="x", backend="vllm")  # one made in code, past the schema
     with pytest.raises(BenchError, match=f"Unsupported backend: 'vllm'. {ALLOWED}"):
         make_backend(built)
+    with pytest.raises(ValidationError, match=r"Unsupported backend: 'openia' \(did you mean 'openai'\?\)"):
+        Scenario.model_validate({"name": "x", "backend": "openia", "workload": WORKLOAD})
 
 
 @pytest.mark.parametrize("name", [n for n in BACKENDS if n != "engine"])

@@ -150,7 +150,9 @@ def test_sampling_settings_are_toggles_against_the_scenario_value(cpu_config):
     with pytest.raises(BenchError, match="--toggle sampling.seed needs the values to compare"):
         parse_toggle("sampling.seed")
     with pytest.raises(
-        BenchError, match="Unknown sampling toggle: 'sampling.topk'. Supported: sampling.temperature"
+        BenchError,
+        match=r"Unknown sampling toggle: 'sampling.topk' \(did you mean 'sampling.top_k'\?\). Supported: "
+        "sampling.temperature",
     ):
         parse_toggle("sampling.topk=1,2")
 

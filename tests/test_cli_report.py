@@ -514,6 +514,23 @@ def test_a_report_says_when_its_baseline_and_a_variant_ran_different_models(runs
         assert "ran qwen3-tiny" in out and "ran qwen3-0.6b: a comparison across models" in out, out
 
 
+def test_compare_says_when_base_and_new_ran_on_different_machines(runs, tmp_path):
+    base = doctored(runs["baseline"], tmp_path / "base", 1.0)
+    new = doctored(runs["baseline"], tmp_path / "new", 1.0)
+    same = " ".join(invoke("compare", base, new).output.split())
+    assert "across machines" not in same, same  # one machine: nothing to say
+    h200 = {"hostname": "gpu-box", "gpus": [{"name": "NVIDIA H200"}] * 2, "cpu_count": 64}
+    edit_json(new / "meta.json", lambda m: m.update(machine=h200))
+    said = " ".join(invoke("compare", base, new).output.split())
+    assert "NEW on 2 x NVIDIA H200: the comparison is across machines as well as configurations" in said, said
+    assert "CPUs, no GPU" in said  # BASE: this CPU host
+    for side in (base, new):  # two standalone runs
+        edit_json(side / "meta.json", lambda m: m.update(ablation=None))
+    res = invoke("report", base, new, "--baseline", base, "--view", "changes")
+    out = " ".join(res.stdout.split())
+    assert "on 2 x NVIDIA H200: a comparison across machines" in out, res.output
+
+
 def test_compare_needs_one_configuration_per_side(runs):
     res = invoke("compare", runs["baseline"].parent, runs["baseline"])
     assert res.exit_code == 2 and "holds several configurations" in res.stderr

@@ -177,7 +177,12 @@ def compare(
     """Fail (exit 1) when NEW is worse than BASE: the whole interval of a change beyond the threshold; exit
     2 when they have nothing to compare, 3 when the data cannot support a verdict."""
     from llmbench.bench.metrics import METRICS
-    from llmbench.bench.report.compare import GATE_METRICS, different_models, workload_differences
+    from llmbench.bench.report.compare import (
+        GATE_METRICS,
+        different_machines,
+        different_models,
+        workload_differences,
+    )
     from llmbench.bench.stats import CONFIDENCE, MIN_VERDICT_REPEATS
     from llmbench.suggest import did_you_mean
 
@@ -222,6 +227,11 @@ def compare(
         ga, gb = a[scenario], b[scenario]
         if models := different_models(ga, gb):
             warning(f"{scenario}: BASE ran {models[0]}, NEW ran {models[1]}: the comparison is across models")
+        if machines := different_machines(ga, gb):
+            warning(
+                f"{scenario}: BASE ran on {machines[0]}, NEW on {machines[1]}: the comparison is across "
+                "machines as well as configurations"
+            )
         points = [p for p in ga.points if p in gb.points]
         if not points:
             warning(

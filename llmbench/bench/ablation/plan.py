@@ -78,7 +78,10 @@ def parse_toggle(text: str) -> Toggle:
     switches = (*toggle_names(), *flippable_knobs())
     knobs = [k for k in knob_names() if k not in switches]
     if name.startswith(SAMPLING) and name not in SAMPLING_TOGGLES:
-        raise BenchError(f"Unknown sampling toggle: {name!r}. Supported: {', '.join(SAMPLING_TOGGLES)}")
+        raise BenchError(
+            f"Unknown sampling toggle: {name!r}{did_you_mean(name, SAMPLING_TOGGLES)}. "
+            f"Supported: {', '.join(SAMPLING_TOGGLES)}"
+        )
     if name in SAMPLING_TOGGLES and not sep:
         raise BenchError(f"--toggle {name} needs the values to compare, e.g. {name}=A,B")
     if name not in switches and name not in SAMPLING_TOGGLES and not (sep and name in knobs):

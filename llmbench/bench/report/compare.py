@@ -88,6 +88,26 @@ def workload_differences(a: Group, b: Group) -> list[str]:
     return [d for key in WORKLOAD_KEYS for d in _differences(sa.get(key), sb.get(key), key)]
 
 
+def machine_of(g: Group) -> str | None:
+    """What a group ran on, as far as timings depend on it: its GPUs' models, or the host and its CPUs when
+    it used none (None when its runs did not record it)."""
+    m = g.meta.get("machine") or {}
+    gpus = [str(x.get("name", "?")) for x in m.get("gpus") or [] if isinstance(x, dict)]
+    if gpus:
+        names = sorted(set(gpus))
+        return ", ".join(f"{gpus.count(n)} x {n}" if gpus.count(n) > 1 else n for n in names)
+    if m.get("hostname"):
+        return f"{m['hostname']} ({m.get('cpu_count', '?')} CPUs, no GPU)"
+    return None
+
+
+def different_machines(a: Group, b: Group) -> tuple[str, str] | None:
+    """The machines two groups ran on, when they differ (their GPU models, or CPU hosts): their timings
+    then compare machines as much as configurations."""
+    ma, mb = machine_of(a), machine_of(b)
+    return (ma, mb) if ma and mb and ma != mb else None
+
+
 def different_models(a: Group, b: Group) -> tuple[str, str] | None:
     """The models two groups measured, when they differ: as loaded (model_info) where both recorded it,
     else as their scenarios named them. One name read from two folders (a hub id's cache moved to another

@@ -13,6 +13,7 @@ from llmbench.bench.report.compare import (
     DEFAULT_MIN_EFFECT,
     DELTA_METRICS,
     change,
+    different_machines,
     different_models,
     judged,
     method_note,
@@ -235,6 +236,11 @@ def pair_notes(baseline: Group, variant: Group, point: str) -> list[str]:
             f"{baseline.label} ran {models[0]}, {variant.label} ran {models[1]}: a comparison across models"
         )
         notes.insert(0, across)
+    if machines := different_machines(baseline, variant):
+        notes.insert(
+            0,
+            f"{baseline.label} ran on {machines[0]}, {variant.label} on {machines[1]}: a comparison across machines",
+        )
     return notes
 
 

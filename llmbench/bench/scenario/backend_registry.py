@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, Field, create_model
 
 from llmbench.bench.scenario.backend_options import OpenAIOptions, StrictOptions, TransformersOptions
+from llmbench.suggest import did_you_mean
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ BACKENDS: dict[str, BackendEntry] = {
 
 def unsupported(name: str) -> str:
     """The complaint about a backend name that is not in the registry."""
-    return f"Unsupported backend: {name!r}. Supported: {', '.join(BACKENDS)}"
+    return f"Unsupported backend: {name!r}{did_you_mean(name, BACKENDS)}. Supported: {', '.join(BACKENDS)}"
 
 
 def _options_field(options: type[BaseModel], required: bool) -> tuple[object, object]:
