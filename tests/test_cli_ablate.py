@@ -511,3 +511,24 @@ def test_max_model_len_is_not_ablated_over_sharegpt_conversations_it_would_choos
     res = invoke("ablate", path, "--toggle", "max_model_len=64,128", "--out", tmp_path / "r")
     assert res.exit_code == 2 and "the same requests" in res.stderr, res.output
     assert not (tmp_path / "r").exists()
+
+
+def test_a_checkpoint_no_variant_could_load_is_refused_before_any_starts(tmp_path):
+    # A truncated weights file fails every variant's start-up the same way: said once, before any variant
+    # (or a run's --dry-run) pays for a start-up, and nothing is written.
+    from tiny_models import make_tiny
+
+    folder = tmp_path / "model"
+    make_tiny("qwen3", folder)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump({**TINY, "model": str(folder)}))
+    for args in (("ablate", path, "--toggle", "chunked_prefill"), ("run", path, "--dry-run")):
+        res = invoke(*args, "--out", tmp_path / "r") if args[0] == "ablate" else invoke(*args)
+        said = " ".join(res.output.split())
+        assert res.exit_code == 2, (args, res.output)
+        assert f"{weights}: not a readable safetensors file" in said and said.count("not a readable") == 1, (
+            said
+        )
+    assert not (tmp_path / "r").exists()

@@ -138,15 +138,21 @@ def test_ctrl_c_keeps_what_was_recorded_marked_incomplete(tmp_path):
 
 
 def test_a_variant_that_cannot_start_shows_its_own_error(tmp_path):
-    # A model whose weights cannot be read fails at start-up, before any step: the profile must show that
-    # error (as run and ablate do), not one of writing a profile of steps that were never recorded.
+    # A model whose weights do not fit it (a tensor of the wrong shape: found only as the weights load)
+    # fails at start-up, before any step: the profile must show that error (as run and ablate do), not
+    # one of writing a profile of steps that were never recorded.
+    import torch
+    from safetensors.torch import load_file, save_file
     from tiny_models import make_tiny
 
     folder = tmp_path / "model"
     make_tiny("qwen3", folder)
     weights = folder / "model.safetensors"
-    weights.write_bytes(weights.read_bytes()[:100])
+    tensors = load_file(str(weights))
+    key = next(k for k in tensors if k.endswith("q_proj.weight"))
+    tensors[key] = torch.zeros(3, 3)
+    save_file(tensors, str(weights), metadata={"format": "pt"})
     res = invoke("profile", scenario(tmp_path, model=str(folder)), "--steps", "4", "--out", tmp_path / "r")
     said = " ".join(res.output.split())
     assert res.exit_code == 1, res.output
-    assert "not a readable safetensors file" in said and "profile.json" not in said, said
+    assert key in said and "shape" in said and "profile.json" not in said, said

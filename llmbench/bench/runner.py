@@ -29,6 +29,7 @@ from llmbench.bench.errors import RunFailed, ScenarioError, StoreError
 from llmbench.bench.hardware import busy_warning, oversubscribed_warning, set_torch_threads
 from llmbench.bench.repeat_warnings import repeat_warnings
 from llmbench.bench.run_record import DIED, DIED_ERROR, RunContext, assemble, run_meta
+from llmbench.bench.scenario.backend_registry import BACKENDS
 from llmbench.bench.scenario.loader import ResolvedScenario
 from llmbench.bench.slow_steps import SLOW_FACTOR
 from llmbench.bench.store import RunWriter
@@ -36,6 +37,7 @@ from llmbench.bench.summary import Measured
 from llmbench.bench.telemetry import TelemetrySampler
 from llmbench.bench.workload import RequestSpec, build_workload, check_prompt_file, context_check, token_range
 from llmbench.bench.workload_fits import budget_warning, fit_problem, longest_request
+from llmbench.models.registry import check_model_files
 
 SALT_PER_POINT = 10_000  # prompt salt = point index * this + repeat index
 
@@ -226,9 +228,12 @@ def _measure(req: RunRequest, backend: Backend, events: RunEvents, state: _Measu
 
 def preflight(resolved: ResolvedScenario, backend: Backend) -> None:
     """What is checked of a scenario against its backend before any cost (``run``, and ``run --dry-run``,
-    which stops here): the workload fits the engine (its first request would be refused), its file reads
-    as its reader will read it, its prompt ids lie in the model's vocabulary."""
+    which stops here): the model's checkpoint opens (a backend that loads it here: its files' headers), the
+    workload fits the engine (its first request would be refused), its file reads as its reader will read
+    it, its prompt ids lie in the model's vocabulary."""
     scenario = resolved.scenario
+    if not BACKENDS[backend.name].remote:
+        check_model_files(scenario.model)
     if (config := getattr(backend, "config", None)) is not None and (longest := longest_request(resolved)):
         if problem := fit_problem(config, longest):
             raise ScenarioError(problem)

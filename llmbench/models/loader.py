@@ -11,6 +11,7 @@ Float tensors are cast to the parameter's dtype (a float32 checkpoint runs in bf
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from collections.abc import Iterable, Iterator
@@ -101,20 +102,34 @@ def safetensors_files(folder: str | Path) -> list[Path]:
     return files
 
 
+@contextlib.contextmanager
+def _opened(file: Path) -> Iterator[Any]:
+    """A safetensors file open for reading; a file that cannot be read, at its header or at a tensor, is a
+    WeightLoadError naming it."""
+    try:
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            yield f
+    except (SafetensorError, OSError) as e:
+        what = str(e).strip() or type(e).__name__
+        raise WeightLoadError(
+            f"{file}: not a readable safetensors file ({what[:1].lower()}{what[1:]}); is it truncated or corrupt?"
+        ) from None
+
+
 def iter_checkpoint(folder: str | Path) -> Iterator[tuple[str, str, torch.Tensor]]:
     """(tensor name, file path, tensor) for every tensor of a safetensors checkpoint."""
     for file in safetensors_files(folder):
-        try:
-            with safe_open(str(file), framework="pt", device="cpu") as f:
-                for key in f.keys():
-                    tensor = f.get_tensor(key)
-                    yield key, str(file), tensor
-        except (SafetensorError, OSError) as e:
-            what = str(e).strip() or type(e).__name__
-            raise WeightLoadError(
-                f"{file}: not a readable safetensors file ({what[:1].lower()}{what[1:]}); "
-                "is it truncated or corrupt?"
-            ) from None
+        with _opened(file) as f:
+            for key in f.keys():
+                yield key, str(file), f.get_tensor(key)
+
+
+def check_checkpoint(folder: str | Path) -> None:
+    """Every file of a checkpoint opens and lists its tensors (its header only, no tensor is read): a missing,
+    truncated or corrupt file is a WeightLoadError before anything is built from it."""
+    for file in safetensors_files(folder):
+        with _opened(file) as f:
+            f.keys()
 
 
 def _checkpoint_names(param: str, shards: set[object], packed: dict[str, tuple[str, object]]) -> list[str]:

@@ -141,6 +141,16 @@ def resolve_model(model: str) -> tuple[ModelConfig, Path | None]:
     )
 
 
+def check_model_files(model: str) -> None:
+    """A model folder's checkpoint opens (every file's header; nothing of a preset to check): what is cheap
+    to know of its weights before an engine is built, for the checks made before any cost."""
+    from llmbench.models.loader import check_checkpoint  # (the loader imports ARCHITECTURES from here)
+
+    _, folder = resolve_model(model)
+    if folder is not None:
+        check_checkpoint(folder)
+
+
 def build_model(cfg: ModelConfig, opts: BuildOptions) -> nn.Module:
     from llmbench.models.llama import LlamaForCausalLM
 

@@ -56,9 +56,13 @@ def config_problem(resolved: ResolvedScenario, variant: Variant | BackendVariant
         return backend_problem(sc.model_copy(update={"backend": variant.backend}))
     if invalid := value_problem(resolved, variant):
         return invalid
+    from llmbench.models.errors import ModelError
+    from llmbench.models.registry import check_model_files
+
     try:
         config = resolve_here(EngineConfig.from_options(sc.model, **_variant_options(resolved, variant)[0]))
-    except ConfigError as exc:
+        check_model_files(sc.model)  # a checkpoint every variant would fail to load: before any starts
+    except (ConfigError, ModelError) as exc:
         return str(exc)
     from llmbench.bench.workload_fits import fit_problem, longest_request
 

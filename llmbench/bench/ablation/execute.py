@@ -210,6 +210,8 @@ def run_ablation(
         raise BenchError(f"not a valid value: {listed}{more}. Nothing was run.")
     cannot = [(v.name, why) for v in variants if (why := config_problem(resolved, v)) is not None]
     if cannot:
+        if len(cannot) == len(variants) > 1 and len({why for _, why in cannot}) == 1:  # the scenario's own
+            raise BenchError(f"no variant can run here: {cannot[0][1]}. Nothing was run.")
         if len(cannot) == 1:
             what = f"variant {cannot[0][0]} cannot run here: {cannot[0][1]}"
         else:
