@@ -73,6 +73,7 @@ def test_unknown_block_kinds_and_missing_folders_are_clear_errors(tmp_path):
     doc.write_text("<!-- llmbench: report results/nowhere -->\n<!-- /llmbench -->\n")
     res = CliRunner().invoke(app, ["docs", str(doc)])
     assert res.exit_code == 2 and "no such result folder: results/nowhere" in res.output
+    assert "relative to the document's own folder" in " ".join(res.output.split())
 
 
 def test_the_compact_changes_view_has_a_row_per_variant_with_its_verdict(tmp_path):

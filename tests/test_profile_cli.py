@@ -143,6 +143,7 @@ def test_a_variant_that_cannot_start_shows_its_own_error(tmp_path):
     # one of writing a profile of steps that were never recorded.
     import torch
     from safetensors.torch import load_file, save_file
+
     from tiny_models import make_tiny
 
     folder = tmp_path / "model"

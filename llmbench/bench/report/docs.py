@@ -94,7 +94,10 @@ def _report(args: list[str], root: Path) -> str:
     paths = [root / d for d in dirs]
     missing = [str(d) for d, p in zip(dirs, paths, strict=True) if not p.exists()]
     if missing:
-        raise BenchError(f"no such result folder: {', '.join(missing)}")
+        raise BenchError(
+            f"no such result folder: {', '.join(missing)} (a document's result folders are relative to the "
+            f"document's own folder, here {root})"
+        )
     baseline = options["baseline"]
     if baseline is not None and (root / baseline).exists():  # a run folder, named as the dirs are
         options["baseline"] = str(root / baseline)
