@@ -198,3 +198,34 @@ def test_a_stopped_quality_run_keeps_its_rows_and_the_report_says_what_it_did_no
     (tmp_path / "quality.json").unlink()
     (view,) = quality_views("s", [group])
     assert view.rows[0][1].startswith("not recorded")
+
+
+def test_the_quality_phase_follows_complete_timings_and_an_interrupt_keeps_them(monkeypatch, tmp_path):
+    # ``ablate --quality``'s second phase, without the command line: it runs only after complete timings,
+    # says its note, reports a variant it could not measure, and Ctrl-C in it marks the ablation
+    # interrupted (the timings are kept).
+    from llmbench.bench.ablation import quality as phase
+    from llmbench.bench.ablation.execute import AblationOutcome
+
+    said: list[tuple[str, str]] = []
+    calls = []
+
+    def measured(*args, **kwargs):
+        calls.append(args)
+        return {"note": "random weights", "variants": [{"status": "ok"}, {"status": "failed"}]}
+
+    monkeypatch.setattr(phase, "run_quality", measured)
+    done = AblationOutcome(tmp_path, "complete", [])
+    args = (None, [], [], None, lambda level, text: said.append((level, text)))
+    assert phase.quality_after(done._replace(status="interrupted"), *args) == (
+        done._replace(status="interrupted"),
+        False,
+    )
+    assert not calls  # incomplete timings: no quality phase
+    assert phase.quality_after(done, *args) == (done, True) and said == [("info", "quality: random weights")]
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(phase, "run_quality", interrupted)
+    assert phase.quality_after(done, *args) == (done._replace(status="interrupted"), False)

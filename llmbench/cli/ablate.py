@@ -168,23 +168,16 @@ def ablate(
         max_repeats=planned.max_repeats,
     )
     quality_failed = False
-    if quality and outcome.status == "complete":
-        from llmbench.bench.ablation.quality import run_quality
+    if quality:
+        from llmbench.bench.ablation.quality import quality_after
         from llmbench.bench.quality.measure import QualitySettings
 
         settings = QualitySettings(
             quality_prompts, quality_tokens, str(quality_text.resolve()) if quality_text else None
         )
-        try:
-            record = run_quality(
-                resolved, list(set_ or []), variants, outcome.folder, settings, on_event, timeout
-            )
-        except KeyboardInterrupt:
-            outcome = outcome._replace(status="interrupted")
-        else:
-            quality_failed = any(v["status"] != "ok" for v in record["variants"])
-            if record["note"]:
-                note(f"quality: {record['note']}")
+        outcome, quality_failed = quality_after(
+            outcome, resolved, list(set_ or []), variants, settings, on_event, timeout
+        )
     baseline = variants[0].name
     ok = [s for s in outcome.variants if s.status == "ok"]
     failed = [s for s in outcome.variants if s.status == "failed"]

@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from llmbench.bench.ablation.checks import config_problem
-from llmbench.bench.ablation.execute import PACKAGE_ROOT, ChildTimeout, _run_child, child_error
+from llmbench.bench.ablation.execute import (
+    PACKAGE_ROOT,
+    AblationOutcome,
+    ChildTimeout,
+    _run_child,
+    child_error,
+)
 from llmbench.bench.ablation.plan import Variant
 from llmbench.bench.quality.compare import RANDOM_WEIGHTS_NOTE
 from llmbench.bench.quality.measure import QualitySettings, read_side
@@ -127,3 +133,27 @@ def run_quality(
     record["status"] = "complete"
     write_json(folder / QUALITY_FILE, record)
     return record
+
+
+def quality_after(
+    outcome: AblationOutcome,
+    resolved: ResolvedScenario,
+    sets: list[str],
+    variants: list[Variant],
+    settings: QualitySettings,
+    on_event: Callable[[str, str], None] = lambda level, text: None,
+    timeout_s: float | None = None,
+) -> tuple[AblationOutcome, bool]:
+    """``ablate --quality``'s second phase, once the timings are complete: every variant's outputs against
+    the baseline's (``run_quality``; its note said through ``on_event``). Returns the ablation's outcome
+    (``interrupted`` when Ctrl-C stopped this phase: the timings stay, the quality record does not) and
+    whether a variant's quality could not be measured."""
+    if outcome.status != "complete":
+        return outcome, False
+    try:
+        record = run_quality(resolved, sets, variants, outcome.folder, settings, on_event, timeout_s)
+    except KeyboardInterrupt:
+        return outcome._replace(status="interrupted"), False
+    if record["note"]:
+        on_event("info", f"quality: {record['note']}")
+    return outcome, any(v["status"] != "ok" for v in record["variants"])
