@@ -177,7 +177,7 @@ class Run(NamedTuple):
         try:
             return pd.read_parquet(path)
         except Exception as exc:
-            raise StoreError(f"{self.path}: {name}.parquet is unreadable ({exc})") from None
+            raise StoreError(f"{self.path}: {name}.parquet is unreadable ({exc})") from exc
 
 
 # The layout of a run's meta.json and summary.json; a reader refuses a newer one rather than misread it.

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from llmbench.bench.errors import StoreError
 from llmbench.bench.store import TABLES, Run
 
 # What a report draws from each table: what is marked unavailable when it cannot be read.
@@ -38,13 +39,10 @@ def damage(path: Path, why: str) -> str:
 
 def read(run: Run, name: str) -> tuple[pd.DataFrame, str | None]:
     """One of the run's tables (empty when it is not kept), or an empty one and why it is unreadable."""
-    path = run.path / f"{name}.parquet"
-    if not path.exists():
-        return pd.DataFrame(), None
     try:
-        return pd.read_parquet(path), None
-    except Exception as exc:  # pyarrow's errors name no common class: any failure is a damaged file
-        return pd.DataFrame(), _why(exc)
+        return run.table(name), None
+    except StoreError as exc:  # raised from pyarrow's own error, which says why
+        return pd.DataFrame(), _why(exc.__cause__ or exc)
 
 
 def probe(run: Run) -> dict[Path, str]:
