@@ -161,6 +161,7 @@ def test_a_sampling_variant_sets_the_scenario_and_is_checked_before_it_runs(tmp_
     path = tmp_path / "s.yaml"
     path.write_text(
         "model: qwen3-tiny\nengine: {device: cpu}\nworkload: {num_requests: 2, input_len: 4, output_len: 2}\n"
+        "sampling: {temperature: 0.6}\n"
     )
     resolved = load_scenario(path)
     ok = Variant("sampling.top_p=0.9", {"sampling.top_p": 0.9, "chunked_prefill": False})
@@ -171,7 +172,13 @@ def test_a_sampling_variant_sets_the_scenario_and_is_checked_before_it_runs(tmp_
     assert "engine.chunked_prefill=false" in cmd
     assert config_problem(resolved, ok) is None
     bad = Variant("sampling.top_p=1.5", {"sampling.top_p": 1.5})
-    assert config_problem(resolved, bad) == "sampling.top_p: Input should be less than or equal to 1"
+    assert config_problem(resolved, bad) == (
+        "sampling.top_p: Input should be greater than 0 and less than or equal to 1 (got 1.5)"
+    )
+    greedy = Variant("sampling.top_p=0.9", {"sampling.top_p": 0.9, "sampling.temperature": 0})
+    assert config_problem(resolved, greedy) is None  # sets its temperature: a cell of a temperature design
+    path.write_text(path.read_text().replace("temperature: 0.6", "temperature: 0"))
+    assert "sampling.top_p=0.9 changes nothing at temperature 0" in config_problem(load_scenario(path), ok)
 
 
 def test_factorial_crosses_a_valued_toggle_over_its_values(cpu_config):

@@ -65,9 +65,12 @@ def test_error_names_the_full_field_path_and_what_is_allowed(tmp_path):
         ("temperature=-0.5", "sampling.temperature: Input should be greater than or equal to 0"),
         ("top_k=-2", "sampling.top_k: Input should be greater than or equal to -1"),
         ("top_p=0", "sampling.top_p: Input should be greater than 0"),
-        ("top_p=1.5", "sampling.top_p: Input should be less than or equal to 1"),
+        ("top_p=1.5", "sampling.top_p: Input should be greater than 0 and less than or equal to 1 (got 1.5)"),
         ("min_p=-0.1", "sampling.min_p: Input should be greater than or equal to 0"),
-        ("min_p=2", "sampling.min_p: Input should be less than or equal to 1"),
+        (
+            "min_p=2",
+            "sampling.min_p: Input should be greater than or equal to 0 and less than or equal to 1 (got 2)",
+        ),
         ("seed=sometimes", "sampling.seed"),
     ],
 )
@@ -150,7 +153,7 @@ def test_engine_values_given_with_set_are_checked_with_the_file(tmp_path):
     assert msg.splitlines()[1:] == [  # (in the schema's order of fields)
         "  engine.max_num_seqs: expected an integer in 1..1048576, got 'abc'",
         "  engine.tuning.skinny_fusion: unsupported 'norm'; supported: auto, all, silu, none",
-        "  workload.num_requests: Input should be greater than or equal to 1 (got 0)",
+        "  workload.num_requests: Input should be greater than or equal to 1 and less than or equal to 1000000 (got 0)",
     ]
 
 
@@ -547,7 +550,7 @@ def test_a_declared_mean_the_clipping_would_move_is_an_error(dist, fits):
         with pytest.raises(ValueError, match="have a mean of") as info:
             LengthDist(**dist)
         said = float(str(info.value).split("have a mean of ")[1].split(",")[0])
-        assert said == pytest.approx(sampled, rel=0.02)  # said to one decimal
+        assert said == pytest.approx(sampled, rel=0.02)  # said to six significant digits
 
 
 def test_an_engine_option_set_under_tuning_is_pointed_to_engine(tmp_path):

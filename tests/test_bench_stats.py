@@ -14,6 +14,7 @@ from llmbench.bench.stats import (
     WORSE,
     betainc,
     classify,
+    excess_loss_p,
     lgamma,
     mean_interval,
     paired_log_changes,
@@ -146,7 +147,46 @@ def test_zero_values_fall_back_to_the_difference_of_means():
     rc = relative_change([2.0, 4.0, 3.0], [0.0, 3.0, 2.0], paired=True)
     assert (rc.base, rc.new) == pytest.approx((3.0, 5 / 3))  # arithmetic means, whose difference it takes
     assert rc.value == pytest.approx(rc.new / rc.base - 1)
-    assert math.isnan(relative_change([0.0, 0.0], [1.0, 2.0], paired=False).value)  # no scale to divide by
+
+
+def test_a_change_from_a_baseline_of_zero_is_the_difference_itself():
+    # No failed request in the baseline, 3, 5, 4 in the variant: no percentage of 0, but a difference of +4.
+    rc = relative_change([0.0, 0.0, 0.0], [3.0, 5.0, 4.0], paired=True)
+    half = 4.302653 * 1.0 / math.sqrt(3)  # t(2) * sd of the differences / sqrt(n)
+    assert rc.absolute and rc.method == "paired (absolute difference)"
+    assert (rc.value, rc.low, rc.high) == pytest.approx((4.0, 4.0 - half, 4.0 + half), abs=1e-5)
+    rc = relative_change([0.0, 0.0], [1.0, 2.0], paired=False)  # Welch on the difference of the means
+    assert rc.absolute and rc.value == pytest.approx(1.5) and rc.method == "unpaired (absolute difference)"
+    one = relative_change([0.0], [4.0], paired=True)  # one repeat: the difference, no interval
+    assert one.absolute and one.value == 4.0 and math.isnan(one.low) and one.method is None
+
+
+def test_a_signed_metric_off_the_logs_is_a_difference_with_its_estimate_inside_its_interval():
+    # A fit's intercept that crosses 0: as a fraction of the baseline, -265% with its low end cut at -100%.
+    base, new = [0.0010, 0.0011, -0.0001], [-0.0010, -0.0011, -0.0012]
+    rc = relative_change(base, new, paired=True, signed=True)
+    assert rc.absolute and rc.value == pytest.approx(np.mean(new) - np.mean(base))
+    assert rc.low < rc.value < rc.high and rc.low < -0.001
+    positive = relative_change([1.0, 1.1, 1.2], [1.1, 1.2, 1.3], paired=True, signed=True)
+    assert not positive.absolute and positive.method == "paired"  # all above 0: the ratio, as for any metric
+
+
+def test_the_lost_requests_test_is_the_exact_binomial_tail():
+    def tail(lost_base, n_base, lost_new, n_new):  # P(X >= lost_new), X ~ Binomial(k, q), summed term by term
+        k, q = lost_base + lost_new, n_new / (n_base + n_new)
+        return sum(math.comb(k, i) * q**i * (1 - q) ** (k - i) for i in range(lost_new, k + 1))
+
+    for counts in (
+        (0, 900, 1, 900),
+        (0, 100, 25, 100),
+        (10, 1000, 30, 1000),
+        (5, 300, 2, 100),
+        (3, 12, 3, 40),
+    ):
+        assert excess_loss_p(*counts) == pytest.approx(tail(*counts), rel=1e-9)
+    assert excess_loss_p(0, 900, 1, 900) == pytest.approx(0.5)  # one failure in 1,800: a coin toss whose
+    assert excess_loss_p(0, 100, 25, 100) < 1e-7  # ... 25 of 25 on one side is not
+    assert excess_loss_p(4, 100, 0, 100) == 1.0 and excess_loss_p(0, 0, 3, 100) == 1.0
 
 
 def test_vectorised_changes_equal_the_scalar_ones():

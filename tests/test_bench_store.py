@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -193,6 +195,32 @@ def test_a_checkpoint_whose_process_still_runs_is_being_written(tmp_path):
     assert sorted((p.path, p.reason) for p in problems) == sorted(
         [(here.tmp, being_written), (starting.tmp, being_written)]
     )
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to tell processes apart")
+def test_a_checkpoint_whose_process_id_now_names_another_process_is_shown(tmp_path):
+    # After a reboot, or in a container, a killed run's process id is soon another process's.
+    import os
+    import platform
+    import subprocess
+    import sys
+
+    not_python = subprocess.Popen(["sleep", "60"])
+    newer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        other = checkpointed(tmp_path / "other", not_python.pid, platform.node())
+        before = checkpointed(tmp_path / "before", newer.pid, platform.node())
+        hour_ago = time.time() - 3600  # written an hour before that process started
+        os.utime(before.tmp / "meta.json", (hour_ago, hour_ago))
+        runs, problems = find_runs([tmp_path])
+    finally:
+        not_python.kill()
+        newer.kill()
+        not_python.wait()
+        newer.wait()
+    assert problems == [], problems
+    assert sorted(r.path for r in runs) == sorted([other.tmp, before.tmp])
+    assert all(r.meta["stop_reason"] == "died" for r in runs)
 
 
 def test_a_file_where_a_folder_must_be_is_named_as_such(tmp_path):

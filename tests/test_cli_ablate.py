@@ -219,9 +219,18 @@ def test_factorial_crosses_a_valued_toggle_over_its_values(tmp_path, monkeypatch
             "error: variant num_kv_blocks=1 cannot run here: the workload's longest request (",
         ),
         (
-            ["-t", "sampling.temperature=0,-1"],  # a value no machine takes: no list of runnable toggles
-            "error: not a valid value: sampling.temperature=-1: sampling.temperature: Input should be greater "
-            "than or equal to 0. Nothing was run.",
+            ["-t", "sampling.temperature=0,-1"],  # a value no machine takes: refused as it is read
+            "error: --toggle sampling.temperature=0,-1: sampling.temperature: Input should be greater than or "
+            "equal to 0 (got -1)",
+        ),
+        (
+            ["-t", "sampling.top_p=0.5"],  # the scenario is greedy: the variant would be the baseline
+            "error: not a valid value: sampling.top_p=0.5: sampling.top_p=0.5 changes nothing at temperature 0, "
+            "which draws greedily (below 1e-05): toggle sampling.temperature too",
+        ),
+        (
+            ["-t", "sampling.seed=7", "--set", "sampling.temperature=0.000001"],
+            "error: not a valid value: sampling.seed=7: sampling.seed=7 changes nothing at temperature 1e-06",
         ),
         (
             ["-t", "paged_kv", "--max-repeats", "4"],
@@ -532,3 +541,13 @@ def test_a_checkpoint_no_variant_could_load_is_refused_before_any_starts(tmp_pat
             said
         )
     assert not (tmp_path / "r").exists()
+
+
+def test_an_out_that_cannot_be_written_is_an_input_error_like_run_and_profile(tmp_path):
+    path = tmp_path / "abl.yaml"
+    path.write_text(yaml.safe_dump(TINY))
+    (tmp_path / "afile").write_text("")
+    res = invoke("ablate", path, "--toggle", "prefix_cache", "--out", tmp_path / "afile" / "x")
+    assert res.exit_code == 2, res.output
+    assert f"{tmp_path / 'afile'} is a file, not a folder" in res.stderr
+    assert "unexpected" not in res.stderr

@@ -460,6 +460,7 @@ def test_the_gate_holds_its_false_alarms_for_all_its_comparisons_together(runs, 
     assert res.exit_code == 0, res.output
     assert "98.8% CI" in res.stdout and "worse" not in res.stdout
     assert "4 comparisons, each interval at 98.8%" in res.stderr
+    assert "each run's repeats share one process" in " ".join(res.stderr.split())  # what the 5% cannot hold
     res = invoke("compare", base, slow, "--fail-above", "20", "-m", "ttft_p50,ttft_p99")  # no verdict left
     assert res.exit_code == 3 and "the repeats spread too widely" in res.stderr, res.output
     res = invoke("compare", base, slow, "-m", "output_throughputt")
@@ -881,3 +882,21 @@ def test_runs_measured_apart_on_different_workloads_are_said_so_and_their_output
     # variants of one ablation ran the same requests by design (a sampling toggle changes sampling only)
     x, y = group("x", 8, "abl"), group("y", 16, "abl")
     assert not any("different workloads" in n for n in pair_notes(x, y, "offline"))
+
+
+def test_out_never_writes_into_a_run_folder_or_over_an_ablations_record(runs, tmp_path):
+    run = shutil.copytree(runs["baseline"], tmp_path / "abl" / "baseline-r0")
+    record = tmp_path / "abl" / "ablation.json"
+    record.write_text('{"baseline": "baseline"}')
+    kept = {p: p.read_bytes() for p in [*run.iterdir(), record]}
+    for target in (run / "summary.json", run / "meta.json", run / "report.csv", run, record):
+        res = invoke("report", run, "--format", "csv", "--out", target)
+        assert res.exit_code == 2, (target, res.output)
+        assert "write the report elsewhere" in res.stderr, res.stderr
+    assert {p: p.read_bytes() for p in kept} == kept
+    assert sorted(run.iterdir()) == sorted(kept.keys() - {record})  # nothing added either
+    # beside the runs, over a file of the user's own: the path is theirs to name
+    mine = tmp_path / "abl" / "report.csv"
+    mine.write_text("an older report")
+    res = invoke("report", run, "--format", "csv", "--out", mine)
+    assert res.exit_code == 0 and mine.read_text().startswith("scenario,"), res.output

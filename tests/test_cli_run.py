@@ -243,6 +243,25 @@ def test_interrupted_run_keeps_a_readable_incomplete_result(tmp_path, monkeypatc
     json.dumps(run.summary)  # plain JSON, readable by anything
 
 
+def test_a_repeat_an_interrupt_stopped_is_kept_but_left_out_of_the_figures(tmp_path, monkeypatch):
+    monkeypatch.setattr(driver_mod, "PROGRESS_PERIOD_S", 0.0)
+
+    def interrupt(self, label, repeat, progress):
+        if repeat == 1 and progress.done >= 2:  # the second repeat, part-way
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(RichRunEvents, "progress", interrupt)
+    path = scenario(tmp_path, workload={**TINY["workload"], "num_requests": 12, "output_len": 30}, warmup=0)
+    res = invoke("run", path, "--out", tmp_path / "r", "--set", "repeats=2")
+    assert res.exit_code == 130, res.output
+    (folder,) = (tmp_path / "r" / "tiny").iterdir()
+    point = load_run(folder).summary["points"][0]
+    assert [e["status"] for e in point["repeats"]] == ["complete", "interrupted"]
+    assert point["repeats"][1]["metrics"]["num_completed"] < 12  # kept as it was
+    done = point["metrics"]["num_completed"]
+    assert done["value"] == 12 and done["n"] == 1  # the figures: the whole repeat's
+
+
 def test_a_token_id_outside_the_vocabulary_is_an_error_before_the_engine_starts(tmp_path, monkeypatch):
     from llmbench.engine.llm_engine import LLMEngine
 
@@ -392,6 +411,12 @@ def test_the_note_under_a_run_table_says_where_its_intervals_are():
     headers = [[c.header for c in summary_table(s).columns] for s in (one, two)]
     assert headers == [["metric", "value", "95% CI"], ["metric", "rate=1", "rate=2"]]
     assert ci_note(one).startswith("95% CI: Student-t interval of the mean over 2 repeats")
+    # the repeats share one process: the note says what their spread cannot hold, and where to get it
+    assert "all in this process" in ci_note(one) and "llmbench ablate" in ci_note(one)
+    assert "within this process" in ci_note(two)
+    assert "from 2 repeats it can be far too narrow" in ci_note(one)
+    three = {"points": [{"label": "rate=1", "metrics": {"tpot_p50": {**metric, "n": 3}}}]}
+    assert "too narrow" not in ci_note(three)
     assert "report RUN_FOLDER --intervals" in ci_note(two) and not ci_note(two).startswith("95% CI:")
 
 
@@ -513,3 +538,26 @@ def test_the_startup_line_says_a_tensor_parallel_pool_is_one_ranks():
     assert startup_line("engine", {**startup, "all_reduce": "gloo"}).endswith(
         "512 bytes each, per rank (the ranks sum their parts over gloo)) — kept apart from the measurements"
     )
+
+
+def test_sampling_settings_a_greedy_draw_ignores_are_a_run_warning(tmp_path):
+    path = scenario(tmp_path, workload={"num_requests": 2, "input_len": 8, "output_len": 2}, warmup=0)
+    res = invoke(
+        "run", path, "--out", tmp_path / "r", "--set", "sampling.top_p=0.5", "--set", "sampling.seed=9"
+    )
+    assert res.exit_code == 0, res.output
+    text = "sampling.top_p=0.5, sampling.seed=9 change nothing: a temperature below 1e-05 draws greedily"
+    assert text in res.stderr and any(text in w for w in only_run(tmp_path / "r").summary["warnings"])
+    res = invoke("run", path, "--out", tmp_path / "s", "--set", "sampling.temperature=0.000001")
+    assert "sampling.temperature=1e-06 changes nothing" in res.stderr
+    res = invoke(
+        "run",
+        path,
+        "--out",
+        tmp_path / "t",
+        "--set",
+        "sampling.temperature=0.7",
+        "--set",
+        "sampling.top_p=0.5",
+    )
+    assert "changes nothing" not in res.stderr and "change nothing" not in res.stderr  # sampled: they apply

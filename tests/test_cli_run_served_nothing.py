@@ -1,6 +1,7 @@
 """A run or a gate that lost requests must not read as a success: ``llmbench run`` exits non-zero when a
 repeat completed no request (every one failed), and ``llmbench compare`` fails when NEW lost more of its
-requests than BASE (failed, or stopped short of the length asked), whatever its latencies say."""
+requests than BASE (failed, or stopped short of the length asked) by more than chance explains, whatever its
+latencies say."""
 
 from __future__ import annotations
 
@@ -43,6 +44,18 @@ def test_a_run_whose_time_limit_cut_every_request_exits_non_zero(tmp_path):
     assert "no request completed in offline repeat 1 (of 3: 3 cut by max_duration_s)" in said, said
 
 
+def test_a_run_whose_time_limit_ended_before_any_request_was_sent_exits_non_zero(tmp_path):
+    # offline: sent as the limit allows; a limit of a nanosecond sends none, which measured nothing either
+    path = tmp_path / "none.yaml"
+    path.write_text(yaml.safe_dump({"model": "qwen3-tiny", "engine": {"device": "cpu"}, "warmup": 0,
+                                    "max_duration_s": 1e-9,
+                                    "workload": {"num_requests": 2, "input_len": 8, "output_len": 4}}))  # fmt: skip
+    res = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "r")])
+    said = " ".join(res.output.split())
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    assert "no request completed in offline repeat 1 (of 2: 2 never sent before max_duration_s ended)" in said
+
+
 def test_a_run_with_some_requests_served_exits_zero(tmp_path):
     # the other side of the rule: one failure of four is a warning (test_backend_openai), not a failed run
     with Stub(fail={2: "500"}) as stub:
@@ -54,14 +67,18 @@ def test_a_run_with_some_requests_served_exits_zero(tmp_path):
 
 def test_compare_fails_when_new_lost_requests_that_base_served(tmp_path):
     runner = CliRunner()
-    repeats = {"repeats": 3, "warmup": 0}
+    repeats = {"repeats": 3, "warmup": 0, "workload": {**SCENARIO["workload"], "num_requests": 8}}
     with Stub() as stub:
         base = runner.invoke(
             app, ["run", _scenario(tmp_path, stub.url, "base", **repeats), "--out", str(tmp_path / "a")]
         )
     assert base.exit_code == 0, base.output
-    # NEW: one request of each repeat fails, one stops short; the rest are served as fast as BASE's
-    with Stub(fail={1: "500", 5: "500", 9: "500"}, short={2: 3, 6: 3, 10: 3}) as stub:
+    # NEW: three requests of each repeat of eight fail, three stop short; the rest are served as fast as
+    # BASE's. 9 of 24 against 0 of 24 is p = 0.5^9 = 0.002, below the gate's 0.05 / 6 (four metrics and two
+    # kinds of lost request); one per repeat (3 of 12, p = 0.125) would be within chance.
+    failed = {i + r: "500" for r in (0, 8, 16) for i in (1, 3, 5)}
+    short = {i + r: 3 for r in (0, 8, 16) for i in (2, 4, 6)}
+    with Stub(fail=failed, short=short) as stub:
         new = runner.invoke(
             app, ["run", _scenario(tmp_path, stub.url, "base", **repeats), "--out", str(tmp_path / "b")]
         )
@@ -71,10 +88,34 @@ def test_compare_fails_when_new_lost_requests_that_base_served(tmp_path):
     res = runner.invoke(app, ["compare", str(a.path), str(b.path)], env={"COLUMNS": "200"})
     said = " ".join(res.output.split())
     assert res.exit_code == 1, res.output
-    assert "NEW failed 3 of 12 requests (BASE 0 of 12)" in said
-    assert "NEW's outputs were not the length asked for in 3 of 12 requests (BASE 0 of 12)" in said
+    assert "NEW failed 9 of 24 requests (BASE 0 of 24; p = 0.002 < 0.0083, one-sided exact binomial" in said
+    assert "NEW's outputs were not the length asked for in 9 of 24 requests (BASE 0 of 24; p = 0.002" in said
+    assert "6 comparisons (2 of them whether NEW lost more requests, each at p < 0.0083)" in said
     # the other way round NEW lost fewer than BASE: nothing of the kind is held against it
     back = " ".join(
         runner.invoke(app, ["compare", str(b.path), str(a.path)], env={"COLUMNS": "200"}).output.split()
     )
     assert "NEW failed" not in back and "NEW's outputs" not in back, back
+
+
+def test_compare_fails_when_new_failed_every_request(tmp_path):
+    # no latency on NEW's side to hold against BASE's: the lost requests alone are the regression (exit 1),
+    # not "nothing was compared" (exit 2, which a gate may read as misconfigured and skip)
+    runner = CliRunner()
+    repeats = {"repeats": 3, "warmup": 0, "workload": {**SCENARIO["workload"], "num_requests": 4}}
+    with Stub() as stub:
+        base = runner.invoke(
+            app, ["run", _scenario(tmp_path, stub.url, "s", **repeats), "--out", str(tmp_path / "a")]
+        )
+    assert base.exit_code == 0, base.output
+    with Stub(fail=dict.fromkeys(range(12), "500")) as stub:
+        new = runner.invoke(
+            app, ["run", _scenario(tmp_path, stub.url, "s", **repeats), "--out", str(tmp_path / "b")]
+        )
+    assert new.exit_code == 1, new.output
+    (a,), _ = find_runs([tmp_path / "a"])
+    (b,), _ = find_runs([tmp_path / "b"])
+    res = runner.invoke(app, ["compare", str(a.path), str(b.path)], env={"COLUMNS": "200"})
+    said = " ".join(res.output.split())
+    assert res.exit_code == 1 and "Traceback" not in said, said
+    assert "NEW failed 12 of 12 requests (BASE 0 of 12" in said and "are the regression" in said

@@ -63,19 +63,29 @@ def message(**options) -> str:
         ({"max_num_seqs": "abc"}, "max_num_seqs: expected an integer in 1..1048576, got 'abc'"),
         ({"max_num_seqs": -5}, "max_num_seqs: expected an integer in 1..1048576, got -5"),
         ({"max_num_seqs": True}, "max_num_seqs: expected an integer in 1..1048576, got True"),
-        ({"max_num_batched_tokens": 1.5e-3}, "max_num_batched_tokens: expected an integer >= 1, got 0.0015"),
-        ({"max_num_batched_tokens": 1500.5}, "max_num_batched_tokens: expected an integer >= 1, got 1500.5"),
+        (
+            {"max_num_batched_tokens": 1.5e-3},
+            "max_num_batched_tokens: expected an integer in 1..16777216, got 0.0015",
+        ),
+        (
+            {"max_num_batched_tokens": 1500.5},
+            "max_num_batched_tokens: expected an integer in 1..16777216, got 1500.5",
+        ),
         ({"block_size": 2.5}, "block_size: expected an integer in 1..65536, got 2.5"),
         ({"block_size": 10**8}, "block_size: expected an integer in 1..65536, got 100000000"),
         ({"max_num_seqs": 10**11}, "max_num_seqs: expected an integer in 1..1048576, got 100000000000"),
-        ({"tp": 0}, "tp: expected an integer >= 1, got 0"),
+        ({"tp": 0}, "tp: expected an integer in 1..1024, got 0"),
         ({"seed": -1}, "seed: expected an integer in 0..9223372036854775807, got -1"),
         ({"seed": 2**63}, "seed: expected an integer in 0..9223372036854775807, got 9223372036854775808"),
-        ({"max_model_len": 1}, "max_model_len: expected an integer >= 2 or auto, got 1"),
-        ({"num_kv_blocks": "many"}, "num_kv_blocks: expected an integer >= 1 or auto, got 'many'"),
+        ({"max_model_len": 1}, "max_model_len: expected an integer in 2..16777216 or auto, got 1"),
+        (
+            {"num_kv_blocks": "many"},
+            "num_kv_blocks: expected an integer in 1..2147483647 or auto, got 'many'",
+        ),
         (
             {"kv_cache_memory": "1 GB of it"},
-            "kv_cache_memory: expected a number of bytes (an integer >= 1, or a size such as 512MiB or 4GB) or "
+            "kv_cache_memory: expected a number of bytes (an integer in 1..1,125,899,906,842,624 (1 PiB), or a size such as "
+            "512MiB or 4GB) or "
             "auto, got '1 GB of it'",
         ),
         (
@@ -106,20 +116,21 @@ def message(**options) -> str:
         ),
         (
             {"tuning": {"decode_split_tokens": 100}},
-            "tuning.decode_split_tokens: expected 0 (slices chosen per step) or a positive multiple of 64, "
+            "tuning.decode_split_tokens: expected 0 (slices chosen per step), a positive multiple of 64 up to "
+            "16,777,216, or auto, "
             "got 100",
         ),
         (
             {"tuning": {"cuda_graph_buckets": [0, 4]}},
-            "tuning.cuda_graph_buckets: expected a list of batch sizes (integers >= 1) or auto, got [0, 4]",
+            "tuning.cuda_graph_buckets: expected a list of batch sizes (integers in 1..1,048,576) or auto, got [0, 4]",
         ),
         (
             {"tuning": {"cuda_graph_buckets": "1,2"}},
-            "tuning.cuda_graph_buckets: expected a list of batch sizes (integers >= 1) or auto, got '1,2'",
+            "tuning.cuda_graph_buckets: expected a list of batch sizes (integers in 1..1,048,576) or auto, got '1,2'",
         ),
         (
             {"tuning": {"prefill_graph_tokens": [0]}},
-            "tuning.prefill_graph_tokens: expected a list of token counts (integers >= 1) or auto, got [0]",
+            "tuning.prefill_graph_tokens: expected a list of token counts (integers in 1..16,777,216) or auto, got [0]",
         ),
         (
             {"tuning": {"skinny_fusion": "norm"}},
@@ -132,7 +143,7 @@ def message(**options) -> str:
         ({"tuning": {"tp_fuse_norm": "on"}}, "tuning.tp_fuse_norm: expected true, false or auto, got 'on'"),
         (
             {"tuning": {"compile_mode": "fast"}},
-            "tuning.compile_mode: unsupported 'fast'; supported: default, reduce-overhead, max-autotune, "
+            "tuning.compile_mode: unsupported 'fast'; supported: auto, default, reduce-overhead, max-autotune, "
             "max-autotune-no-cudagraphs",
         ),
         (
@@ -656,7 +667,21 @@ def test_a_tuning_knob_set_for_a_feature_that_is_off_is_an_error():
             resolved(h200s(), **options)
     assert resolved(h200s(), tuning={"cuda_graph_buckets": [1, 2]}).tuning.cuda_graph_buckets == (1, 2)
     assert resolved(h200s(), torch_compile=True, tuning={"compile_mode": "max-autotune"})
-    assert resolved(CPU, tuning={"compile_mode": "default"})  # the default, set or not, is no request
+    assert resolved(CPU, tuning={"compile_mode": "auto"})  # left to the engine: no request
+    with pytest.raises(ConfigError, match="compile_mode='default' sets how torch.compile compiles"):
+        resolved(CPU, tuning={"compile_mode": "default"})  # a mode given, even the default, asks for compile
+    with pytest.raises(ConfigError, match="'reduce-overhead' replays CUDA Graphs .*: it needs a CUDA device"):
+        resolved(CPU, torch_compile=True, tuning={"compile_mode": "reduce-overhead"})
+    assert resolved(CPU, torch_compile=True, tuning={"compile_mode": "max-autotune-no-cudagraphs"})
+    with pytest.raises(ConfigError, match="decode_split_tokens tunes the Triton decode kernel"):
+        resolved(CPU, tuning={"decode_split_tokens": 0})  # 0 given is a request too
+    assert resolved(CPU).tuning.decode_split_tokens == 0
+    with pytest.raises(
+        ConfigError, match=r"cuda_graph_buckets=\[1, 1000\] has batches larger than max_num_seqs=8"
+    ):
+        resolved(h200s(), max_num_seqs=8, tuning={"cuda_graph_buckets": [1, 1000]})
+    with pytest.raises(ConfigError, match=r"prefill_graph_tokens=\[16, 100000\] has counts larger"):
+        resolved(h200s(), max_num_batched_tokens=512, tuning={"prefill_graph_tokens": [16, 100000]})
 
 
 def test_a_kv_pool_the_device_cannot_hold_names_the_options_that_size_it():
@@ -672,17 +697,17 @@ def test_a_kv_pool_the_device_cannot_hold_names_the_options_that_size_it():
 
 @pytest.mark.parametrize("kv_dtype", ["auto", "fp8_e4m3"])
 def test_a_cpu_kv_budget_must_hold_one_full_length_sequence(kv_dtype):
-    """As on a GPU: a pool that could never hold one max_model_len request is refused at start-up with
-    the sizes, not made larger than asked or left to refuse every long request later."""
+    """As on a GPU: a pool that could never hold one max_model_len request is refused with the sizes (on a
+    CPU by resolve, before anything loads), not made larger than asked or left to refuse every long
+    request later; resolve's arithmetic is the pool's own."""
     from llmbench import LLM
-    from llmbench.engine.kv_cache import KVCacheError
 
     options = dict(device="cpu", max_model_len=256, block_size=16, kv_cache_dtype=kv_dtype)
     per_block = LLM("qwen3-tiny", **options, num_kv_blocks=1).engine.runner.block_bytes
     one_sequence = 16 * per_block
     llm = LLM("qwen3-tiny", **options, kv_cache_memory=one_sequence)
     assert llm.engine.startup.kv_num_blocks == 16
-    with pytest.raises(KVCacheError) as info:
+    with pytest.raises(ConfigError) as info:
         LLM("qwen3-tiny", **options, kv_cache_memory=one_sequence - 1)
     assert str(info.value) == (
         f"kv_cache_memory={one_sequence - 1:,} bytes holds 15 blocks of 16 tokens ({per_block:,} bytes each), "
@@ -818,3 +843,37 @@ def test_every_contradiction_resolve_finds_is_reported_at_once_root_causes_first
         "devices (got tp=3 on 'cpu')",
         "tuning.compile_mode='max-autotune' sets how torch.compile compiles: it needs torch_compile=True",
     ]
+
+
+def test_tensor_parallel_ranks_must_find_their_gpus():
+    # rank r runs on the GPU after rank 0's: tp past the GPUs from the device asked is an error up front
+    assert resolved(h200s(), tp=2).tp == 2
+    with pytest.raises(
+        ConfigError, match=r"tp=4 on device='cuda' takes GPUs 0..3; this machine has 2 \(0..1\)"
+    ):
+        resolved(h200s(), tp=4)
+    with pytest.raises(ConfigError, match="takes GPUs 1..2; .* lower tp or start from an earlier GPU"):
+        resolved(h200s(), device="cuda:1", tp=2)
+
+
+def test_a_cpu_kv_pool_is_checked_by_arithmetic_before_anything_loads():
+    import dataclasses
+
+    from llmbench.engine.kv_cache import block_bytes
+
+    m = CPU.model
+    per_block = block_bytes(m.num_layers, 16, m.num_key_value_heads, m.head_dim, torch.float32)
+    # too small for one max_model_len sequence: the same error start-up would give, now from resolve
+    with pytest.raises(ConfigError, match="kv_cache_memory=1 bytes holds 0 blocks"):
+        resolved(CPU, kv_cache_memory=1)
+    small = dataclasses.replace(CPU, host_memory_available=per_block * 1000 + m.num_params * 4)
+    assert resolved(small, num_kv_blocks=900).num_kv_blocks == 900
+    with pytest.raises(
+        ConfigError, match=r"the KV pool of 2,000 blocks of 16 tokens .* more than the memory"
+    ):
+        resolved(small, num_kv_blocks=2000)
+    with pytest.raises(ConfigError, match=r"KV pool of 1,100 blocks .* over 2 ranks"):
+        resolved(small, num_kv_blocks=1100, tp=2)  # each CPU rank holds a pool of its half of the heads
+    assert resolved(small, num_kv_blocks=900, tp=2).tp == 2
+    unknown = dataclasses.replace(CPU, host_memory_available=None)
+    assert resolved(unknown, num_kv_blocks=2000).num_kv_blocks == 2000  # room unknown: start-up decides

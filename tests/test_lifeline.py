@@ -93,3 +93,24 @@ def test_a_report_says_when_the_ablation_holding_its_runs_died(tmp_path):
     assert "it died before it ended; its runs are shown as it left them" in doubt.reason
     (folder / "ablation.json").write_text(json.dumps({**record, **owner()}))  # this process: still running
     assert not [d for d in build_report([tmp_path]).doubts if d.path.name == "ablation.json"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to tell processes apart")
+def test_a_record_whose_process_id_now_names_another_process_reads_as_died(tmp_path):
+    record_file = tmp_path / "ablation.json"
+    record_file.write_text("{}")
+    hour_ago = time.time() - 3600
+    os.utime(record_file, (hour_ago, hour_ago))  # last written an hour before either process started
+    not_python = subprocess.Popen(["sleep", "60"])
+    newer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        running = {"status": "running", "host": platform.node()}
+        assert "is gone" in died({**running, "pid": not_python.pid}, record_file)
+        assert "is gone" in died({**running, "pid": newer.pid}, record_file)
+        assert died({**running, "pid": newer.pid}) is None  # no file to date it by: a live id is trusted
+        assert died({**running, "pid": os.getpid()}, tmp_path / "missing.json") is None
+    finally:
+        not_python.kill()
+        newer.kill()
+        not_python.wait()
+        newer.wait()

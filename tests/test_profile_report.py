@@ -48,7 +48,13 @@ def _stored(folder: Path, profile: dict[str, Any]) -> None:
     run.mkdir(parents=True)
     repeats = [{"repeat": 0, "status": "complete", "metrics": {"tpot_p50": 0.002}}]
     summary = {"status": "complete", "points": [{"label": "offline", "repeats": repeats, "metrics": {}}]}
-    meta = {"status": "complete", "scenario_name": "prof", "variant": profile["variant"], "command_line": []}
+    child = ["llmbench", "run", "prof.yaml", "--trace-dir", str(run.parent)]  # as profile starts its children
+    meta = {
+        "status": "complete",
+        "scenario_name": "prof",
+        "variant": profile["variant"],
+        "command_line": child,
+    }
     (run / "meta.json").write_text(json.dumps(meta))
     (run / "summary.json").write_text(json.dumps(summary))
     (run.parent / "profile.json").write_text(json.dumps(profile))
@@ -76,3 +82,24 @@ def test_a_profile_that_one_of_its_views_cannot_read_is_said_so():
     broken = _profile("baseline", 1.0)
     del broken["kernels"][0]["count"]  # read by the top kernels view alone
     assert "KeyError" in profile_problem(broken)
+
+
+def test_a_variant_whose_profile_json_is_missing_is_said_so_not_dropped_in_silence(tmp_path):
+    for p in (_profile("baseline", 1.0), _profile("x", 1.2)):
+        _stored(tmp_path / "prof", p)
+    missing = tmp_path / "prof" / "baseline" / "profile.json"
+    missing.unlink()
+    plain = tmp_path / "plain" / "run"  # a run `llmbench run` made: no profile.json belongs beside it
+    plain.mkdir(parents=True)
+    meta = {
+        "status": "complete",
+        "scenario_name": "other",
+        "variant": "v",
+        "command_line": ["llmbench", "run"],
+    }
+    (plain / "meta.json").write_text(json.dumps(meta))
+    (plain / "summary.json").write_text(json.dumps({"status": "complete", "points": []}))
+    report = build_report([tmp_path], views=["profile"])
+    said = [(d.path, d.reason) for d in report.doubts]
+    assert len(said) == 1 and said[0][0] == missing, said
+    assert said[0][1].startswith("missing") and said[0][1].endswith("its profile is not shown")

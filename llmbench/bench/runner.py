@@ -37,6 +37,7 @@ from llmbench.bench.summary import Measured
 from llmbench.bench.telemetry import TelemetrySampler
 from llmbench.bench.workload import RequestSpec, build_workload, check_prompt_file, context_check, token_range
 from llmbench.bench.workload_fits import budget_warning, fit_problem, longest_request
+from llmbench.engine.sampling_params import GREEDY_BELOW, greedy_ignores
 from llmbench.models.registry import check_model_files
 
 SALT_PER_POINT = 10_000  # prompt salt = point index * this + repeat index
@@ -263,7 +264,18 @@ def _execute(req: RunRequest, backend: Backend, events: RunEvents) -> RunOutcome
     cpu_ranks = backend.tp if backend.device == "cpu" else 1
     config, longest = getattr(backend, "config", None), longest_request(req.resolved)
     budget = budget_warning(config, longest) if config is not None and longest is not None else None
-    for warning in (busy_warning(threads), oversubscribed_warning(scenario.cpu_threads, cpu_ranks), budget):
+    ignored = greedy_ignores(scenario.sampling.model_dump())
+    greedy = ignored and (
+        f"{', '.join(f'sampling.{x}' for x in ignored)} {'changes' if len(ignored) == 1 else 'change'} nothing: "
+        f"a temperature below {GREEDY_BELOW:g} draws greedily (set sampling.temperature >= {GREEDY_BELOW:g} "
+        "to sample)"
+    )
+    for warning in (
+        busy_warning(threads),
+        oversubscribed_warning(scenario.cpu_threads, cpu_ranks),
+        budget,
+        greedy,
+    ):
         if warning:
             state.warn(warning)
     started = time.time()

@@ -13,7 +13,12 @@ variance (a single run's requests say nothing about how the next run will come o
   shows beside the change agrees with it). A metric with a value <= 0 among its repeats (a zero goodput)
   has no logarithm: it falls back to the difference of the means (paired differences, or Welch), divided
   by the baseline's mean; that divisor's own uncertainty is not carried, so treat such intervals as
-  slightly narrow, and their low end is cut at -100% (no metric is below 0).
+  slightly narrow, and their low end is cut at -100% (such a metric is never below 0). Where there is no
+  baseline to divide by (its mean is 0: no failed request, no arrival lag) or the metric can be below 0
+  (``signed``: a fit's intercept, a lag), the change is that difference itself, new - base in the metric's
+  unit (``RelChange.absolute``), with no cut.
+- ``excess_loss_p``: whether NEW lost (failed, cut short) a larger share of its requests than BASE by more
+  than chance: a one-sided exact conditional binomial test.
 - ``classify``: the verdict rule. With a practical threshold h (``--min-effect``), a change is *better* or
   *worse* only when its whole 95% interval lies beyond h on that side, *equivalent* when the whole interval
   lies within [-h, +h], and *inconclusive* otherwise (including when there is no interval), and always
@@ -270,7 +275,9 @@ class RelChange(NamedTuple):
     low: float  # 95% interval; NaN when the data cannot give one
     high: float
     n: int  # pairs compared (paired), or the smaller side's repeats
-    method: str | None  # "paired" | "unpaired" | None (no interval); "(difference)" when not on logs
+    # "paired" | "unpaired" | None (no interval); + " (difference)" off the logs, " (absolute difference)"
+    method: str | None
+    absolute: bool = False  # value, low, high are new - base in the metric's unit, not a fraction of base
 
 
 def central(values: Sequence[float] | np.ndarray) -> float:
@@ -288,11 +295,13 @@ def relative_change(
     new: Sequence[float] | np.ndarray,
     paired: bool,
     confidence: float = CONFIDENCE,
+    signed: bool = False,
 ) -> RelChange:
     """(new - base) / base of one metric from per-repeat values (see the module docstring).
 
     ``paired``: ``base[i]`` and ``new[i]`` are the same repeat (same arrivals and prompts, run back to
     back); pairs with a missing value on either side are dropped. Otherwise the two sets are independent.
+    ``signed``: the metric can be below 0; off the logs its change is the plain difference new - base.
     """
     a, b = np.asarray(base, dtype=float), np.asarray(new, dtype=float)
     if paired:
@@ -312,8 +321,9 @@ def relative_change(
         if logs:
             value = float(np.expm1(np.log(b).mean() - np.log(a).mean()))
             return RelChange(central(a), central(b), value, nan, nan, n, None)
-        value = (mb - ma) / abs(ma) if ma else (0.0 if mb == ma else nan)
-        return RelChange(ma, mb, value, nan, nan, n, None)
+        if (signed or ma <= 0) and not ma == mb == 0:  # no baseline to take a fraction of
+            return RelChange(ma, mb, mb - ma, nan, nan, n, None, absolute=True)
+        return RelChange(ma, mb, (mb - ma) / ma if ma else 0.0, nan, nan, n, None)
     if logs:
         fn = paired_log_changes if paired else welch_log_changes
         r = fn(a[None, :], b[None, :], confidence)
@@ -321,7 +331,7 @@ def relative_change(
         return RelChange(
             central(a), central(b), float(r.value[0]), float(r.low[0]), float(r.high[0]), n, method
         )
-    # A zero or negative value: no logarithm; difference of means relative to the baseline's mean.
+    # A zero or negative value: no logarithm; the difference of the means (over the baseline's, if it can).
     if paired:
         d = b - a
         diff = float(d.mean())
@@ -329,15 +339,26 @@ def relative_change(
     else:
         diff_a, half_a = _welch(a[None, :], b[None, :], confidence)
         diff, half = float(diff_a[0]), float(half_a[0])
-    method = ("paired" if paired else "unpaired") + " (difference)"
-    if ma == 0:
-        if diff == 0 and half == 0:  # identical on both sides (zero goodput throughout): no change
-            return RelChange(ma, mb, 0.0, 0.0, 0.0, n, method)
-        return RelChange(ma, mb, nan, nan, nan, n, None)
-    scale = abs(ma)
-    # No metric is below 0 (``summary.interval``): a fall of more than the whole baseline cannot happen.
-    low = max((diff - half) / scale, -1.0) if ma > 0 else (diff - half) / scale
-    return RelChange(ma, mb, diff / scale, low, (diff + half) / scale, n, method)
+    method = "paired" if paired else "unpaired"
+    if ma == 0 and diff == 0 and half == 0:  # identical on both sides (zero goodput throughout): no change
+        return RelChange(ma, mb, 0.0, 0.0, 0.0, n, method + " (difference)")
+    if signed or ma <= 0:  # a fraction of a baseline of 0, or of one near or below 0, means nothing
+        return RelChange(ma, mb, diff, diff - half, diff + half, n, method + " (absolute difference)", True)
+    # A metric not in ``kept.SIGNED`` is never below 0: a fall of more than the whole baseline cannot happen.
+    low = max((diff - half) / ma, -1.0)
+    return RelChange(ma, mb, diff / ma, low, (diff + half) / ma, n, method + " (difference)")
+
+
+def excess_loss_p(lost_base: int, n_base: int, lost_new: int, n_new: int) -> float:
+    """The p-value of NEW losing ``lost_new`` of its ``n_new`` requests against BASE's ``lost_base`` of
+    ``n_base``, if both lost requests at one rate: a one-sided exact conditional binomial test. Given the
+    k = lost_base + lost_new requests lost in all, each is NEW's with probability q = n_new / (n_base + n_new)
+    under that rate; the p-value is P(X >= lost_new) for X ~ Binomial(k, q), which is I_q(lost_new, k -
+    lost_new + 1). 1 when NEW lost none, or BASE recorded no request (nothing to hold NEW against)."""
+    if lost_new <= 0 or n_new <= 0 or n_base <= 0:
+        return 1.0
+    k = lost_base + lost_new
+    return float(betainc(lost_new, k - lost_new + 1, n_new / (n_base + n_new)))
 
 
 # ----------------------------------------------------------------------------------------------------

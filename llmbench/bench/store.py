@@ -7,7 +7,7 @@ when written; a name already taken gets a ``-2``, ``-3``... suffix. While a run 
 checkpoints there (``checkpoint``: the repeats so far, marked incomplete, stop reason "died"). A leftover
 ``.tmp-*`` folder is a process that died before it wrote its run: readers show its last checkpoint as an
 incomplete run, or, with none, report it and move on; one whose process still runs on this machine is
-being written.
+being written (``writer_process``: not when its id now names another process).
 
 Reading: :func:`find_runs` walks any set of paths (nested too) and returns the run folders plus a list of
 problems (broken, unreadable, leftover); :func:`load_run` raises :class:`StoreError` with the reason.
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from llmbench.bench.errors import StoreError
+from llmbench.bench.writer_process import still_writing
 
 TABLES = ("requests", "steps", "telemetry")
 REQUIRED = ("meta.json", "summary.json")
@@ -235,14 +236,14 @@ def _left_over(path: Path) -> Run | str:
     except StoreError:
         meta = {}
     host, pid = (meta.get("machine") or {}).get("hostname"), meta.get("pid")
-    if host == platform.node() and isinstance(pid, int) and _alive(pid):
+    if host == platform.node() and isinstance(pid, int) and still_writing(pid, path / "meta.json"):
         return f"being written by process {pid}, which is still running"
     if meta.get("status") in ("running", None):
         return "left over by a run that died before it measured a repeat"
     try:
         return load_run(path)
     except StoreError as exc:
-        return f"left over by a run that died; its checkpoint is unreadable ({exc})"
+        return f"left over by a run that died; its checkpoint is unreadable ({unled(exc, path)})"
 
 
 def owner() -> dict[str, Any]:
@@ -251,24 +252,20 @@ def owner() -> dict[str, Any]:
     return {"pid": os.getpid(), "host": platform.node()}
 
 
-def died(record: dict[str, Any]) -> str | None:
-    """Why a record that says it is running is not: its process, on this machine, is gone."""
+def died(record: dict[str, Any], path: Path | None = None) -> str | None:
+    """Why a record that says it is running is not: its process, on this machine, is gone (or its id
+    now names another process, one that started after ``path``, the record's file, was written)."""
     pid = record.get("pid")
     if record.get("status") != "running" or record.get("host") != platform.node() or not isinstance(pid, int):
         return None
-    if _alive(pid):
+    if still_writing(pid, path):
         return None
     return f"it says it is running, but its process ({pid}) is gone: it died before it ended"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
+def unled(exc: StoreError, path: Path) -> str:
+    """An error about ``path`` without the path it begins with: a :class:`Problem` names its path."""
+    return str(exc).removeprefix(f"{path}: ")
 
 
 NO_RUN = "holds no run folder (none with meta.json)"  # a path given that holds nothing to read
@@ -306,7 +303,7 @@ def find_runs(paths: list[Path]) -> tuple[list[Run], list[Problem]]:
             try:
                 runs.append(load_run(p))
             except StoreError as exc:
-                problems.append(Problem(p, str(exc)))
+                problems.append(Problem(p, unled(exc, p)))
             return
         children = sorted(c for c in p.iterdir() if c.is_dir())
         for c in children:

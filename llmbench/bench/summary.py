@@ -60,6 +60,19 @@ def interval(repeat_values: list[float | None]) -> dict[str, Any]:
     return {"value": ci.value, "ci_low": ci.low, "ci_high": ci.high, "ci": "repeats", "n": ci.n}
 
 
+STOPPED = ("interrupted", "failed")  # a repeat cut by an interrupt or a failure: a part of a measurement
+
+
+def whole_repeats(repeats: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A point's repeat entries (summary.json's, each with its ``status``) less those an interrupt or a
+    failure stopped part-way, when any repeat of the point ran to its end: a stopped repeat's rates and
+    counts are those of a fraction of its workload, no measurement to average with whole ones. (A time
+    limit, ``max_duration_s``, is the scenario's own bound: its repeats stay.) When none ran to its end,
+    the stopped ones are all the point has; the run is marked incomplete."""
+    whole = [e for e in repeats if e.get("status") not in STOPPED]
+    return whole or repeats
+
+
 def point_summary(per_repeat: list[dict[str, float]]) -> dict[str, Any]:
     """Aggregate of one point's repeats."""
     return {name: interval([r.get(name, math.nan) for r in per_repeat]) for name in METRICS}
@@ -92,6 +105,8 @@ def build_summary(
         )
     for idx, members in groups.items():
         untraced = [i for i in members if not measured[i].traced]
+        if any(measured[i].drive.status not in STOPPED for i in untraced):
+            untraced = [i for i in untraced if measured[i].drive.status not in STOPPED]  # whole_repeats
         points[idx]["metrics"] = point_summary([per_repeat[i] for i in untraced])
     return [points[k] for k in sorted(points)]
 

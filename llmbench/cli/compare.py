@@ -10,7 +10,10 @@ hold, and holds its false alarms to 5% for the whole gate, not per metric: each 
 of gates however many metrics and points it looks at.
 
 NEW losing a larger share of its requests than BASE (failed ones, or outputs not the length asked for) is a
-regression too, whatever the latencies of the requests it served say.
+regression too, whatever the latencies of the requests it served say, when more than chance explains it: a
+one-sided exact binomial test (``stats.excess_loss_p``) at the same 0.05/m. Each kind of lost request that
+either run lost one to at a sweep point is one of the m comparisons; a kind neither lost any to cannot fail
+the gate, so it takes no share.
 
 Exit status: 0 when at least one metric was judged and none got worse; 1 on a regression; 2 when nothing
 can be compared (no scenario, sweep point or metric that both hold; one run folder given twice; runs of
@@ -22,7 +25,7 @@ nothing.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NamedTuple
 
 import typer
 from rich.table import Table
@@ -84,7 +87,7 @@ def _gate_point(
 ) -> list[str]:
     """One sweep point's table of the gated metrics; the verdict of each metric that has a direction."""
     from llmbench.bench.report.compare import change, judged, method_note
-    from llmbench.bench.report.format import format_pct, format_pct_interval, format_value, metric_label
+    from llmbench.bench.report.format import format_change, format_change_interval, format_value, metric_label
 
     rates = [_rate(g, point) for g in (ga, gb)]
     served = (
@@ -106,10 +109,10 @@ def _gate_point(
         changes.append(c)
         verdicts.append(v)
         style = "red" if v.startswith("worse") else "green" if v.startswith("better") else ""
-        ci = format_pct_interval(c.rel_low, c.rel_high) if c.method else "–"
+        ci = format_change_interval(m, c.rel_low, c.rel_high, c.absolute) if c.method else "–"
         table.add_row(
-            metric_label(m), format_value(m, c.base), format_value(m, c.new), format_pct(c.rel), ci,
-            f"[{style}]{v}[/]" if style else v,
+            metric_label(m), format_value(m, c.base), format_value(m, c.new),
+            format_change(m, c.rel, c.absolute), ci, f"[{style}]{v}[/]" if style else v,
         )  # fmt: skip
     console.print(table)
     note(method_note(changes, threshold, confidence))
@@ -120,28 +123,47 @@ def _gate_point(
 
 
 # Requests NEW lost: a failure, or an output stopped short of (or past) the length asked. Each is a
-# regression when NEW lost a larger share of its requests than BASE did: the latencies of what was served
-# say nothing of what was not.
+# regression when NEW lost a larger share of its requests than BASE did by more than chance explains: the
+# latencies of what was served say nothing of what was not.
 LOST = (
-    ("num_failed", "NEW failed {new} of {n_new} requests (BASE {base} of {n_base})"),
-    ("num_output_mismatch", "NEW's outputs were not the length asked for in {new} of {n_new} requests (BASE {base} of {n_base})"),
+    ("num_failed", "NEW failed {new} of {n_new} requests (BASE {base} of {n_base}"),
+    ("num_output_mismatch", "NEW's outputs were not the length asked for in {new} of {n_new} requests (BASE {base} of {n_base}"),
 )  # fmt: skip
 
 
-def _lost(ga: Group, gb: Group, point: str) -> list[str]:
-    """One line per kind of lost request of which NEW lost a larger share than BASE at ``point``."""
+class LostTest(NamedTuple):
+    text: str  # what NEW lost against BASE, with the test's p-value
+    regression: bool  # below the gate's per-comparison alpha
 
-    def total(g: Group, metric: str) -> int:
-        return int(sum(v for v in g.repeat_values(point, metric) if v == v))  # NaN: not recorded
+
+def _total(g: Group, point: str, metric: str) -> int:
+    return int(sum(v for v in g.repeat_values(point, metric) if v == v))  # NaN: not recorded
+
+
+def _lost_kinds(ga: Group, gb: Group, point: str) -> int:
+    """How many kinds of lost request BASE or NEW lost one to at ``point``: the gate's comparisons of them."""
+    return sum(_total(ga, point, m) + _total(gb, point, m) > 0 for m, _ in LOST)
+
+
+def _lost(ga: Group, gb: Group, point: str, alpha: float) -> list[LostTest]:
+    """Each kind of lost request of which NEW lost a larger share than BASE at ``point``, tested: a regression
+    when the one-sided exact binomial test's p-value is below ``alpha``."""
+    from llmbench.bench.stats import excess_loss_p
 
     out = []
-    n_base, n_new = total(ga, "num_requests"), total(gb, "num_requests")
+    n_base, n_new = _total(ga, point, "num_requests"), _total(gb, point, "num_requests")
     for metric, text in LOST:
-        base, new = total(ga, metric), total(gb, metric)
-        if n_new and new * max(n_base, 1) > base * n_new:
-            out.append(
-                f"{gb.scenario} {point}: " + text.format(new=new, n_new=n_new, base=base, n_base=n_base)
-            )
+        base, new = _total(ga, point, metric), _total(gb, point, metric)
+        if not n_new or new * max(n_base, 1) <= base * n_new:
+            continue
+        p = excess_loss_p(base, n_base, new, n_new)
+        why = (
+            f"; p = {p:.2g} < {alpha:.2g}, one-sided exact binomial test)"
+            if p < alpha
+            else f"; p = {p:.2g}, not below {alpha:.2g}: within chance, not held against NEW)"
+        )
+        line = text.format(new=new, n_new=n_new, base=base, n_base=n_base) + why
+        out.append(LostTest(f"{gb.scenario} {point}: {line}", p < alpha))
     return out
 
 
@@ -211,8 +233,12 @@ def compare(
                 "(--allow-other-workload to compare them anyway)"
             )
     pairs = [(s, p) for s in common for p in a[s].points if p in b[s].points]
-    # Bonferroni: m comparisons at 1 - 0.05/m each keep the whole gate's false alarms at 5%.
-    confidence = 1 - (1 - CONFIDENCE) / max(1, len(pairs) * len(gated))
+    # Bonferroni: m comparisons at 1 - 0.05/m each keep the whole gate's false alarms at 5%; a kind of lost
+    # request is one of them where either side lost one (given the counts, its test holds its level).
+    kinds = sum(_lost_kinds(a[s], b[s], p) for s, p in pairs)
+    comparisons = len(pairs) * len(gated) + kinds
+    alpha = (1 - CONFIDENCE) / max(1, comparisons)
+    confidence = 1 - alpha
     threshold = fail_above / 100
     incomplete = sorted(
         {
@@ -241,20 +267,32 @@ def compare(
         names = (ga.label, gb.label) if ga.label != gb.label else (str(base), str(new))
         for point in points:
             shown += _gate_point(f"{scenario} {point}", names, ga, gb, point, gated, confidence, threshold)
-    lost = [line for s in common for p in a[s].points if p in b[s].points for line in _lost(a[s], b[s], p)]
-    for line in lost:
-        error(line)
+    tests = [t for s, p in pairs for t in _lost(a[s], b[s], p, alpha)]
+    lost = [t.text for t in tests if t.regression]
+    for t in tests:
+        (error if t.regression else note)(t.text)
     regressions = sum(v.startswith("worse") for v in shown) + len(lost)
     verdicts = sum(v.startswith(("worse", "better", "equivalent")) for v in shown)
     judged_metrics = len(shown)
+    if (
+        not judged_metrics and lost
+    ):  # NEW lost its requests (every one, say): no latency to compare, a regression
+        error("no metric measured on both sides: NEW's lost requests (above) are the regression")
+        raise typer.Exit(EXIT_FAILED)
     if not judged_metrics:
         raise StoreError(
             "nothing was compared: BASE and NEW share no sweep point with a metric measured on both sides"
         )
-    if len(pairs) * len(gated) > 1:
+    if comparisons > 1:
+        of_lost = (
+            f" ({kinds} of them whether NEW lost more requests, each at p < {alpha:.2g})" if kinds else ""
+        )
         note(
-            f"{len(pairs) * len(gated)} comparisons, each interval at {confidence * 100:.3g}% so that together "
-            "they hold 95%: two identical configurations fail this gate by chance in at most 5% of gates"
+            f"{comparisons} comparisons{of_lost}, each interval at {confidence * 100:.3g}% so that together "
+            "they hold 95%: two identical configurations fail this gate by chance in at most 5% of gates, "
+            "where the runs differ by their repeats' noise alone (each run's repeats share one process, so "
+            "what differs between processes or hours is not in its intervals: interleave with `llmbench "
+            "ablate` to cover it)"
         )
     if regressions > len(lost):
         error(

@@ -131,6 +131,8 @@ def report(
     target = Path(out)
     if target.is_dir() or out.endswith(("/", os.sep)):  # a folder: a new file inside it, named by the time
         target = _free(target / f"llmbench-report-{time.strftime('%Y%m%d-%H%M%S')}.{_SUFFIX[format]}")
+    if (kept := _kept_by_llmbench(target)) is not None:
+        raise BenchError(f"--out {target}: {kept}; write the report elsewhere")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
@@ -171,6 +173,22 @@ def _csv(rep, metrics: list[str], views: list[str] | None) -> str:
 
 
 _SUFFIX = {Format.table: "txt", Format.markdown: "md", Format.html: "html", Format.csv: "csv"}
+RECORDS = ("ablation.json", "profile.json", "comparison.json", "quality.json")  # an ablation's or a profile's
+
+
+def _kept_by_llmbench(target: Path) -> str | None:
+    """Why a report must not be written at ``target``: it is inside a run folder (results are never
+    overwritten, and a file added there is read as part of the run) or it is the record of an ablation or a
+    profile. Any other path is the user's to name, an existing file too."""
+    from llmbench.bench.store import REQUIRED, TABLES
+
+    where = target.resolve()
+    run_files = (*REQUIRED, *(f"{t}.parquet" for t in TABLES))
+    if any((where.parent / name).exists() for name in run_files):
+        return f"{where.parent} is a run folder, which llmbench never writes into after the run"
+    if where.name in RECORDS and where.exists():
+        return f"{where.name} is the record llmbench keeps of an ablation or a profile"
+    return None
 
 
 def _free(path: Path) -> Path:

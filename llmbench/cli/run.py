@@ -156,12 +156,17 @@ def _served_nothing(summary: dict[str, Any]) -> list[str]:
     for p in summary.get("points") or []:
         for r in p.get("repeats") or []:
             m = r.get("metrics") or {}
-            if m.get("num_completed") or not m.get("num_requests"):
+            unsent = int(r.get("not_submitted") or 0)  # the time limit ended before they were sent
+            if m.get("num_completed") or not (m.get("num_requests") or unsent):
                 continue
             failed, aborted = int(m.get("num_failed") or 0), int(m.get("num_aborted") or 0)
-            why = [f"{failed} failed"] * bool(failed) + [f"{aborted} cut by max_duration_s"] * bool(aborted)
+            why = (
+                [f"{failed} failed"] * bool(failed)
+                + [f"{aborted} cut by max_duration_s"] * bool(aborted)
+                + [f"{unsent} never sent before max_duration_s ended"] * bool(unsent)
+            )
             out.append(
                 f"{p.get('label', '?')} repeat {r.get('repeat', 0) + 1} "
-                f"(of {int(m['num_requests'])}: {', '.join(why) or 'none finished'})"
+                f"(of {int(m.get('num_requests') or 0) + unsent}: {', '.join(why) or 'none finished'})"
             )
     return out

@@ -102,13 +102,22 @@ def ci_note(summary: dict[str, Any]) -> str | None:
         reps = "/".join(map(str, ns))
         if len(summary.get("points", [])) > 1:  # the table has no room for them (``summary_table``)
             return (
-                f"95% intervals over {reps} repeats (run-to-run variance) are in summary.json; `llmbench "
-                "report RUN_FOLDER --intervals` shows them beside each figure."
+                f"95% intervals over {reps} repeats (repeat-to-repeat variance within this process) are in "
+                "summary.json; `llmbench report RUN_FOLDER --intervals` shows them beside each figure."
             )
-        return f"95% CI: Student-t interval of the mean over {reps} repeats (run-to-run variance)."
+        few = (
+            "; from 2 repeats it can be far too narrow where the noise comes in modes (3 or more for verdicts)"
+            if ns[0] == 2
+            else ""
+        )
+        return (
+            f"95% CI: Student-t interval of the mean over {reps} repeats, all in this process: it holds "
+            "repeat-to-repeat variance, not what another process or another time adds (`llmbench ablate` "
+            f"runs each repeat in a process of its own){few}."
+        )
     if any(m.get("n") == 1 for m in entries):
         return (
-            "no 95% CI: one repeat says nothing about run-to-run variance; run --repeats 2 or more "
+            "no 95% CI: one repeat says nothing about repeat-to-repeat variance; run --repeats 2 or more "
             "for intervals, 3 or more for verdicts when runs are compared."
         )
     return None

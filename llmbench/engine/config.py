@@ -73,8 +73,8 @@ class Tuning:
     cuda_graph_buckets: batch sizes that get a CUDA Graph (a decode batch runs in the smallest one that
         holds it). auto: 1, 2, 4, 8, then every 16 up to max_num_seqs.
     decode_split_tokens: Triton decode attention cuts each context into slices of this many tokens (a
-        multiple of 64), which evens out batches of mixed lengths. 0: equal slices per sequence, chosen
-        per step from the batch's shape. Needs attention_backend 'triton'.
+        multiple of 64), which evens out batches of mixed lengths. 0 (and auto): equal slices per
+        sequence, chosen per step from the batch's shape. Needs attention_backend 'triton'.
     decode_longest_first: Triton decode attention takes a large batch's sequences longest context
         first, so that a batch of mixed lengths does not end with a few long ones running alone.
         auto: on with attention_backend 'triton'.
@@ -128,14 +128,14 @@ class Tuning:
         one Triton kernel over the GPUs' shared memory. auto: wherever it can apply.
     tp_fuse_matmul: tp > 1, with tp_fuse_norm: at one-row decode steps each row-parallel product
         (o_proj, down_proj) sums itself over the ranks in its own kernel. auto: wherever it can apply.
-    compile_mode: the torch.compile mode when torch_compile is on: default, reduce-overhead,
-        max-autotune, max-autotune-no-cudagraphs.
+    compile_mode: the torch.compile mode when torch_compile is on: default, reduce-overhead (CUDA
+        Graphs: a GPU only), max-autotune, max-autotune-no-cudagraphs. auto: default.
     kv_cache_scale: a float8 KV cache's scales (stored value = real value / scale), the same for every
         layer and head. auto: set per layer and KV head from the first prefill's K/V, with headroom.
     """
 
     cuda_graph_buckets: tuple[int, ...] | None = None
-    decode_split_tokens: int = 0
+    decode_split_tokens: int | None = None
     decode_longest_first: bool | None = None
     decode_uniform_tiling: bool | None = None
     mixed_step_decodes: bool | None = None
@@ -149,7 +149,7 @@ class Tuning:
     tp_all_reduce: str = AUTO
     tp_fuse_norm: bool | None = None
     tp_fuse_matmul: bool | None = None
-    compile_mode: str = DEFAULT_COMPILE_MODE
+    compile_mode: str = AUTO
     kv_cache_scale: float | None = None
 
     def __post_init__(self) -> None:
@@ -164,7 +164,7 @@ class EngineConfig:
     model: a preset name (``llmbench models``) or a folder with config.json and *.safetensors.
     device: auto (CUDA when torch sees a GPU, else cpu), cpu, cuda or cuda:N.
     dtype: auto (bfloat16 on CUDA, float32 on the CPU), float32, float16 or bfloat16.
-    seed: the seed of a preset's random weights.
+    seed: the seed of a preset's random weights, and of the draws of sampled requests that carry no seed.
 
     Optimisation toggles:
     paged_kv: block-paged KV pool with block tables (off: one contiguous max_model_len slab per sequence).

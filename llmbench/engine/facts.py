@@ -28,6 +28,8 @@ class ModelFacts:
     intermediate_size: int
     max_position_embeddings: int
     num_params: int = 0  # 0: not known (facts a test made by hand)
+    num_layers: int = 0  # ... and these two: the KV pool's shape (0: not known)
+    head_dim: int = 0
 
     @classmethod
     def of(cls, name: str, model: ModelConfig) -> ModelFacts:
@@ -39,6 +41,8 @@ class ModelFacts:
             model.intermediate_size,
             model.max_position_embeddings,
             model.num_params(),
+            model.num_hidden_layers,
+            model.head_dim,
         )
 
 

@@ -64,18 +64,28 @@ def num_blocks_for(config: ResolvedConfig, max_model_len: int, bytes_per_block: 
                 "or lower max_model_len"
             )
         return n
-    want = config.max_num_seqs * blocks_per_seq
-    if config.kv_cache_memory is not None:
-        n = int(config.kv_cache_memory // bytes_per_block)
+    return cpu_blocks(
+        config.kv_cache_memory, config.max_num_seqs, config.block_size, max_model_len, bytes_per_block
+    )
+
+
+def cpu_blocks(
+    kv_cache_memory: int | None, max_num_seqs: int, block_size: int, max_model_len: int, bytes_per_block: int
+) -> int:
+    """The CPU pool's blocks when num_kv_blocks does not give them: arithmetic only, so that ``resolve``
+    checks it before anything is loaded (``kv_cache_memory`` too small for one sequence: a KVCacheError)."""
+    blocks_per_seq = -(-max_model_len // block_size)
+    if kv_cache_memory is not None:
+        n = int(kv_cache_memory // bytes_per_block)
         if n < blocks_per_seq:
             raise KVCacheError(
-                f"kv_cache_memory={config.kv_cache_memory:,} bytes holds {n} blocks of {config.block_size} tokens "
+                f"kv_cache_memory={kv_cache_memory:,} bytes holds {n} blocks of {block_size} tokens "
                 f"({bytes_per_block:,} bytes each), fewer than one max_model_len={max_model_len} sequence needs "
                 f"({blocks_per_seq}, {blocks_per_seq * bytes_per_block:,} bytes): raise kv_cache_memory or lower "
                 "max_model_len"
             )
         return n
-    return max(blocks_per_seq, min(want, _CPU_DEFAULT_CAP // bytes_per_block))
+    return max(blocks_per_seq, min(max_num_seqs * blocks_per_seq, _CPU_DEFAULT_CAP // bytes_per_block))
 
 
 class KVPool(NamedTuple):

@@ -50,6 +50,9 @@ def _boolean(auto: bool = False) -> Check:
 
 MAX_BLOCK_SIZE = 1 << 16  # tokens a KV block: past any context a block could usefully page
 MAX_NUM_SEQS = 1 << 20  # sequences in flight: past what any pool holds (and the graph buckets list)
+MAX_TOKENS = 1 << 24  # tokens of a context or a step: past any model's positions and any step's memory
+MAX_KV_BLOCKS = (1 << 31) - 1  # the block tables hold int32 block ids
+MAX_BYTES = 1 << 50  # a KV budget: a pebibyte, past any machine's memory
 
 
 def _is_int(value: Any) -> bool:
@@ -90,9 +93,10 @@ def _byte_size(value: Any) -> Any:
             count = float(m[1])
     if isinstance(count, float) and count.is_integer():
         count = int(count)
-    if not _is_int(count) or count < 1:
+    if not _is_int(count) or not 1 <= count <= MAX_BYTES:
         raise Invalid(
-            f"expected a number of bytes (an integer >= 1, or a size such as 512MiB or 4GB) or auto, got {value!r}"
+            f"expected a number of bytes (an integer in 1..{MAX_BYTES:,} (1 PiB), or a size such as 512MiB "
+            f"or 4GB) or auto, got {value!r}"
         )
     return count
 
@@ -143,23 +147,25 @@ def _device(value: Any) -> Any:
 
 
 def _decode_split(value: Any) -> Any:
-    if not _is_int(value) or value < 0 or value % DECODE_SPLIT_MULTIPLE:
+    if _is_auto(value):
+        return None
+    if not _is_int(value) or not 0 <= value <= MAX_TOKENS or value % DECODE_SPLIT_MULTIPLE:
         raise Invalid(
-            f"expected 0 (slices chosen per step) or a positive multiple of {DECODE_SPLIT_MULTIPLE}, "
-            f"got {value!r}"
+            f"expected 0 (slices chosen per step), a positive multiple of {DECODE_SPLIT_MULTIPLE} up to "
+            f"{MAX_TOKENS:,}, or auto, got {value!r}"
         )
     return value
 
 
-def _sizes(what: str) -> Check:
-    """A list of ``what`` (integers >= 1), or auto (None)."""
+def _sizes(what: str, high: int) -> Check:
+    """A list of ``what`` (integers in 1..high), or auto (None)."""
 
     def check(value: Any) -> Any:
         if _is_auto(value):
             return None
-        if isinstance(value, (list, tuple)) and value and all(_is_int(b) and b >= 1 for b in value):
+        if isinstance(value, (list, tuple)) and value and all(_is_int(b) and 1 <= b <= high for b in value):
             return tuple(value)
-        raise Invalid(f"expected a list of {what} (integers >= 1) or auto, got {value!r}")
+        raise Invalid(f"expected a list of {what} (integers in 1..{high:,}) or auto, got {value!r}")
 
     return check
 
@@ -177,33 +183,33 @@ ENGINE_CHECKS: dict[str, Check] = {
     "torch_compile": _boolean(),
     "cuda_graph": _boolean(auto=True),
     "async_scheduling": _boolean(auto=True),
-    "tp": _integer(1),
+    "tp": _integer(1, 1024),
     "kv_cache_dtype": _choice(KV_CACHE_DTYPES, auto=True),
     "gpu_memory_utilization": _fraction,
     "kv_cache_memory": _byte_size,
-    "num_kv_blocks": _integer(1, auto=True),
+    "num_kv_blocks": _integer(1, MAX_KV_BLOCKS, auto=True),
     "block_size": _integer(1, MAX_BLOCK_SIZE),
     "max_num_seqs": _integer(1, MAX_NUM_SEQS),
-    "max_num_batched_tokens": _integer(1),
-    "max_model_len": _integer(2, auto=True),
+    "max_num_batched_tokens": _integer(1, MAX_TOKENS),
+    "max_model_len": _integer(2, MAX_TOKENS, auto=True),
 }
 
 TUNING_CHECKS: dict[str, Check] = {
-    "cuda_graph_buckets": _sizes("batch sizes"),
+    "cuda_graph_buckets": _sizes("batch sizes", MAX_NUM_SEQS),
     "decode_split_tokens": _decode_split,
     "decode_longest_first": _boolean(auto=True),
     "decode_uniform_tiling": _boolean(auto=True),
     "mixed_step_decodes": _boolean(auto=True),
     "graph_sampling": _boolean(auto=True),
     "prefill_graphs": _boolean(auto=True),
-    "prefill_graph_tokens": _sizes("token counts"),
-    "prefill_narrow_tiles_up_to": _integer(0, auto=True),
-    "programmatic_launch_rows": _integer(0, auto=True),
+    "prefill_graph_tokens": _sizes("token counts", MAX_TOKENS),
+    "prefill_narrow_tiles_up_to": _integer(0, MAX_TOKENS, auto=True),
+    "programmatic_launch_rows": _integer(0, MAX_NUM_SEQS, auto=True),
     "skinny_matmul_rows": _integer(0, SKINNY_MATMUL_MAX_ROWS, auto=True),
     "skinny_fusion": _choice(SKINNY_FUSIONS, auto=True),
     "tp_all_reduce": _choice(TP_ALL_REDUCE, auto=True),
     "tp_fuse_norm": _boolean(auto=True),
     "tp_fuse_matmul": _boolean(auto=True),
-    "compile_mode": _choice(COMPILE_MODES),
+    "compile_mode": _choice(COMPILE_MODES, auto=True),
     "kv_cache_scale": _positive_number(auto=True),
 }

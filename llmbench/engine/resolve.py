@@ -105,7 +105,7 @@ def resolve(config: EngineConfig, facts: Facts) -> ResolvedConfig:
     if prefix_cache and not config.paged_kv:
         problems.add("prefix_cache=True shares KV blocks between requests: it needs paged_kv=True")
     async_scheduling = auto(config.async_scheduling, cuda)  # on the CPU nothing would overlap
-    problems.check(_check_tp, config.tp, facts, fallback=None)
+    problems.check(_check_tp, config.tp, facts, device, fallback=None)
     for problem in _pool_budget_problems(config, cuda):
         problems.add(problem)
     gpu_memory_utilization = auto(config.gpu_memory_utilization, DEFAULT_GPU_MEMORY_UTILIZATION)
@@ -113,6 +113,8 @@ def resolve(config: EngineConfig, facts: Facts) -> ResolvedConfig:
     max_model_len = problems.check(
         _max_model_len, config.max_model_len, facts.model, fallback=config.max_model_len or 0
     )
+    if not cuda and max_model_len:
+        problems.check(_check_cpu_pool, config, facts, max_model_len, dtype, kv_cache_dtype, fallback=None)
     if backend in GRAPH_SAFE_BACKENDS and config.block_size & (config.block_size - 1):
         problems.add(
             f"block_size must be a power of two with attention_backend={backend!r}, got {config.block_size}"
@@ -268,8 +270,38 @@ def _check_weights_fit(
     )
 
 
+def _check_cpu_pool(
+    config: EngineConfig, facts: Facts, max_model_len: int, dtype: str, kv_cache_dtype: str
+) -> None:
+    """A CPU's KV pool is sized by arithmetic alone (engine/kv_cache.py): it must hold one max_model_len
+    sequence and, with the weights, fit in the memory the host has free now, before anything loads."""
+    import torch
+
+    from llmbench.engine.kv_cache import block_bytes, cpu_blocks
+
+    m = facts.model
+    if not (m.num_layers and m.head_dim):
+        return
+    size = 1 if kv_cache_dtype != dtype else getattr(torch, dtype).itemsize
+    heads = max(m.num_key_value_heads // config.tp, 1)  # a rank's; each CPU rank holds a pool
+    per_block = block_bytes(m.num_layers, config.block_size, heads, m.head_dim, torch.uint8) * size
+    blocks = config.num_kv_blocks or cpu_blocks(
+        config.kv_cache_memory, config.max_num_seqs, config.block_size, max_model_len, per_block
+    )
+    pool = blocks * per_block * config.tp
+    weights = m.num_params * getattr(torch, dtype).itemsize
+    room = facts.host_memory_available
+    if room is not None and weights <= room < pool + weights:  # weights alone: _check_weights_fit
+        raise ConfigError(
+            f"the KV pool of {blocks:,} blocks of {config.block_size} tokens ({_gib(pool)}"
+            f"{f' over {config.tp} ranks' if config.tp > 1 else ''}) and the weights ({_gib(weights)}) need "
+            f"more than the memory this machine has free now ({_gib(room)}): lower num_kv_blocks, "
+            "kv_cache_memory, block_size or max_num_seqs"
+        )
+
+
 def _gib(n: float) -> str:
-    return f"{n / 2**30:.1f} GiB"
+    return f"{n / 2**30:,.1f} GiB"
 
 
 def _check_cuda_graph(cuda_graph: bool, cuda: bool, backend: str) -> None:
@@ -281,7 +313,7 @@ def _check_cuda_graph(cuda_graph: bool, cuda: bool, backend: str) -> None:
         )
 
 
-def _check_tp(tp: int, facts: Facts) -> None:
+def _check_tp(tp: int, facts: Facts, device: str) -> None:
     if facts.launcher == "torchrun" and facts.world_size != tp:  # at tp=1 too: each would run it all
         raise ConfigError(
             f"torchrun started {facts.world_size} processes (WORLD_SIZE) but tp={tp}: they must be equal "
@@ -289,6 +321,13 @@ def _check_tp(tp: int, facts: Facts) -> None:
         )
     if tp == 1:
         return
+    first = int(device.partition(":")[2] or 0)  # spawned rank r runs on GPU first + r (engine/tp.py)
+    if device.startswith("cuda") and facts.launcher != "torchrun" and first + tp > facts.cuda_devices:
+        raise ConfigError(
+            f"tp={tp} on device={device!r} takes GPUs {first}..{first + tp - 1}; this machine has "
+            f"{facts.cuda_devices} (0..{facts.cuda_devices - 1}): lower tp"
+            + (" or start from an earlier GPU" if first else "")
+        )
     m = facts.model
     if m.num_attention_heads % tp:
         why = f"tp={tp} does not divide the {m.num_attention_heads} attention heads"

@@ -115,7 +115,7 @@ def resolve_tuning(
         )
         skinny_rows = 0
     for knob, kernel in (("decode_split_tokens", "decode"), ("prefill_narrow_tiles_up_to", "prefill")):
-        if getattr(t, knob) not in (None, AUTO, 0) and backend != "triton":
+        if getattr(t, knob) is not None and backend != "triton":
             problems.add(
                 f"tuning.{knob} tunes the Triton {kernel} kernel: it needs attention_backend='triton', "
                 f"got {backend!r}"
@@ -200,14 +200,32 @@ def resolve_tuning(
         ),
         (
             f"tuning.compile_mode={t.compile_mode!r} sets how torch.compile compiles",
-            t.compile_mode != DEFAULT_COMPILE_MODE and not config.torch_compile,
+            t.compile_mode != AUTO and not config.torch_compile,
             "torch_compile=True",
+        ),
+        (
+            f"tuning.compile_mode={t.compile_mode!r} replays CUDA Graphs (on the CPU: default, max-autotune "
+            "or max-autotune-no-cudagraphs)",
+            t.compile_mode == "reduce-overhead" and config.torch_compile and not cuda,
+            "a CUDA device",
+        ),
+        (
+            f"tuning.cuda_graph_buckets={list(t.cuda_graph_buckets or ())} has batches larger than "
+            f"max_num_seqs={config.max_num_seqs}, which no decode step reaches",
+            cuda_graph and max(t.cuda_graph_buckets or (0,)) > config.max_num_seqs,
+            f"every bucket <= {config.max_num_seqs}",
+        ),
+        (
+            f"tuning.prefill_graph_tokens={list(t.prefill_graph_tokens or ())} has counts larger than "
+            f"max_num_batched_tokens={config.max_num_batched_tokens}, which no step reaches",
+            prefill_graphs and max(t.prefill_graph_tokens or (0,)) > config.max_num_batched_tokens,
+            f"every count <= {config.max_num_batched_tokens}",
         ),
     )
     buckets = t.cuda_graph_buckets or default_buckets(config.max_num_seqs)
     return ResolvedTuning(
         cuda_graph_buckets=tuple(sorted(set(buckets))) if cuda_graph else (),
-        decode_split_tokens=t.decode_split_tokens,
+        decode_split_tokens=auto(t.decode_split_tokens, 0),
         decode_longest_first=longest_first,
         decode_uniform_tiling=uniform_tiling,
         mixed_step_decodes=mixed_decodes,
@@ -227,7 +245,7 @@ def resolve_tuning(
         tp_all_reduce=all_reduce,
         tp_fuse_norm=fuse_norm,
         tp_fuse_matmul=fuse_matmul,
-        compile_mode=t.compile_mode,
+        compile_mode=auto(t.compile_mode, DEFAULT_COMPILE_MODE),
         kv_cache_scale=t.kv_cache_scale,
     )
 

@@ -68,3 +68,17 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature < GREEDY_BELOW
+
+
+def greedy_ignores(settings: dict[str, object]) -> list[str]:
+    """Which of ``settings`` (temperature, top_k, top_p, min_p, seed, as a scenario's ``sampling:`` gives
+    them) a greedy draw ignores, each as ``name=value``: the cuts and the seed when the temperature is 0
+    or below GREEDY_BELOW, and such a temperature itself when it is above 0."""
+    temperature = settings.get("temperature", 0.0)
+    if not isinstance(temperature, int | float) or temperature >= GREEDY_BELOW:
+        return []
+    idle = {"top_k": (0, -1), "top_p": (1, 1.0), "min_p": (0, 0.0), "seed": (None, "engine")}
+    ignored = [f"temperature={temperature:g}"] if temperature > 0 else []
+    return ignored + [
+        f"{name}={settings[name]}" for name, off in idle.items() if settings.get(name, off[0]) not in off
+    ]

@@ -8,6 +8,7 @@ from pydantic import ValidationError
 
 from llmbench.bench.ablation.plan import SAMPLING, BackendVariant, Toggle, Variant, plan
 from llmbench.bench.errors import BenchError
+from llmbench.bench.scenario.errors import problem_lines
 from llmbench.bench.scenario.loader import ResolvedScenario
 from llmbench.bench.scenario.schema import Sampling
 
@@ -38,9 +39,27 @@ def value_problem(resolved: ResolvedScenario, variant: Variant | BackendVariant)
     except ConfigError as exc:
         return str(exc)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        return f"sampling.{'.'.join(map(str, first['loc']))}: {first['msg']}"
-    return None
+        return problem_lines(exc, ("sampling",))[0]
+    return _greedy_problem(variant, sampling)
+
+
+def _greedy_problem(variant: Variant, sampling: dict) -> str | None:
+    """A sampling setting the variant sets that the scenario's greedy draw ignores: the variant would run
+    as the baseline does under another name. (A variant that sets its temperature too is a cell of a
+    design that varies the temperature: the greedy one is the other cells' reference.)"""
+    from llmbench.engine.sampling_params import GREEDY_BELOW, greedy_ignores
+
+    own = {k.removeprefix(SAMPLING) for k in variant.options if k.startswith(SAMPLING)}
+    idle = [x for x in greedy_ignores(sampling) if x.partition("=")[0] in own - {"temperature"}]
+    if "temperature" in own:
+        return None
+    if not idle:
+        return None
+    return (
+        f"{', '.join(f'sampling.{x}' for x in idle)} {'changes' if len(idle) == 1 else 'change'} nothing at "
+        f"temperature {sampling.get('temperature', 0):g}, which draws greedily (below {GREEDY_BELOW:g}): "
+        "toggle sampling.temperature too, or set one to sample at (--set sampling.temperature=0.6)"
+    )
 
 
 def config_problem(resolved: ResolvedScenario, variant: Variant | BackendVariant) -> str | None:

@@ -40,7 +40,7 @@ from llmbench.bench.ablation.plan import SAMPLING, BackendVariant, Toggle, Varia
 from llmbench.bench.errors import BenchError, StoreError
 from llmbench.bench.hardware import command_line
 from llmbench.bench.scenario.loader import ResolvedScenario
-from llmbench.bench.store import owner, slug, write_json
+from llmbench.bench.store import os_reason, owner, slug, write_json
 from llmbench.interrupts import is_interrupted_exit
 from llmbench.lifeline import child_env
 
@@ -226,7 +226,12 @@ def run_ablation(
     while folder.exists():
         folder = folder.with_name(f"{folder.name.split('-ablate')[0]}-ablate-{k}")
         k += 1
-    folder.mkdir(parents=True)
+    try:
+        folder.mkdir(parents=True)
+    except OSError as exc:  # an unwritable --out, or a file on the way to it: nothing has run yet
+        raise BenchError(
+            f"--out {out_root}: cannot write an ablation there ({os_reason(exc, folder)})"
+        ) from None
     ablation = folder.name
     states = {v.name: VariantState(v, "pending", None, []) for v in variants}
 

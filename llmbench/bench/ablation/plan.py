@@ -25,6 +25,10 @@ A toggle may also be a sampling setting of the scenario, with the values to comp
 (``sampling.temperature=0,0.6``, ``sampling.top_k=0,50``, ``sampling.top_p=1,0.9``, ``sampling.min_p=...``,
 ``sampling.seed=...``); its baseline is the scenario's own value.
 
+Values are read as ``--set`` reads them (YAML 1.2 numbers: ``1e-3`` is a number) and checked where they
+are parsed: engine options by the engine's checks, sampling settings by the scenario's schema; a value
+that is not a finite number (``.nan``, ``.inf``) is refused for every toggle.
+
 A variant is engine options (and ``sampling.*`` settings) on top of the scenario's, or (``backends``)
 another backend serving the same scenario: ``backend=engine``, ``backend=transformers``, ... with the
 first one named as the baseline.
@@ -35,6 +39,7 @@ CPU; a peer backend says what it lacks).
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any, NamedTuple
 
 from llmbench.bench.errors import BenchError
@@ -68,9 +73,10 @@ class BackendVariant(NamedTuple):
 def parse_toggle(text: str) -> Toggle:
     """``cuda_graph``, ``attention_backend=sdpa,torch``, ``tuning.tp_fuse_norm``, or any other engine
     option with the values to compare, ``max_num_seqs=128,256`` (values parsed as YAML scalars and
-    checked as the engine checks them)."""
+    checked as the engine, or for ``sampling.*`` the scenario, checks them)."""
     import yaml
 
+    from llmbench.bench.scenario.loader import parse_yaml
     from llmbench.engine.config import check_option, flippable_knobs, knob_names, toggle_names
 
     name, sep, raw = text.partition("=")
@@ -112,23 +118,40 @@ def parse_toggle(text: str) -> Toggle:
     values, problems = [], []
     for piece in pieces:
         try:
-            value = yaml.safe_load(piece)
+            value = parse_yaml(piece)
         except yaml.YAMLError:
             value = piece  # not YAML: the string the user typed
-        if name in SAMPLING_TOGGLES:  # checked with the scenario's sampling (ablation/execute.py)
-            checked, found = value, []
+        if name in SAMPLING_TOGGLES:  # alone here; with the scenario's other settings in ablation/checks.py
+            checked, found = value, _sampling_problems(name, value)
         else:
             checked, found = check_option(name, value, prefix="engine.")
+        if not found and isinstance(value, float) and not math.isfinite(value):
+            found = [f"{piece} is not a finite number"]  # (NaN would also never equal itself below)
         values.append(checked)
         problems += [f"--toggle {text}: {p}" for p in found]
     if problems:
         raise BenchError("\n".join(problems))
     for j, value in enumerate(values):
-        i = next(i for i, v in enumerate(values) if _same(v, value))
+        i = next((i for i, v in enumerate(values) if _same(v, value)), j)
         if i < j:
             again = "is given twice" if pieces[i] == pieces[j] else f"is the same value as {pieces[i]}"
             raise BenchError(f"--toggle {text}: {pieces[j]} {again}; give each value once")
     return Toggle(name, tuple(values))
+
+
+def _sampling_problems(name: str, value: Any) -> list[str]:
+    """What the scenario's schema says of ``value`` for the sampling setting ``name``: ``sampling.top_p:
+    Input should be a finite number (got nan)``; none when it takes it."""
+    from pydantic import ValidationError
+
+    from llmbench.bench.scenario.errors import problem_lines
+    from llmbench.bench.scenario.schema import Sampling
+
+    try:
+        Sampling.model_validate({name.removeprefix(SAMPLING): value})
+    except ValidationError as exc:
+        return problem_lines(exc, ("sampling",))
+    return []
 
 
 def _same(a: Any, b: Any) -> bool:

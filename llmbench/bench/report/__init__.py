@@ -21,12 +21,13 @@ import pandas as pd
 
 from llmbench.bench.errors import StoreError
 from llmbench.bench.metrics import METRICS
+from llmbench.bench.report.ablation_record import ablation_notes
 from llmbench.bench.report.batches import batch_views
 from llmbench.bench.report.compare import DEFAULT_MIN_EFFECT, DELTA_METRICS, change, judged
 from llmbench.bench.report.format import SUMMARY_METRICS
 from llmbench.bench.report.frame import ABLATION_FILE, Group, damaged_tables, load_groups, tidy
 from llmbench.bench.report.kept import is_text, read_object, show
-from llmbench.bench.report.outputs import COMPARISON_FILE, comparison_problems
+from llmbench.bench.report.outputs import COMPARISON_FILE, comparison_problems, table_gaps
 from llmbench.bench.report.quality import QUALITY_FILE, quality_problems, quality_views
 from llmbench.bench.report.views import View, by_scenario, changes, deltas, overview, startup
 from llmbench.bench.store import Problem, died
@@ -131,6 +132,7 @@ def side_file_problems(groups: list[Group]) -> list[Problem]:
     }
     out = []
     folders = {run.path.parent for g in groups for run in g.runs}
+    profiled = {run.path.parent for g in groups for run in g.runs if _profiled(run.meta)}
     for folder in sorted(folders):
         for name, (check, unreadable, partly) in checks.items():
             record, why = read_object(folder / name)
@@ -138,13 +140,22 @@ def side_file_problems(groups: list[Group]) -> list[Problem]:
                 out.append(Problem(folder / name, f"{why}: {unreadable or partly}"))
             elif record is not None and (issues := check(record)):
                 out.append(Problem(folder / name, f"{'; '.join(issues[:3])}: {partly}"))
+            elif record is None and name == PROFILE_FILE and folder in profiled:
+                out.append(Problem(folder / name, f"missing beside a run `llmbench profile` made: {partly}"))
     # An ablation, or a profile (whose variant folders hold its runs), that died while it said it ran.
     for folder in sorted(folders | {f.parent for f in folders}):
         for name in (ABLATION_FILE, PROFILE_FILE):
             record, _ = read_object(folder / name)
-            if record is not None and (gone := died(record)):
+            if record is not None and (gone := died(record, folder / name)):
                 out.append(Problem(folder / name, f"{gone}; its runs are shown as it left them"))
     return out
+
+
+def _profiled(meta: dict) -> bool:
+    """Whether ``llmbench profile`` made this run (its child is given the folder for its traces), so that
+    a profile.json belongs beside it."""
+    command = meta.get("command_line")
+    return isinstance(command, list) and "--trace-dir" in command
 
 
 def _ablation_problems(record: dict) -> list[str]:
@@ -161,17 +172,18 @@ def _by_ablation(scenario: str, members: list[Group], baseline: str | None) -> l
     ablations without a baseline) share one. With a ``baseline`` named by the user, one part."""
     if baseline:
         return [(scenario, members)]
-    ablations: dict[str, list[Group]] = {}
+    ablations: dict[tuple[str, Path | None], list[Group]] = {}  # by name and folder: a name can be shared
     rest: list[Group] = []
     for g in members:
         if g.recorded_ablation is not None:
-            ablations.setdefault(g.recorded_ablation, []).append(g)
+            ablations.setdefault((g.recorded_ablation, g.home), []).append(g)
         else:
             rest.append(g)
     parts = []
-    for ablation, groups in ablations.items():
+    for (ablation, folder), groups in ablations.items():
         if pick_baseline(groups, None) is not None:
-            parts.append((ablation, groups))
+            shared = sum(name == ablation for name, _ in ablations) > 1
+            parts.append((str(folder) if shared else ablation, groups))  # the folder tells them apart
         else:
             rest += groups
     if rest or not parts:
@@ -204,7 +216,7 @@ def build_report(
     wanted = views or [v for v in VIEWS if v not in ("changes", "batches")]
     groups, problems = load_groups(paths)
     if not groups:
-        listed = "; ".join(_located(p.path, p.reason) for p in problems) or "nothing found"
+        listed = "; ".join(f"{p.path}: {p.reason}" for p in problems) or "nothing found"
         raise StoreError(f"no run to report under {', '.join(map(str, paths))} ({listed})")
     sections = []
     built_kinds: set[str] = {"overview", "startup"}  # built for every section
@@ -234,10 +246,13 @@ def build_report(
             add("quality", quality_views(scenario, members))  # ablate --quality's rows, when it wrote them
         if "batches" in wanted:
             add("batches", batch_views(scenario, members, base))
+        if built and (said := ablation_notes(members)):  # under the section's first table
+            built[0] = built[0]._replace(notes=(*built[0].notes, *said))
         sections.append(Section(scenario, members, base, built))
     if baseline and not found_baseline:
         raise StoreError(f"--baseline {baseline}: no run folder or variant of that name among the runs read")
     doubts = [d for g in groups for d in g.doubts] + side_file_problems(groups) + damaged_tables(groups)
+    doubts += table_gaps(groups)  # request tables the output comparison cannot use
     return Report(sections, problems, _empty_views(views or [], parts, built_kinds), doubts, threshold)
 
 
@@ -253,9 +268,16 @@ def _add(built: list[View], kinds: set[str], kind: str, views: list[View]) -> No
 def _empty_views(asked: list[str], parts: list[tuple[str, list[Group]]], built: set[str]) -> list[str]:
     """For each view asked for by name that no section could build, why."""
     one_each = all(len(groups) < 2 for _, groups in parts)
+    # an ablation's baseline that did not finish (interrupted, timed out) is never picked by default
+    stalled = [g for _, groups in parts for g in groups if not g.complete and _named_baseline(g)]
     compare = (
         "every scenario here has one configuration: there is nothing to compare it with"
         if one_each
+        else f"no baseline to compare with: the ablation's baseline (variant {stalled[0].variant}) is "
+        f"{stalled[0].status}, and an incomplete run is not taken as the baseline; name another with "
+        f"--baseline NAME (a run folder, or a variant or label), or --baseline {stalled[0].variant} to compare "
+        "with it as it is"
+        if stalled
         else "no baseline to compare with: these runs are not variants of one `llmbench ablate`; name "
         "one with --baseline (a run folder, or a variant or label)"
     )
@@ -270,6 +292,7 @@ def _empty_views(asked: list[str], parts: list[tuple[str, list[Group]]], built: 
     return [f"--view {v}: {why[v]}" for v in dict.fromkeys(asked) if v not in built and v in why]
 
 
-def _located(path: Path, reason: str) -> str:
-    """A skipped folder's reason, led by its path unless the reason names it already."""
-    return reason if reason.startswith((f"{path}:", f"{path} ")) else f"{path}: {reason}"
+def _named_baseline(group: Group) -> bool:
+    """Whether ``group`` is its ablation's baseline: the variant called "baseline", or the one its
+    ablation.json names."""
+    return group.variant == "baseline" or _ablation_baseline(group) == group.variant

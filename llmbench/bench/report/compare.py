@@ -9,9 +9,13 @@ on the logs. See ``stats.relative_change``.
 ``worse`` verdict) with a practical threshold h: ``better`` / ``worse`` when the whole 95% interval lies
 beyond h on that side, ``equivalent`` when it lies within [-h, +h], otherwise ``inconclusive (n=K)``, K
 the repeats compared (below ``stats.MIN_VERDICT_REPEATS`` always: one repeat has no interval, two give a
-verdict by chance when run-to-run noise comes in modes; see ``stats.classify``). Metrics without a better
-direction get ``n/a``. ``judged`` is the verdict as shown: none for incomplete runs (they are shown, not
-judged), and marked when the runs carry warnings that make timings doubtful (busy machine, lagging driver).
+verdict by chance when run-to-run noise comes in modes; see ``stats.classify``). A change that is a
+difference in the metric's unit (a baseline of 0, or a metric that can be below 0: ``stats.relative_change``)
+is judged the same way against ±h of the baseline's value (0 when the baseline is 0). Metrics without a
+better direction get ``n/a``, as does one not measured on both sides. ``judged`` is the verdict as shown:
+none for incomplete runs (they are shown, not judged), and marked when the runs carry warnings that make
+timings doubtful (busy machine, lagging driver). ``chance_note`` says, under a table of many verdicts, how
+many of them a change that does nothing would still give.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any, NamedTuple
 
 from llmbench.bench.metrics import METRICS
 from llmbench.bench.report.frame import Group
+from llmbench.bench.report.kept import SIGNED
 from llmbench.bench.report.warning_flags import TIMING_FLAGS
 from llmbench.bench.stats import (
     BETTER,
@@ -59,11 +64,13 @@ class Change(NamedTuple):
     metric: str
     base: float  # the baseline's repeats compared: their geometric mean (arithmetic when one is <= 0)
     new: float  # the same of the variant's (new / base - 1 == rel)
-    rel: float  # relative change (ratio of geometric means - 1; see stats.relative_change)
-    rel_low: float  # 95% interval, NaN when there is none
+    rel: float  # relative change (ratio of geometric means - 1; see stats.relative_change) ...
+    rel_low: float  # ... with its 95% interval, NaN when there is none
     rel_high: float
     n: int  # repeats compared (pairs when paired)
-    method: str | None  # "paired" | "unpaired" (+ " (difference)"), None without an interval
+    # "paired" | "unpaired" (+ " (difference)" or " (absolute difference)"), None without an interval
+    method: str | None
+    absolute: bool = False  # rel, rel_low, rel_high are new - base in the metric's unit, not fractions
 
 
 WORKLOAD_KEYS = ("workload", "arrival", "sampling", "slo", "warmup", "seed")
@@ -132,14 +139,14 @@ def change(base: Group, new: Group, point: str, metric: str, confidence: float =
         common = [
             (x, by_repeat[r]) for r, x in zip(base.repeat_indices(point), a, strict=True) if r in by_repeat
         ]
-        rc = relative_change(
-            [x for x, _ in common], [y for _, y in common], paired=True, confidence=confidence
-        )
+        xs, ys = [x for x, _ in common], [y for _, y in common]
+        rc = relative_change(xs, ys, paired=True, confidence=confidence, signed=metric in SIGNED)
         if rc.n >= 2 or (rc.n == 1 and min(_count(a), _count(b)) < 2):
-            return Change(metric, rc.base, rc.new, rc.value, rc.low, rc.high, rc.n, rc.method)
+            return Change(metric, *rc)
         # Too few repeats share an index (a repeat failed on one side): compare the sets unpaired.
-    rc = relative_change(a, b, paired=False, confidence=confidence)
-    return Change(metric, rc.base, rc.new, rc.value, rc.low, rc.high, rc.n, rc.method)
+    return Change(
+        metric, *relative_change(a, b, paired=False, confidence=confidence, signed=metric in SIGNED)
+    )
 
 
 def _count(values: list[float]) -> int:
@@ -152,7 +159,8 @@ def verdict(c: Change, threshold: float) -> str:
     better = METRICS[c.metric].better if c.metric in METRICS else ""
     if not better or math.isnan(c.rel):
         return "n/a"
-    code = int(classify(c.rel_low, c.rel_high, better, threshold, c.n))
+    h = threshold * abs(c.base) if c.absolute else threshold  # a difference: h of the baseline's value
+    code = int(classify(c.rel_low, c.rel_high, better, h, c.n))
     return _WORDS.get(code, f"inconclusive (n={c.n})")
 
 
@@ -185,10 +193,39 @@ def method_note(changes: list[Change], threshold: float, confidence: float = CON
         how = "none: no metric here was measured on both sides"
     if any(c.method and c.method.endswith("(difference)") for c in changes):
         how += "; for a metric with a zero among its repeats, on the difference of the means"
+    absolute = (
+        "; a change in the metric's unit, not in %, is the difference of the means with its t-interval, "
+        "where a percentage has no base (a baseline of 0, or a metric that can be below 0), judged against "
+        f"±{threshold * 100:g}% of the baseline's value"
+        if any(c.absolute for c in changes)
+        else ""
+    )
     few = ns and max(ns) < MIN_VERDICT_REPEATS
     return (
         f"{confidence * 100:.3g}% CI: {how}{reps}; change: ratio of the repeats' geometric means (the "
-        f"values shown beside it). Verdicts: better/worse when the whole interval lies beyond "
+        f"values shown beside it){absolute}. Verdicts: better/worse when the whole interval lies beyond "
         f"±{threshold * 100:g}%, equivalent when it lies within it, else inconclusive; none below "
         f"{MIN_VERDICT_REPEATS} repeats" + (" (use --repeats 3 or more for one)." if few else ".")
     )
+
+
+MANY_VERDICTS = 3  # from this many verdicts in one table, the chance of one among them is worth a line
+
+
+def chance_note(shown: list[tuple[Change, str]], confidence: float = CONFIDENCE) -> list[str]:
+    """One line for a table of several verdicts (``shown``: each change with its verdict as shown): how many
+    it holds, and how many of them a change that does nothing would read better or worse by chance: at most
+    1 - ``confidence`` each (an interval misses the true change that often, and a practical threshold only
+    makes a verdict rarer; BENCHMARKS.md's calibration measures it). Comparisons that cannot get a verdict
+    (no interval, too few repeats, no direction, an incomplete run) are not counted."""
+    count = sum(
+        1 for c, v in shown if c.method and c.n >= MIN_VERDICT_REPEATS and not v.startswith(("n/a", "none"))
+    )
+    if count < MANY_VERDICTS:
+        return []
+    alpha = 1 - confidence
+    return [
+        f"{count} verdicts, each better or worse by chance in at most {alpha * 100:.3g}% of tables for a change "
+        f"that does nothing: up to {count * alpha:.2g} such verdicts expected here; read a lone one among many "
+        "with that in mind"
+    ]

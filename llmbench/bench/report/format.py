@@ -99,6 +99,29 @@ def format_pct_interval(low: Any, high: Any) -> str:
     return f"{format_pct(low)} … {format_pct(high)}"
 
 
+def format_difference(metric: str, value: Any) -> str:
+    """A difference new - base in the metric's display unit, ``+4``, ``-0.088 ms``, ``+2.5 pp`` (percentage
+    points, for a share): what a change is shown as where a percentage has no base."""
+    v = display_value(metric, value)
+    if math.isnan(v):
+        return DASH
+    unit = {"%": "pp"}.get(display_unit(metric), display_unit(metric))
+    text = f"{v:,.0f}" if unit == "" and v == round(v) else _number(v)
+    return ("+" if v > 0 else "") + text + (f" {unit}" if unit else "")
+
+
+def format_change(metric: str, value: Any, absolute: bool) -> str:
+    """A change as a percentage (``format_pct``), or as a difference in the metric's unit if ``absolute``."""
+    return format_difference(metric, value) if absolute else format_pct(value)
+
+
+def format_change_interval(metric: str, low: Any, high: Any, absolute: bool) -> str:
+    """A change's interval, ``-2.1% … +3.4%``, or ``+1.5 … +6.5`` for a difference in the metric's unit."""
+    if not absolute:
+        return format_pct_interval(low, high)
+    return f"{format_difference(metric, low)} … {format_difference(metric, high)}"
+
+
 def metric_label(metric: str) -> str:
     label = METRICS[metric].label if metric in METRICS else metric
     unit = display_unit(metric)

@@ -1,10 +1,11 @@
 """Runs on disk -> groups of comparable measurements -> one tidy DataFrame.
 
 A *group* is one engine configuration of one scenario measured together: the runs sharing
-(scenario, ablation, variant). An ablation's variant is one group whose repeats live in several folders
-(one process per repeat); a standalone run is a group of its own. Runs that were interrupted or failed
-(marked incomplete) form groups of their own, labelled "(incomplete)": they are shown, never judged. Per
-sweep point a group pools the repeats of all its runs; estimates and 95% intervals come from
+(scenario, ablation folder, variant); two ablations of one name (a time stamp) are never pooled, and a copy
+of an ablation's runs is read once (``copies``). An ablation's variant is one group whose repeats live in
+several folders (one process per repeat); a standalone run is a group of its own. Runs that were
+interrupted or failed (marked incomplete) form groups of their own, labelled "(incomplete)": they are shown,
+never judged. Per sweep point a group pools the repeats of all its runs; estimates and 95% intervals come from
 ``summary.interval``. Labels are unique within a scenario: configurations measured more than once are told
 apart by their ablation or run folder time stamp.
 
@@ -28,9 +29,10 @@ import pandas as pd
 
 from llmbench.bench.metrics import METRICS, REQUEST_LEVEL
 from llmbench.bench.report import tables, warning_flags
+from llmbench.bench.report.copies import Copies, home
 from llmbench.bench.report.kept import first_line, read_object, sound_run
 from llmbench.bench.store import NO_RUN, Problem, Run, find_runs
-from llmbench.bench.summary import interval
+from llmbench.bench.summary import interval, whole_repeats
 
 TIDY_COLUMNS = (
     "scenario", "ablation", "variant", "label", "status", "point", "metric", "value", "ci_low", "ci_high",
@@ -53,7 +55,11 @@ class Group:
     _requests: pd.DataFrame | None = None
     doubts: list[Problem] = field(default_factory=list)  # runs read with values of the wrong type left out
     traced_out: int = 0  # repeats left out because the profiler ran in them (``untraced``)
+    stopped_out: int = (
+        0  # repeats left out because an interrupt or a failure stopped them (``whole_repeats``)
+    )
     damaged: dict[Path, str] = field(default_factory=dict)  # tables that could not be read, and why
+    home: Path | None = None  # the folder of the ablation (or profile) holding the runs (``copies.home``)
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -70,8 +76,12 @@ class Group:
 
     def paired_with(self, other: Group) -> bool:
         """Whether this group's repeats pair with ``other``'s by repeat index: variants of one ablation,
-        run back to back on the same prompts and arrival times."""
-        return self.recorded_ablation is not None and self.recorded_ablation == other.recorded_ablation
+        run back to back on the same prompts and arrival times (one ablation folder: a name is shared)."""
+        return (
+            self.recorded_ablation is not None
+            and self.recorded_ablation == other.recorded_ablation
+            and self.home == other.home
+        )
 
     @property
     def status(self) -> str:
@@ -165,24 +175,31 @@ def load_groups(paths: list[Any]) -> tuple[list[Group], list[Problem]]:
     found, problems = find_runs(paths)
     problems = [_explained(p) for p in problems]
     groups: dict[tuple[str, str, str, bool], Group] = {}
+    copies = Copies()
     for found_run in found:
+        if copies.read_before(found_run):
+            continue
         run, doubt = sound_run(found_run)
         if run is None:
             problems.append(doubt)
             continue
         m = run.meta
-        key = (_comparable(m), m.get("ablation") or str(run.path), m["variant"], run.complete)
-        g = groups.setdefault(key, Group(*key[:3], runs=[], complete=run.complete))
+        folder = home(run)
+        key = (_comparable(m), str(folder), m["variant"], run.complete)
+        ablation = m.get("ablation") or str(run.path)
+        g = groups.setdefault(key, Group(key[0], ablation, key[2], [], run.complete, home=folder))
         g.runs.append(run)
         if doubt is not None:
             g.doubts.append(doubt)
         for i, p in enumerate(run.summary["points"]):
             kept = untraced(run, i, p.get("repeats", []))
             g.traced_out += len(p.get("repeats", [])) - len(kept)
-            g.points.setdefault(p.get("label", "?"), []).extend(kept)
+            whole = whole_repeats(kept)
+            g.stopped_out += len(kept) - len(whole)
+            g.points.setdefault(p.get("label", "?"), []).extend(whole)
     out = list(groups.values())
     _label(out)
-    return out, problems
+    return out, problems + copies.problems()
 
 
 def damaged_tables(groups: list[Group]) -> list[Problem]:

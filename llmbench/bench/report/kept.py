@@ -42,6 +42,14 @@ def is_text(value: Any) -> bool:
     return isinstance(value, str)
 
 
+def is_list(value: Any) -> bool:
+    return isinstance(value, list)
+
+
+def is_object(value: Any) -> bool:
+    return isinstance(value, dict)
+
+
 def show(value: Any) -> str:
     """A wrong value as a warning quotes it: short, JSON-like."""
     text = json.dumps(value) if not isinstance(value, str) else repr(value)
@@ -104,8 +112,11 @@ _META_FIELDS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("startup.compile_time", is_number, "a number"),
     ("startup.graph_capture_time", is_number, "a number"),
     ("machine.cpu", is_text, "a text"),
-    ("machine.gpus", lambda v: isinstance(v, list), "a list"),
+    ("machine.gpus", is_list, "a list"),
     ("git.commit", is_text, "a text"),
+    ("command_line", is_list, "a list"),
+    ("engine_options", is_object, "an object"),
+    ("engine_config", is_object, "an object"),
 )
 _BIN_FIELDS = ("min", "steps", "time", "device_wait")  # decode_batches: numbers every bin has
 

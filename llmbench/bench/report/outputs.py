@@ -7,7 +7,10 @@ and the fraction of all generated tokens that agree up to each request's first d
 variant that reorders a reduction diverges late and keeps most tokens; a wrong kernel diverges at once.
 
 An ablation writes these figures to ``comparison.json`` in its folder, so that a report still has them
-when the request tables are not kept (result folders kept for the docs hold summaries only).
+when the request tables are not kept (result folders kept for the docs hold summaries only). A request
+table that lacks the columns this needs (``COMPARED``: slimmed by hand, or a foreign file) counts, for the
+comparison, as one that cannot be read: ``table_gaps`` names it, and the outputs are compared from
+``comparison.json``, or not at all.
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ import pandas as pd
 from llmbench.bench.report.compare import workload_differences
 from llmbench.bench.report.frame import Group
 from llmbench.bench.report.kept import finite, is_int, read_object, show
+from llmbench.bench.store import Problem
 
 COMPARISON_FILE = "comparison.json"
+COMPARED = ("point", "repeat", "request_id", "token_ids")  # the request table's columns compared here
 
 
 class OutputComparison(NamedTuple):
@@ -88,8 +93,10 @@ def _greedy(group: Group) -> bool:
 
 def compare_frames(a: pd.DataFrame, b: pd.DataFrame, point: str) -> OutputComparison | str:
     """Two request tables at one point, or why they cannot be compared."""
-    if a.empty or b.empty or "token_ids" not in a or "token_ids" not in b:
+    if a.empty or b.empty or any(c not in side for c in COMPARED for side in (a, b)):
         return "n/a (requests.parquet not kept)"
+    if not all(isinstance(t, Sequence | np.ndarray) for side in (a, b) for t in side["token_ids"]):
+        return "n/a (token ids missing from a request table)"  # tables of other columns, pooled
     for side in (a, b):  # a server that streams text only leaves the ids empty: nothing to compare
         if "output_len" in side and any(
             len(t) == 0 and n > 0 for t, n in zip(side["token_ids"], side["output_len"], strict=True)
@@ -97,6 +104,7 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, point: str) -> OutputCompar
             return "n/a (token ids not returned)"
     keys = ["repeat", "request_id"]
     ta, tb = (side[side["point"] == point].set_index(keys) for side in (a, b))
+    ta, tb = (t[~t.index.duplicated()] for t in (ta, tb))  # a request twice (a run copied, then edited)
     common = ta.index.intersection(tb.index)
     if len(common) == 0:
         return "n/a (no common requests)"
@@ -120,24 +128,55 @@ def compare_outputs(base: Group, new: Group, point: str) -> OutputComparison | s
         return "n/a (sampling)"
     if not base.paired_with(new) and (diffs := workload_differences(base, new)):
         return f"n/a (the runs served different workloads: {diffs[0]}{' …' if len(diffs) > 1 else ''})"
-    measured = compare_frames(base.requests(), new.requests(), point)
+    gap = next((f"{path} lacks {_columns(missing)}" for g in (base, new) for path, missing in _gaps(g)), None)
+    measured = gap or compare_frames(base.requests(), new.requests(), point)
     if isinstance(measured, OutputComparison):
         return measured
     stored = stored_comparison(base, new, point)
     if stored is not None:
         return stored
-    damaged = base.unreadable("requests") or new.unreadable("requests")
+    damaged = gap or base.unreadable("requests") or new.unreadable("requests")
     return f"n/a (not compared: {damaged})" if damaged else measured
+
+
+def _gaps(group: Group) -> list[tuple[Path, list[str]]]:
+    """The group's request tables that lack columns the comparison needs, with those columns (read from
+    their footers; a table not kept, or that cannot be read at all, is not one: ``Group.unreadable``)."""
+    import pyarrow.parquet as pq
+
+    out = []
+    for path in (r.path / "requests.parquet" for r in group.runs):
+        try:
+            names = pq.read_schema(path).names
+        except Exception:  # not kept, or damaged (named by ``damaged_tables``)
+            continue
+        if missing := [c for c in COMPARED if c not in names]:
+            out.append((path, missing))
+    return out
+
+
+def _columns(names: list[str]) -> str:
+    return f"the column{'s' if len(names) > 1 else ''} {', '.join(names)}"
+
+
+def table_gaps(groups: list[Group]) -> list[Problem]:
+    """The request tables of greedy runs that lack columns the output comparison needs, each named once."""
+    return [
+        Problem(path, f"lacks {_columns(missing)} that the output comparison needs: outputs are compared "
+                "from comparison.json, or not at all")
+        for g in groups if _greedy(g) for path, missing in _gaps(g)
+    ]  # fmt: skip
 
 
 def missed(base: Group, new: Group) -> bool:
     """Whether the two greedy runs' outputs were to be compared but were not: one side kept its request
-    table and the other lost it, or a table is unreadable (results kept with summaries only, on both
-    sides, were never meant to be compared)."""
+    table and the other lost it, or a table is unreadable or lacks the columns compared (results kept with
+    summaries only, on both sides, were never meant to be compared)."""
     if not (_greedy(base) and _greedy(new)):
         return False
     kept = [(r.path / "requests.parquet").exists() for g in (base, new) for r in g.runs]
-    return bool(base.unreadable("requests") or new.unreadable("requests")) or (any(kept) and not all(kept))
+    lost = base.unreadable("requests") or new.unreadable("requests") or _gaps(base) or _gaps(new)
+    return bool(lost) or (any(kept) and not all(kept))
 
 
 def _folder(group: Group) -> Path | None:

@@ -12,6 +12,7 @@ from typing import NamedTuple
 from llmbench.bench.report.compare import (
     DEFAULT_MIN_EFFECT,
     DELTA_METRICS,
+    chance_note,
     change,
     different_machines,
     different_models,
@@ -21,9 +22,9 @@ from llmbench.bench.report.compare import (
 )
 from llmbench.bench.report.format import (
     DASH,
+    format_change,
+    format_change_interval,
     format_ci,
-    format_pct,
-    format_pct_interval,
     format_value,
     is_unavailable,
     metric_label,
@@ -67,7 +68,8 @@ def overview(
     intervals: bool = False,
 ) -> View:
     """Headline metrics down, one column per (configuration, point); changes against the baseline; the
-    flags of the runs' warnings on top of each column, the warnings in full under the table."""
+    flags of the runs' warnings on top of each column, the warnings in full under the table. ``metrics``:
+    the rows, each shown even where every figure is missing (default: the headline ones that have a figure)."""
     columns = [(g, point) for g in groups for point in g.points]
     headers = ["metric", *(f"{g.label} · {point}" for g, point in columns)]
     rows = [["repeats", *(str(len(g.points[point])) for g, point in columns)]]
@@ -95,11 +97,18 @@ def overview(
                 and point in baseline.points
                 and math.isfinite(value)
             ):
-                text += f" ({format_pct(change(baseline, g, point, m).rel)})"
+                c = change(baseline, g, point, m)
+                text += f" ({format_change(m, c.rel, c.absolute)})"
             cells.append(text)
-        if any(c not in (DASH, "unavailable") for c in cells):
+        if metrics or any(c not in (DASH, "unavailable") for c in cells):  # rows asked for by name: always
             rows.append([metric_label(m), *cells])
     notes = tuple(f"{g.label} · {point}: {w}" for g, point in columns for w in g.warnings(point))
+    if stopped := sum(g.stopped_out for g in groups):
+        notes = (
+            f"{stopped} repeat(s) an interrupt or a failure stopped part-way are left out of the figures "
+            "(a part of a workload is no measurement of it); the repeats that ran to their end are shown",
+            *notes,
+        )
     if any(g.traced_out for g in groups):
         notes = (
             "runs of `llmbench profile`: the repeat the profiler recorded is left out (the profiler's own "
@@ -136,20 +145,21 @@ def deltas(
         for point in baseline.points:
             if point not in g.points:
                 continue
-            rows, changes = [], []
+            rows, shown = [], []
             for m in metrics or DELTA_METRICS:
                 c = change(baseline, g, point, m)
-                changes.append(c)
+                shown.append((c, judged(baseline, g, point, c, threshold)))
                 una = is_unavailable(m, g.unavailable)
-                ci = format_pct_interval(c.rel_low, c.rel_high) if c.method else DASH
+                ci = format_change_interval(m, c.rel_low, c.rel_high, c.absolute) if c.method else DASH
                 rows.append([
-                    metric_label(m), format_value(m, c.base, una), format_value(m, c.new, una), format_pct(c.rel), ci,
-                    judged(baseline, g, point, c, threshold),
+                    metric_label(m), format_value(m, c.base, una), format_value(m, c.new, una),
+                    format_change(m, c.rel, c.absolute), ci, shown[-1][1],
                 ])  # fmt: skip
             outputs = compare_outputs(baseline, g, point)
             text = describe(outputs) if isinstance(outputs, OutputComparison) else outputs
             rows.append([f"outputs against {_the(baseline)} (greedy)", "", text, "", "", ""])
-            notes = [method_note(changes, threshold), *pair_notes(baseline, g, point)]
+            notes = [method_note([c for c, _ in shown], threshold), *chance_note(shown)]
+            notes += pair_notes(baseline, g, point)
             flagged = [f"{h.label}: {', '.join(h.flags(point))}" for h in (baseline, g) if h.flags(point)]
             if flagged:
                 notes.append(f"run warnings ({'; '.join(flagged)}) are listed in full under the first table")
@@ -185,20 +195,20 @@ def changes(
                 "",
                 "",
             ]
-        all_changes = []
+        judged_changes = []
         for g in members:
             row = [g.label, str(len(g.points[point]))]
             for m in shown:
                 c = change(baseline, g, point, m)
-                all_changes.append(c)
-                ci = f" [{format_pct_interval(c.rel_low, c.rel_high)}]" if c.method else ""
+                judged_changes.append((c, judged(baseline, g, point, c, threshold)))
+                ci = f" [{format_change_interval(m, c.rel_low, c.rel_high, c.absolute)}]" if c.method else ""
                 row += [
                     format_value(m, c.new, is_unavailable(m, g.unavailable)),
-                    format_pct(c.rel) + ci,
-                    judged(baseline, g, point, c, threshold),
+                    format_change(m, c.rel, c.absolute) + ci,
+                    judged_changes[-1][1],
                 ]
             rows.append(row)
-        notes = [method_note(all_changes, threshold)]
+        notes = [method_note([c for c, _ in judged_changes], threshold), *chance_note(judged_changes)]
         notes += dict.fromkeys(n for g in members for n in pair_notes(baseline, g, point))
         outputs = [(g, compare_outputs(baseline, g, point)) for g in members]
         notes += [

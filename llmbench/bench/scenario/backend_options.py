@@ -21,16 +21,14 @@ import re
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from llmbench.bench.scenario.fields import StrictModel
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-class StrictOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-class TransformersOptions(StrictOptions):
+class TransformersOptions(StrictModel):
     """Hugging Face transformers on the same device, dtype and weights as the engine.
 
     mode: ``continuous_batching`` (``init_continuous_batching``: paged KV, requests join every step),
@@ -54,7 +52,7 @@ class TransformersOptions(StrictOptions):
     allow_block_sharing: bool = True  # CB prefix caching
 
 
-class OpenAIOptions(StrictOptions):
+class OpenAIOptions(StrictModel):
     """An OpenAI-compatible server, streamed ``/v1/completions`` requests with token-id prompts.
 
     url: the server's base (``http://host:8000`` or ``.../v1``; ``/v1/completions`` is appended) or the

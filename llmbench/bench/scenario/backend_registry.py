@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, Field, create_model
 
-from llmbench.bench.scenario.backend_options import OpenAIOptions, StrictOptions, TransformersOptions
+from llmbench.bench.scenario.backend_options import OpenAIOptions, TransformersOptions
+from llmbench.bench.scenario.fields import StrictModel
 from llmbench.suggest import did_you_mean
 
 
@@ -60,7 +61,7 @@ def _options_field(options: type[BaseModel], required: bool) -> tuple[object, ob
 # ``backend_options:``: a key per backend that has options, holding that backend's model.
 BackendOptions = create_model(
     "BackendOptions",
-    __base__=StrictOptions,
+    __base__=StrictModel,
     **{
         name: _options_field(e.options, e.required_option is not None)
         for name, e in BACKENDS.items()

@@ -81,6 +81,36 @@ def nested_path(name: str, model: type[BaseModel], depth: int = 2) -> str | None
     return found[0] if len(found) == 1 else None
 
 
+# A bound pydantic reports -> the attribute of the field's bounds on the other side, and pydantic's words.
+_OTHER_BOUND = {
+    "greater_than": (("le", "less than or equal to"), ("lt", "less than")),
+    "greater_than_equal": (("le", "less than or equal to"), ("lt", "less than")),
+    "less_than": (("ge", "greater than or equal to"), ("gt", "greater than")),
+    "less_than_equal": (("ge", "greater than or equal to"), ("gt", "greater than")),
+}
+
+
+def _both_bounds(loc: tuple[Any, ...], kind: str, message: str) -> str:
+    """A bound's message with the field's other bound too, lower bound first, so it gives the whole range:
+    ``Input should be greater than or equal to 0 and less than or equal to 1000000``. As it is when the
+    field has no bound on the other side."""
+    if kind not in _OTHER_BOUND or not loc:
+        return message
+    model = model_at(loc[:-1])
+    field = model.model_fields.get(str(loc[-1])) if model is not None else None
+    if field is None:
+        return message
+    for constraint in field.metadata:
+        for attr, words in _OTHER_BOUND[kind]:
+            bound = getattr(constraint, attr, None)
+            if bound is not None:
+                other = f"{words} {bound:g}" if isinstance(bound, float) else f"{words} {bound}"
+                if kind.startswith("greater"):
+                    return f"{message} and {other}"
+                return f"{message.replace('Input should be ', f'Input should be {other} and ', 1)}"
+    return message
+
+
 def _show(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -108,7 +138,7 @@ def describe(error: dict[str, Any]) -> tuple[str, str]:
         return format_loc(loc), f"unknown key{near}; allowed here: {allowed}"
     if kind == "missing":
         return format_loc(loc), "required"
-    message = str(error.get("msg", "invalid value"))
+    message = _both_bounds(loc, kind, str(error.get("msg", "invalid value")))
     if "input" in error and kind not in ("missing",):
         message += f" (got {_show(error['input'])})"
     return format_loc(loc), message
@@ -157,13 +187,17 @@ def _merge_unions(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def format_validation_error(exc: ValidationError, origin: str) -> str:
-    lines = [f"Invalid scenario {origin}:"]
-    seen: set[str] = set()
-    for err in _merge_unions(exc.errors(include_url=False)):
+def problem_lines(exc: ValidationError, section: tuple[str, ...] = ()) -> list[str]:
+    """``path: message`` for each problem, each once; ``section``: where in a scenario the model that
+    raised ``exc`` sits (``("sampling",)`` for a :class:`Sampling` validated alone)."""
+    lines: list[str] = []
+    errors = [{**e, "loc": (*section, *e.get("loc", ()))} for e in exc.errors(include_url=False)]
+    for err in _merge_unions(errors):
         for path, message in describe_all(err):
-            line = f"  {path}: {message}"
-            if line not in seen:
-                seen.add(line)
+            if (line := f"{path}: {message}") not in lines:
                 lines.append(line)
-    return "\n".join(lines)
+    return lines
+
+
+def format_validation_error(exc: ValidationError, origin: str) -> str:
+    return "\n".join([f"Invalid scenario {origin}:", *(f"  {line}" for line in problem_lines(exc))])

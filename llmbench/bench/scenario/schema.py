@@ -15,9 +15,12 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from llmbench.bench.scenario.backend_registry import BACKENDS, BackendOptions, unsupported
 from llmbench.bench.scenario.fields import FieldIssue, FieldIssues, StrictModel
-from llmbench.bench.scenario.workload_schema import MAX_ARRIVAL_SPAN_S, Workload
+from llmbench.bench.scenario.workload_schema import MAX_ARRIVAL_SPAN_S, MAX_REQUESTS, Workload
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # matched whole (re.fullmatch): no trailing newline
+MAX_NAME = 100  # characters: with its time and variant, a results folder stays well inside a file name's 255
+MAX_REPEATS = 1000  # each repeat runs the whole workload again; past this a count is a typo, not a plan
+MAX_CPU_THREADS = 1024  # torch intra-op threads: past the cores of any one machine
 
 
 def _one_point_each(values: list[float] | list[int], what: str) -> None:
@@ -46,6 +49,9 @@ SWEEP_FRACTIONS = (0.25, 0.5, 0.75)  # a sweep's default: light, moderate and he
 # Fractions above 1 overload the machine on purpose; one past this is taken for a typo (50 for 0.5).
 MAX_SWEEP_FRACTION = 4.0
 MIN_TELEMETRY_PERIOD_MS = 10.0  # a sampler any faster would take a CPU from the run it measures
+# A gamma arrival's cv, where its gaps (shape 1/cv^2, arrivals.py) stay finite and non-zero: cv=0.01 is
+# all but evenly spaced and cv=100 all but every request at once; past them, 1/cv^2 overflows or vanishes.
+MIN_CV, MAX_CV = 0.01, 100
 
 
 def default_arrival_kind(workload: Any) -> ArrivalKind:
@@ -75,7 +81,7 @@ class Arrival(StrictModel):
 
     kind: ArrivalKind = "offline"
     rate: list[float] | None = None
-    cv: float | None = Field(default=None, gt=0)
+    cv: float | None = Field(default=None, ge=MIN_CV, le=MAX_CV)
     concurrency: list[int] | None = None
     fractions: list[float] | None = None
     max_concurrency: int | None = Field(default=None, ge=1)
@@ -235,22 +241,26 @@ class Scenario(StrictModel):
     workload: Workload
     arrival: Arrival = Field(default_factory=Arrival)
     sampling: Sampling = Field(default_factory=Sampling)
-    warmup: int = Field(default=0, ge=0)  # warm-up requests, run first (Arrival.warmup_point), discarded
-    repeats: int = Field(default=1, ge=1)
+    # warm-up requests, run first (Arrival.warmup_point), discarded
+    warmup: int = Field(default=0, ge=0, le=MAX_REQUESTS)
+    repeats: int = Field(default=1, ge=1, le=MAX_REPEATS)
     seed: int = Field(default=0, ge=0)  # draws the workload (numpy wants a non-negative seed)
     slo: SLO = Field(default_factory=SLO)
     telemetry: Telemetry = Field(default_factory=Telemetry)
     max_duration_s: float | None = Field(default=None, gt=0)  # per repeat; the rest is aborted
-    cpu_threads: int | None = Field(default=None, ge=1)  # torch intra-op threads; None: torch's default
+    # torch intra-op threads; None: torch's default
+    cpu_threads: int | None = Field(default=None, ge=1, le=MAX_CPU_THREADS)
     profiles: dict[str, Profile] = Field(default_factory=dict)
 
     @field_validator("name")
     @classmethod
     def _name_is_a_folder_name(cls, value: str) -> str:
-        if not _NAME.match(value):
+        if not _NAME.fullmatch(value):
             raise ValueError(
                 f"must be letters, digits, '.', '_' or '-' (it names a results folder), got {value!r}"
             )
+        if len(value) > MAX_NAME:
+            raise ValueError(f"at most {MAX_NAME} characters (it names a results folder), got {len(value)}")
         return value
 
     @field_validator("backend")

@@ -16,6 +16,9 @@ MAX_REQUESTS = 1_000_000  # a workload is built in memory before it runs
 # Arrivals spread over more than this (a trace's span, num_requests / rate) are, far more often, a unit
 # mistake (a trace in milliseconds, a rate meant per minute or hour) than a benchmark anyone plans.
 MAX_ARRIVAL_SPAN_S = 6 * 3600.0
+# A trace's time_scale: 86400 reads a trace written in days as seconds; past it, a typo (and a span whose
+# number would overflow).
+MAX_TIME_SCALE = 86_400
 _DIST_FIELDS: dict[str, tuple[set[str], set[str]]] = {  # dist -> (required, optional)
     "fixed": ({"value"}, set()),
     "uniform": ({"min", "max"}, set()),
@@ -72,8 +75,10 @@ class LengthDist(StrictModel):
     value: int | None = Field(default=None, ge=1, le=MAX_LENGTH)
     min: int | None = Field(default=None, ge=1, le=MAX_LENGTH)
     max: int | None = Field(default=None, ge=1, le=MAX_LENGTH)
-    mean: float | None = Field(default=None, gt=0, le=MAX_LENGTH)
-    std: float | None = Field(default=None, ge=0)
+    # The mean of lengths of at least one token is at least 1; a spread past the longest length is no
+    # spread any clipping keeps (and with these bounds lognormal_params cannot overflow).
+    mean: float | None = Field(default=None, ge=1, le=MAX_LENGTH)
+    std: float | None = Field(default=None, ge=0, le=MAX_LENGTH)
 
     @model_validator(mode="before")
     @classmethod
@@ -100,7 +105,7 @@ class LengthDist(StrictModel):
                 raise FieldIssue(
                     "mean",
                     f"lengths {self.dist} with mean {self.mean:g} and std {self.std:g}, clipped to {bounds}, "
-                    f"have a mean of {got:.1f}, not {self.mean:g}: narrow std, widen min/max, or declare the "
+                    f"have a mean of {got:g}, not {self.mean:g}: narrow std, widen min/max, or declare the "
                     "mean the clipped lengths should have",
                 )
         return self
@@ -177,7 +182,7 @@ class Workload(StrictModel):
     prefix_len: LengthDist | None = None
     num_prefixes: int | None = Field(default=None, ge=1)
     path: str | None = None
-    time_scale: float | None = Field(default=None, gt=0)
+    time_scale: float | None = Field(default=None, gt=0, le=MAX_TIME_SCALE)
     token_ids: TokenRange | None = None
 
     @model_validator(mode="after")
