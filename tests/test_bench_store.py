@@ -101,6 +101,19 @@ def test_a_run_of_a_newer_format_is_refused_not_misread(tmp_path):
     assert "written by a newer llmbench" in problem.reason
 
 
+@pytest.mark.parametrize(
+    "written, ok", [(2.0, True), (1, True), ("2", False), (0, False), (-5, False), (True, False)]
+)
+def test_a_format_is_a_whole_number_from_one(tmp_path, written, ok):
+    run = finish(RunWriter(tmp_path, "scen", "v"), summary={**SUMMARY, "format": written})
+    runs, problems = find_runs([tmp_path])
+    if ok:  # 2.0 is format 2, as JSON from another tool may write it
+        assert [r.path for r in runs] == [run] and not problems
+    else:
+        (problem,) = problems
+        assert "which no llmbench writes" in problem.reason and "newer" not in problem.reason
+
+
 def test_a_run_names_the_format_of_its_files(tmp_path):
     from llmbench.bench.runner import RunRequest, execute_run
     from llmbench.bench.scenario import load_scenario

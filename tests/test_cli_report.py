@@ -461,6 +461,9 @@ def test_the_gate_holds_its_false_alarms_for_all_its_comparisons_together(runs, 
     assert "98.8% CI" in res.stdout and "worse" not in res.stdout
     assert "4 comparisons, each interval at 98.8%" in res.stderr
     assert "each run's repeats share one process" in " ".join(res.stderr.split())  # what the 5% cannot hold
+    assert "inconclusive: no regression shown there, none ruled out" in " ".join(res.stderr.split())
+    res = invoke("compare", base, slow, "--fail-above", "10", "--require-all")  # inconclusive fails it
+    assert res.exit_code == 3 and "(--require-all)" in res.stderr, res.output
     res = invoke("compare", base, slow, "--fail-above", "20", "-m", "ttft_p50,ttft_p99")  # no verdict left
     assert res.exit_code == 3 and "the repeats spread too widely" in res.stderr, res.output
     res = invoke("compare", base, slow, "-m", "output_throughputt")
@@ -900,3 +903,11 @@ def test_out_never_writes_into_a_run_folder_or_over_an_ablations_record(runs, tm
     mine.write_text("an older report")
     res = invoke("report", run, "--format", "csv", "--out", mine)
     assert res.exit_code == 0 and mine.read_text().startswith("scenario,"), res.output
+
+
+def test_compare_names_a_folder_that_does_not_exist_as_such(tmp_path):
+    (tmp_path / "empty").mkdir()
+    res = invoke("compare", tmp_path / "missing", tmp_path / "empty")
+    assert res.exit_code == 2 and "BASE" in res.stderr and "no such file or folder" in res.stderr
+    res = invoke("compare", tmp_path / "empty", tmp_path / "missing")
+    assert res.exit_code == 2 and "empty: holds no run" in " ".join(res.stderr.split())

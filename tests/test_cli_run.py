@@ -561,3 +561,14 @@ def test_sampling_settings_a_greedy_draw_ignores_are_a_run_warning(tmp_path):
         "sampling.top_p=0.5",
     )
     assert "changes nothing" not in res.stderr and "change nothing" not in res.stderr  # sampled: they apply
+
+
+def test_options_of_a_backend_that_does_not_serve_the_run_are_a_run_warning(tmp_path):
+    path = scenario(tmp_path, workload={"num_requests": 2, "input_len": 8, "output_len": 2}, warmup=0)
+    res = invoke(
+        "run", path, "--out", tmp_path / "r", "--set", "backend_options={transformers: {num_blocks: 5}}"
+    )
+    assert res.exit_code == 0, res.output
+    text = "backend_options.transformers set, but backend 'engine' serves the run: it changes nothing here"
+    assert text in " ".join(res.stderr.split())
+    assert any(text in w for w in only_run(tmp_path / "r").summary["warnings"])

@@ -27,6 +27,7 @@ from llmbench.bench.backends import Backend, make_backend
 from llmbench.bench.driver import DriveResult, Progress
 from llmbench.bench.errors import RunFailed, ScenarioError, StoreError
 from llmbench.bench.hardware import busy_warning, oversubscribed_warning, set_torch_threads
+from llmbench.bench.idle_settings import idle_settings
 from llmbench.bench.repeat_warnings import repeat_warnings
 from llmbench.bench.run_record import DIED, DIED_ERROR, RunContext, assemble, run_meta
 from llmbench.bench.scenario.backend_registry import BACKENDS
@@ -36,8 +37,7 @@ from llmbench.bench.store import RunWriter
 from llmbench.bench.summary import Measured
 from llmbench.bench.telemetry import TelemetrySampler
 from llmbench.bench.workload import RequestSpec, build_workload, check_prompt_file, context_check, token_range
-from llmbench.bench.workload_fits import budget_warning, fit_problem, longest_request
-from llmbench.engine.sampling_params import GREEDY_BELOW, greedy_ignores
+from llmbench.bench.workload_fits import fit_problem, longest_request
 from llmbench.models.registry import check_model_files
 
 SALT_PER_POINT = 10_000  # prompt salt = point index * this + repeat index
@@ -262,20 +262,8 @@ def _execute(req: RunRequest, backend: Backend, events: RunEvents) -> RunOutcome
     state = _Measuring(events)
     threads = set_torch_threads(scenario.cpu_threads)
     cpu_ranks = backend.tp if backend.device == "cpu" else 1
-    config, longest = getattr(backend, "config", None), longest_request(req.resolved)
-    budget = budget_warning(config, longest) if config is not None and longest is not None else None
-    ignored = greedy_ignores(scenario.sampling.model_dump())
-    greedy = ignored and (
-        f"{', '.join(f'sampling.{x}' for x in ignored)} {'changes' if len(ignored) == 1 else 'change'} nothing: "
-        f"a temperature below {GREEDY_BELOW:g} draws greedily (set sampling.temperature >= {GREEDY_BELOW:g} "
-        "to sample)"
-    )
-    for warning in (
-        busy_warning(threads),
-        oversubscribed_warning(scenario.cpu_threads, cpu_ranks),
-        budget,
-        greedy,
-    ):
+    idle = idle_settings(req.resolved, getattr(backend, "config", None), req.ablation is not None)
+    for warning in (busy_warning(threads), oversubscribed_warning(scenario.cpu_threads, cpu_ranks), *idle):
         if warning:
             state.warn(warning)
     started = time.time()

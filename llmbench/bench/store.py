@@ -195,7 +195,14 @@ def load_run(path: Path) -> Run:
     summary = _read_json(path / "summary.json")
     for name, record in (("meta.json", meta), ("summary.json", summary)):
         written = record.get("format", 1)  # runs written before the files said so are format 1
-        if not isinstance(written, int) or written > RESULT_FORMAT:
+        if isinstance(written, float) and written.is_integer():  # 2.0, as a hand or another tool writes it
+            written = int(written)
+        if isinstance(written, bool) or not isinstance(written, int) or written < 1:
+            raise StoreError(
+                f"{path}: {name} is of format {written!r}, which no llmbench writes (formats are whole numbers "
+                f"from 1; this one reads 1 to {RESULT_FORMAT})"
+            )
+        if written > RESULT_FORMAT:
             raise StoreError(
                 f"{path}: {name} is of format {written!r}, written by a newer llmbench; this one reads format "
                 f"{RESULT_FORMAT} and older (upgrade llmbench to read it)"

@@ -54,7 +54,7 @@ def _one_per_scenario(path: Path, role: str) -> dict[str, Group]:
         for path, why in probe(run).items():
             warning(f"{path}: unreadable ({why}); the gate reads summary.json's figures, not this table")
     if not groups:
-        raise StoreError(f"{role} {path}: holds no run")
+        raise StoreError(f"{role} {path}: {'holds no run' if Path(path).exists() else 'no such file or folder'}")
     out: dict[str, Group] = {}
     for g in groups:
         if g.scenario in out:
@@ -195,6 +195,13 @@ def compare(
             help="Compare runs whose workload, arrivals, sampling or SLO differ (by default an error)."
         ),
     ] = False,
+    require_all: Annotated[
+        bool,
+        typer.Option(
+            help="Exit 3 unless every gated comparison got a verdict: an inconclusive one (a regression "
+            "neither shown nor ruled out) does not pass the gate.",
+        ),
+    ] = False,
 ) -> None:
     """Fail (exit 1) when NEW is worse than BASE: the whole interval of a change beyond the threshold; exit
     2 when they have nothing to compare, 3 when the data cannot support a verdict."""
@@ -321,7 +328,10 @@ def compare(
         )
         raise typer.Exit(EXIT_UNJUDGED)
     if verdicts < judged_metrics:
-        note(
+        (error if require_all else note)(
             f"{judged_metrics - verdicts} comparison(s) inconclusive: no regression shown there, none ruled out"
+            + (" (--require-all)" if require_all else "")
         )
+        if require_all:
+            raise typer.Exit(EXIT_UNJUDGED)
     note(f"no regression beyond {fail_above:g}% among the {verdicts} comparison(s) judged")
