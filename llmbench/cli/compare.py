@@ -54,7 +54,9 @@ def _one_per_scenario(path: Path, role: str) -> dict[str, Group]:
         for path, why in probe(run).items():
             warning(f"{path}: unreadable ({why}); the gate reads summary.json's figures, not this table")
     if not groups:
-        raise StoreError(f"{role} {path}: {'holds no run' if Path(path).exists() else 'no such file or folder'}")
+        raise StoreError(
+            f"{role} {path}: {'holds no run' if Path(path).exists() else 'no such file or folder'}"
+        )
     out: dict[str, Group] = {}
     for g in groups:
         if g.scenario in out:
