@@ -1,7 +1,7 @@
 """llmbench: benchmark and profile LLM inference on a built-in engine whose every optimisation is a switch.
 
-``LLM`` and ``SamplingParams`` are imported on first use, so that the command line, the scenario files
-and the peer backends load without the engine.
+``LLM``, ``SamplingParams`` and the errors the API raises (``ConfigError``, ``ModelError``) are imported
+on first use, so that the command line, the scenario files and the peer backends load without the engine.
 """
 
 from __future__ import annotations
@@ -9,10 +9,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from llmbench.engine.config import ConfigError
     from llmbench.engine.llm import LLM
     from llmbench.engine.sampling_params import SamplingParams
+    from llmbench.models.errors import ModelError
 
-__all__ = ["LLM", "SamplingParams"]
+__all__ = ["LLM", "SamplingParams", "ConfigError", "ModelError"]
 __version__ = "0.1.0"
 
 
@@ -25,4 +27,12 @@ def __getattr__(name: str) -> Any:
         from llmbench.engine.sampling_params import SamplingParams
 
         return SamplingParams
+    if name == "ConfigError":
+        from llmbench.engine.config import ConfigError
+
+        return ConfigError
+    if name == "ModelError":
+        from llmbench.models.errors import ModelError
+
+        return ModelError
     raise AttributeError(f"module 'llmbench' has no attribute {name!r}")

@@ -232,3 +232,16 @@ def test_a_step_after_shutdown_says_the_engine_was_shut_down():
     llm.shutdown()
     with pytest.raises(RuntimeError, match="this engine was shut down"):
         llm.engine.step()
+
+
+def test_the_errors_the_api_raises_are_importable_from_the_package():
+    import llmbench
+    from llmbench import ConfigError, ModelError
+    from llmbench.engine.config import ConfigError as Config
+    from llmbench.models.errors import ModelError as Model
+
+    assert (ConfigError, ModelError) == (Config, Model) and {"ConfigError", "ModelError"} <= set(
+        llmbench.__all__
+    )
+    with pytest.raises(ConfigError, match="block_size"):
+        LLM("qwen3-tiny", device="cpu", block_size=0)

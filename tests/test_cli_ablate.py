@@ -551,3 +551,26 @@ def test_an_out_that_cannot_be_written_is_an_input_error_like_run_and_profile(tm
     assert res.exit_code == 2, res.output
     assert f"{tmp_path / 'afile'} is a file, not a folder" in res.stderr
     assert "unexpected" not in res.stderr
+
+
+def test_a_child_that_finished_its_run_before_the_timeout_stopped_it_is_kept_whole(tmp_path, monkeypatch):
+    from llmbench.bench.ablation.execute import ChildTimeout
+
+    class SlowToEnd(FakeChild):  # writes a complete run, then outlives --timeout while it shuts down
+        def __call__(self, cmd, env, timeout_s=None):
+            super().__call__(cmd, env, timeout_s)
+            return ChildTimeout(timeout_s or 0.0, "")
+
+    class Stopped(FakeChild):  # stopped mid-run: what it wrote is incomplete
+        def __call__(self, cmd, env, timeout_s=None):
+            super().__call__(cmd, env, timeout_s)
+            run_dir = Path(cmd[cmd.index("--run-dir") + 1])
+            meta = json.loads((run_dir / "meta.json").read_text())
+            (run_dir / "meta.json").write_text(json.dumps({**meta, "status": "incomplete"}))
+            return ChildTimeout(timeout_s or 0.0, "")
+
+    _, record = fake_ablation(tmp_path / "a", monkeypatch, SlowToEnd(), repeats=1, timeout_s=5)
+    assert [v["status"] for v in record["variants"]] == ["ok", "ok"] and record["status"] == "complete"
+    _, record = fake_ablation(tmp_path / "b", monkeypatch, Stopped(), repeats=1, timeout_s=5)
+    assert [v["status"] for v in record["variants"]] == ["failed", "failed"]
+    assert "timed out after 5 s" in record["variants"][0]["error"]

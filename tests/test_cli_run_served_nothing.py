@@ -119,3 +119,24 @@ def test_compare_fails_when_new_failed_every_request(tmp_path):
     said = " ".join(res.output.split())
     assert res.exit_code == 1 and "Traceback" not in said, said
     assert "NEW failed 12 of 12 requests (BASE 0 of 12" in said and "are the regression" in said
+
+
+def test_compare_fails_a_small_new_run_that_served_nothing(tmp_path):
+    # one repeat of four: 4 of 4 failed against 0 of 4 is p = 0.06, within chance for a test of shares,
+    # but a run that completed no request failed outright (exit 1, not "nothing was compared")
+    runner = CliRunner()
+    small = {"repeats": 1, "warmup": 0, "workload": {**SCENARIO["workload"], "num_requests": 4}}
+    with Stub() as stub:
+        base = runner.invoke(
+            app, ["run", _scenario(tmp_path, stub.url, "s", **small), "--out", str(tmp_path / "a")]
+        )
+    with Stub(fail=dict.fromkeys(range(4), "500")) as stub:
+        runner.invoke(app, ["run", _scenario(tmp_path, stub.url, "s", **small), "--out", str(tmp_path / "b")])
+    assert base.exit_code == 0, base.output
+    (a,), _ = find_runs([tmp_path / "a"])
+    (b,), _ = find_runs([tmp_path / "b"])
+    res = runner.invoke(app, ["compare", str(a.path), str(b.path)], env={"COLUMNS": "200"})
+    said = " ".join(res.output.split())
+    assert (
+        res.exit_code == 1 and "NEW completed no request at" in said and "where BASE completed some" in said
+    )

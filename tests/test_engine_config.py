@@ -584,11 +584,12 @@ def test_what_results_record_holds_concrete_values_only():
         found = dict(values(recorded))
         assert "auto" not in found.values()
         # only the KV pool's sizes and a float8 cache's scales may be left to the start-up (measured from
-        # memory and from the first prefill): nothing else is open
+        # memory and from the first prefill), and a GPU's memory share on a CPU: nothing else is open
         assert {k for k, v in found.items() if v is None} <= {
             "kv_cache_memory",
             "num_kv_blocks",
             "tuning.kv_cache_scale",
+            *(["gpu_memory_utilization"] if facts is CPU else []),
         }
         assert set(recorded["tuning"]) == {f for f in Tuning.__dataclass_fields__}
 
@@ -797,7 +798,7 @@ def test_a_gpu_budget_given_on_the_cpu_is_an_error_even_at_its_default_value():
             f"gpu_memory_utilization={value} sizes the KV pool from a GPU's memory: on the CPU, kv_cache_memory "
             "(or num_kv_blocks) sizes it"
         )
-    assert resolved(CPU).gpu_memory_utilization == 0.9  # left to auto: recorded, unused
+    assert resolved(CPU).gpu_memory_utilization is None  # a GPU's share: nothing on a CPU reads one
     assert resolved(CPU, gpu_memory_utilization="auto").device == "cpu"  # how a CPU profile unsets it
     assert resolved(h200s()).gpu_memory_utilization == 0.9
     assert resolved(h200s(), gpu_memory_utilization=0.9).gpu_memory_utilization == 0.9

@@ -201,3 +201,16 @@ def test_a_skipped_folder_is_named_once(ablation, tmp_path):
         and said.count(str(broken)) == 1
         and f"{broken}: summary.json is unreadable" in said
     )
+
+
+def test_of_two_copies_the_one_where_llmbench_wrote_it_is_read_and_the_other_named():
+    from pathlib import Path
+
+    from llmbench.bench.report.copies import written_where_made
+    from llmbench.bench.store import Run
+
+    meta = {"ablation": "20260101-000000-ablate", "scenario_name": "chat"}
+    made = Run(Path("/r/chat/20260101-000000-ablate/baseline-r0"), meta, {})
+    copied = Run(Path("/backup/a-copy/20260101-000000-ablate/baseline-r0"), meta, {})
+    alone = Run(Path("/r/chat/20260101-000000-default"), {"scenario_name": "chat"}, {})
+    assert written_where_made(made) and not written_where_made(copied) and written_where_made(alone)

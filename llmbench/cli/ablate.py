@@ -28,8 +28,8 @@ class Design(enum.StrEnum):
 
 
 DESIGN_HELP = (
-    "Which combinations of the toggles to run against the baseline: flip (one variant, every named "
-    "toggle flipped at once), one-at-a-time (one variant per toggle, or per value given), leave-one-out "
+    "Which combinations of the toggles to run against the baseline: flip (every named toggle flipped at "
+    "once: one variant, or one per combination of the values given), one-at-a-time (one variant per toggle, or per value given), leave-one-out "
     "(from every toggle on, each turned off alone; a toggle with values takes two, NAME=ON,OFF), factorial "
     "(every combination of the toggles' on/off or given values)."
 )

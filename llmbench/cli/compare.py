@@ -142,6 +142,12 @@ def _total(g: Group, point: str, metric: str) -> int:
     return int(sum(v for v in g.repeat_values(point, metric) if v == v))  # NaN: not recorded
 
 
+def _served(group: Group, point: str) -> float:
+    """The requests the group's repeats completed at ``point`` (NaN when none recorded the count)."""
+    counts = [v for v in group.repeat_values(point, "num_completed") if v == v]
+    return sum(counts) if counts else float("nan")
+
+
 def _lost_kinds(ga: Group, gb: Group, point: str) -> int:
     """How many kinds of lost request BASE or NEW lost one to at ``point``: the gate's comparisons of them."""
     return sum(_total(ga, point, m) + _total(gb, point, m) > 0 for m, _ in LOST)
@@ -283,10 +289,15 @@ def compare(
     regressions = sum(v.startswith("worse") for v in shown) + len(lost)
     verdicts = sum(v.startswith(("worse", "better", "equivalent")) for v in shown)
     judged_metrics = len(shown)
-    if (
-        not judged_metrics and lost
-    ):  # NEW lost its requests (every one, say): no latency to compare, a regression
+    # NEW served none of a point's requests where BASE served some: a regression whatever their number (a
+    # test of shares needs more requests than a small run has; a run that served nothing failed outright)
+    dead = [f"{s} {p}" for s, p in pairs if _served(b[s], p) == 0 < _served(a[s], p)]
+    if dead:
+        error(f"NEW completed no request at {', '.join(dead)}, where BASE completed some")
+    if not judged_metrics and (lost or dead):  # no latency left to compare: the lost requests decide
         error("no metric measured on both sides: NEW's lost requests (above) are the regression")
+        raise typer.Exit(EXIT_FAILED)
+    if dead:
         raise typer.Exit(EXIT_FAILED)
     if not judged_metrics:
         raise StoreError(

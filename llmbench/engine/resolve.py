@@ -51,7 +51,7 @@ class ResolvedConfig:
     async_scheduling: bool
     tp: int
     kv_cache_dtype: str  # the model's dtype, or "fp8_e4m3" / "fp8_e5m2"
-    gpu_memory_utilization: float
+    gpu_memory_utilization: float | None  # None on a CPU
     # The KV pool's sizes: None sizes it at start-up from the memory budget (gpu_memory_utilization on
     # CUDA, the CPU default otherwise); the startup stats record the blocks it got.
     kv_cache_memory: int | None
@@ -108,7 +108,10 @@ def resolve(config: EngineConfig, facts: Facts) -> ResolvedConfig:
     problems.check(_check_tp, config.tp, facts, device, fallback=None)
     for problem in _pool_budget_problems(config, cuda):
         problems.add(problem)
-    gpu_memory_utilization = auto(config.gpu_memory_utilization, DEFAULT_GPU_MEMORY_UTILIZATION)
+    # a GPU's share only: on a CPU kv_cache_memory (or its default) sizes the pool, and nothing reads it
+    gpu_memory_utilization = (
+        auto(config.gpu_memory_utilization, DEFAULT_GPU_MEMORY_UTILIZATION) if cuda else None
+    )
     problems.check(_check_weights_fit, config, facts, device, dtype, gpu_memory_utilization, fallback=None)
     max_model_len = problems.check(
         _max_model_len, config.max_model_len, facts.model, fallback=config.max_model_len or 0
@@ -243,7 +246,7 @@ def _pool_budget_problems(config: EngineConfig, cuda: bool) -> list[str]:
 
 
 def _check_weights_fit(
-    config: EngineConfig, facts: Facts, device: str, dtype: str, gpu_memory_utilization: float
+    config: EngineConfig, facts: Facts, device: str, dtype: str, gpu_memory_utilization: float | None
 ) -> None:
     """The weights must fit where they go, before any is loaded: on the CPU the memory the host has free
     now (every rank of a CPU run shares it), on a GPU its share (gpu_memory_utilization) of each rank's."""
@@ -295,8 +298,14 @@ def _check_cpu_pool(
         raise ConfigError(
             f"the KV pool of {blocks:,} blocks of {config.block_size} tokens ({_gib(pool)}"
             f"{f' over {config.tp} ranks' if config.tp > 1 else ''}) and the weights ({_gib(weights)}) need "
-            f"more than the memory this machine has free now ({_gib(room)}): lower num_kv_blocks, "
-            "kv_cache_memory, block_size or max_num_seqs"
+            f"more than the memory this machine has free now ({_gib(room)}): lower "
+            + (
+                "num_kv_blocks"
+                if config.num_kv_blocks
+                else "kv_cache_memory"
+                if config.kv_cache_memory is not None
+                else "max_num_seqs or max_model_len (or set a smaller kv_cache_memory)"
+            )
         )
 
 

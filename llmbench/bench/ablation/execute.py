@@ -24,6 +24,7 @@ baseline's (see ``report.outputs``), kept for when the request tables are not.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -135,6 +136,14 @@ def _run_child(
             proc.wait()
         raise
     return proc.returncode, err
+
+
+def _finished_run(run_dir: Path) -> bool:
+    """Whether the child wrote its run whole (meta.json says complete) before it was stopped."""
+    try:
+        return json.loads((run_dir / "meta.json").read_text()).get("status") == "complete"
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _kept_run(run_dir: Path) -> list[str]:
@@ -308,6 +317,13 @@ def run_ablation(
                 except KeyboardInterrupt:  # the child kept what it measured: list it with the variant
                     states[v.name] = state._replace(run_dirs=[*state.run_dirs, *_kept_run(run_dir)])
                     raise
+                if isinstance(result, ChildTimeout) and _finished_run(run_dir):
+                    on_event(
+                        "warning",
+                        f"variant {v.name}: its run finished, then it outlived --timeout {result.seconds:g} s "
+                        "while shutting down; the run is kept whole",
+                    )
+                    result = (0, result.stderr)
                 if isinstance(result, ChildTimeout):
                     error = f"timed out after {result.seconds:g} s (--timeout); the run was stopped"
                     kept = _kept_run(run_dir)

@@ -30,6 +30,15 @@ def home(run: Run) -> Path:
     return run.path.parent.parent if run.path.name == PROFILE_RUN else run.path.parent
 
 
+def written_where_made(run: Run) -> bool:
+    """Whether ``run`` lies where llmbench writes one: ``<scenario>/<ablation>/...`` (a copy renamed or put
+    elsewhere does not), which tells the original of two copies from the other."""
+    if not is_text(run.meta.get("ablation")):
+        return True  # a standalone run: never a copy's original or its copy
+    folder = home(run)
+    return folder.name == run.meta.get("ablation") and folder.parent.name == run.meta.get("scenario_name")
+
+
 class Copies:
     """The runs of ablations read so far, by their content."""
 

@@ -29,7 +29,7 @@ import pandas as pd
 
 from llmbench.bench.metrics import METRICS, REQUEST_LEVEL
 from llmbench.bench.report import tables, warning_flags
-from llmbench.bench.report.copies import Copies, home
+from llmbench.bench.report.copies import Copies, home, written_where_made
 from llmbench.bench.report.kept import first_line, read_object, sound_run
 from llmbench.bench.store import NO_RUN, Problem, Run, find_runs
 from llmbench.bench.summary import interval, whole_repeats
@@ -176,7 +176,8 @@ def load_groups(paths: list[Any]) -> tuple[list[Group], list[Problem]]:
     problems = [_explained(p) for p in problems]
     groups: dict[tuple[str, str, str, bool], Group] = {}
     copies = Copies()
-    for found_run in found:
+    # where llmbench wrote them first (<scenario>/<ablation>/...): of two copies the one kept is the original
+    for found_run in sorted(found, key=lambda r: not written_where_made(r)):  # stable: the rest as found
         if copies.read_before(found_run):
             continue
         run, doubt = sound_run(found_run)

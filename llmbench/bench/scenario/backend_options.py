@@ -62,8 +62,10 @@ class OpenAIOptions(StrictModel):
     not in TTFT). timeout_s bounds a whole request, connect_timeout_s its connection. prompt: token ids
     (exact lengths) or text decoded with the scenario model's tokenizer. send_ignore_eos: add vLLM's
     ``ignore_eos``/``min_tokens`` when the scenario ignores EOS. token_ids: ask for each chunk's token ids
-    (vLLM's ``return_token_ids``) so multi-token chunks are counted exactly. extra_body: merged into every
-    request body.
+    (vLLM's ``return_token_ids``) so multi-token chunks are counted exactly. include_usage: ask for the
+    server's token counts at the stream's end (``stream_options``). vocab_size: the vocabulary random prompt
+    ids are drawn from when the scenario's model is neither a preset nor a folder. extra_body: merged into
+    every request body.
     """
 
     url: str = Field(description="the server's base URL")
