@@ -21,7 +21,7 @@ def test_the_untraced_step_leads_and_a_traced_breakdown_that_disagrees_is_said()
     assert [r["figure"] for r in rows[:2]] == [UNTRACED, TRACED]
     assert abs(rows[0]["change"] - 0.15) < 1e-9 and abs(rows[1]["change"] + 0.4 / 3) < 1e-9
     view = diff_view("baseline", "b", rows)
-    assert view.rows[0][1] == UNTRACED and view.rows[0][4] == "+15.0%"
+    assert view.rows[0][1] == UNTRACED and view.rows[0][view.headers.index("change")] == "+15.0%"
     (note,) = view.notes
     assert note.startswith("decode: the untraced steps changed +15.0%, the traced ones -13.3%")
 
@@ -31,7 +31,9 @@ def test_a_traced_breakdown_that_agrees_needs_no_note_and_huge_changes_read_as_r
     view = diff_view("baseline", "b", rows)
     assert view.notes == ()
     (attention,) = [r for r in view.rows if r[1].strip() == "attention"]
-    assert attention[4].startswith("×")  # from almost nothing: a ratio, not +399999900.0%
+    assert attention[view.headers.index("change")].startswith(
+        "×"
+    )  # from almost nothing: a ratio, not +399999900.0%
 
 
 def test_a_breakdown_carries_its_profiles_notes_to_every_reader():
@@ -45,3 +47,27 @@ def test_a_breakdown_carries_its_profiles_notes_to_every_reader():
     }
     p["kinds"]["decode"]["steps"] = 3
     assert breakdown_view(p).notes == ("decode steps ran 2x slower traced",)
+
+
+def test_each_row_shows_the_ms_per_step_it_added_beside_its_percentage():
+    base, slower = profile(0.010, 0.030, 0.004), profile(0.0115, 0.026, 0.005)
+    view = diff_view("baseline", "b", diff_rows(base, slower))
+    delta, pct = view.headers.index("Δ ms"), view.headers.index("change")
+    by_figure = {r[1].strip(): r for r in view.rows}
+    assert by_figure[UNTRACED][delta] == "+1.500" and by_figure[UNTRACED][pct] == "+15.0%"
+    assert by_figure[TRACED][delta] == "-4.000"
+    assert by_figure["attention"][delta] == "+1.000"
+    assert by_figure["launches"][delta] == "0.0"  # a count, as its row's other columns; no sign on nothing
+
+
+def test_a_diff_across_torch_compile_says_its_categories_are_not_comparable():
+    from llmbench.bench.profile.views import compile_note
+
+    base, compiled = profile(0.010, 0.030, 0.004), profile(0.009, 0.028, 0.0005)
+    base["torch_compile"], compiled["torch_compile"] = False, True
+    note = compile_note(base, compiled)
+    assert note is not None and "torch.compile" in note and "not comparable" in note
+    view = diff_view("baseline", "torch_compile=on", diff_rows(base, compiled), notes=[note])
+    assert note in view.notes
+    assert compile_note(base, {**compiled, "torch_compile": False}) is None
+    assert compile_note(base, {k: v for k, v in compiled.items() if k != "torch_compile"}) is None  # unknown

@@ -1,5 +1,5 @@
 """A stored profile reads the same through ``llmbench report --view profile`` as ``llmbench profile``
-printed it: every view of each variant (bench/profile/views.py ``profile_views``), then the comparison."""
+printed it: every view of each variant (bench/profile/caveats.py ``variant_views``), then the comparison."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from llmbench.bench.profile.diff import diff_rows
-from llmbench.bench.profile.views import diff_view, profile_views
+import pytest
+
+from llmbench.bench.profile.caveats import comparison_view, variant_views
 from llmbench.bench.report import build_report
 from llmbench.bench.report.profile_views import profile_problem
 
@@ -23,7 +24,7 @@ def _profile(variant: str, scale: float) -> dict[str, Any]:
     }  # fmt: skip
     kernel = {
         "name": "nvjet_tst_128x64_64x3_1x2_h_bz_coopA_NNT", "category": "GEMM", "count": 8, "total": 0.008,
-        "mean": 0.001, "flops_per_s": 4e14, "bytes_per_s": 1e12, "flops_peak_frac": 0.5,
+        "mean": 0.001, "rated_calls": 8, "flops_per_s": 4e14, "bytes_per_s": 1e12, "flops_peak_frac": 0.5,
         "bandwidth_peak_frac": 0.3,
     }  # fmt: skip
     rank = {"steps": 8, "wall": 0.002, "busy": 0.0015, "device": {"GEMM": 0.001}, "idle": 0.0005}
@@ -65,10 +66,10 @@ def test_a_stored_profile_reads_the_same_through_report_as_the_command_printed_i
     for p in (base, other):
         _stored(tmp_path, p)
     (section,) = build_report([tmp_path], views=["profile"]).sections
-    printed = [
-        *profile_views(base),
-        *profile_views(other),
-        diff_view("baseline", "x", diff_rows(base, other)),
+    printed = [  # as ``llmbench profile`` prints them (cli/profile.py)
+        *variant_views(base),
+        *variant_views(other),
+        comparison_view("baseline", "x", base, other),
     ]
     assert [(v.title, v.rows, v.notes) for v in section.views] == [
         (v.title, v.rows, v.notes) for v in printed
@@ -103,3 +104,68 @@ def test_a_variant_whose_profile_json_is_missing_is_said_so_not_dropped_in_silen
     said = [(d.path, d.reason) for d in report.doubts]
     assert len(said) == 1 and said[0][0] == missing, said
     assert said[0][1].startswith("missing") and said[0][1].endswith("its profile is not shown")
+
+
+def test_a_slow_steps_ms_is_the_engine_step_time_its_ratio_is_of_beside_the_traced_call():
+    from llmbench.bench.profile.views import slow_view
+
+    p = _profile("baseline", 1.0)
+    p["slow_steps"][0].update(engine_time=0.4208, wall=0.016146, ratio=267.1)
+    view = slow_view(p)
+    (row,) = view.rows
+    assert row[view.headers.index("engine step ms")] == "420.800"
+    assert row[view.headers.index("x median")] == "267.1"
+    assert any(
+        n.startswith("engine step ms: the engine's own step time, what x median divides") for n in view.notes
+    )
+    assert row[view.headers.index("traced call ms")] == "16.146"
+
+
+def test_a_cpu_profile_shows_no_host_wait_on_a_device():
+    from llmbench.bench.profile.views import breakdown_view
+
+    gpu = _profile("baseline", 1.0)
+    cpu = {**gpu, "mode": "cpu", "device": "cpu"}
+    assert any("host waiting on the device" in r[0] for r in breakdown_view(gpu).rows)
+    assert not any("host waiting on the device" in r[0] for r in breakdown_view(cpu).rows)
+
+
+def test_the_profile_bars_mark_each_untraced_median_and_say_what_bar_and_mark_are(tmp_path):
+    from llmbench.bench.report.frame import load_groups
+    from llmbench.bench.report.profile_views import profile_bars, untraced_marks
+
+    base, other = _profile("baseline", 1.0), _profile("x", 1.2)
+    prefill = {**base["kinds"]["decode"], "untraced_median": None, "untraced_wait": None}
+    base["kinds"]["prefill"] = other["kinds"]["prefill"] = prefill
+    for p in (base, other):
+        _stored(tmp_path, p)
+    groups, _ = load_groups([tmp_path])
+    profiles = [p for g in groups if (p := _profile_of(g)) is not None]
+    assert untraced_marks(profiles, "decode") == pytest.approx([1.9, 1.9 * 1.2])  # ms per step
+    assert untraced_marks(profiles, "prefill") == [None, None]
+    html = profile_bars(groups)
+    assert html.startswith("<img")
+    caption = html.split(">", 1)[1]
+    assert "traced" in caption and "untraced median" in caption
+    assert "No untraced median for prefill (2 of 2 bars)" in caption and "decode" not in caption
+
+
+def _profile_of(group):
+    from llmbench.bench.report.profile_views import group_profile
+
+    return group_profile(group)
+
+
+def test_a_diff_in_a_report_says_when_one_side_ran_torch_compile(tmp_path):
+    base, other = _profile("baseline", 1.0), _profile("torch_compile=on", 1.0)
+    for p in (base, other):
+        _stored(tmp_path, p)
+    meta = tmp_path / "torch_compile=on" / "run" / "meta.json"
+    data = json.loads(meta.read_text())
+    meta.write_text(json.dumps({**data, "engine_config": {"torch_compile": True, "cuda_graph": True}}))
+    base_meta = tmp_path / "baseline" / "run" / "meta.json"
+    data = json.loads(base_meta.read_text())
+    base_meta.write_text(json.dumps({**data, "engine_config": {"torch_compile": False, "cuda_graph": True}}))
+    (section,) = build_report([tmp_path], views=["profile"]).sections
+    (diff,) = [v for v in section.views if "against" in v.title]
+    assert any("torch.compile" in n for n in diff.notes), diff.notes

@@ -92,8 +92,14 @@ def profile(
     """Record each variant's steady-state steps with torch.profiler and show where their time goes."""
     from llmbench.bench.ablation import BASELINE, Variant, parse_toggle, plan
     from llmbench.bench.backends.engine import engine_config
-    from llmbench.bench.profile.execute import ProfileSettings, check_variants, new_folder, run_profile
-    from llmbench.bench.profile.views import diff_view, profile_views
+    from llmbench.bench.profile.caveats import comparison_view, read_beside, variant_views
+    from llmbench.bench.profile.execute import (
+        ProfileSettings,
+        check_variants,
+        error_headline,
+        new_folder,
+        run_profile,
+    )
     from llmbench.cli.views import print_view
     from llmbench.engine.tp import launched_rank
 
@@ -127,16 +133,25 @@ def profile(
 
     settings = ProfileSettings(steps, slow_steps, slow_step_factor, timeout)
     outcome = run_profile(resolved, list(set_ or []), variants, settings, folder, on_event)
+    shown = {}  # each variant with a profile: its label (marked when it failed or stopped), its run's say
     for v in outcome.variants:
         if v.profile is None:
             continue
-        for view in profile_views(v.profile):  # the profile's notes under its breakdown
+        ok = v.status == "ok"
+        mark = "timed out" if (v.error or "").startswith("timed out") else v.status
+        label = v.variant.name if ok else f"{v.variant.name} ({mark})"
+        beside = read_beside(v.folder / "run", None if ok else error_headline(v.error or ""))
+        shown[v.variant.name] = (v.profile, label, beside)
+        for view in variant_views(v.profile, beside, label):  # its notes under its breakdown
             print_view(view, console)
     for d in outcome.diffs:
-        print_view(diff_view(variants[0].name, d["variant"], d["rows"]), console)
+        (base, base_label, base_side), (other, label, side) = shown[variants[0].name], shown[d["variant"]]
+        view = comparison_view(base_label, label, base, other, (base_side, side))
+        if view is not None:
+            print_view(view, console)
     failed = [v for v in outcome.variants if v.status == "failed"]
     for v in failed:
-        error(f"variant {v.variant.name} failed: {(v.error or 'unknown error').splitlines()[0]}")
+        error(f"variant {v.variant.name} failed: {error_headline(v.error or 'unknown error')}")
     console.print(
         f"profile: [bold]{escape(str(outcome.folder))}[/] (traces: <variant>/trace-*.json.gz)",
         highlight=False,

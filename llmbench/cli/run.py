@@ -134,18 +134,22 @@ def run(
 def _keep_profile(window: Any, trace_dir: Path, sc: Any, variant: str, done: bool, quiet: bool) -> None:
     """``llmbench profile``'s child: the profile of what its window recorded, beside the traces."""
     from llmbench.bench.backends.engine import engine_config
+    from llmbench.bench.profile.reference import add_untraced_steps
     from llmbench.bench.profile.summary import write_profile
 
     if not quiet and window.chunks:
         note(f"reading {len(window.chunks)} trace chunk(s) for the profile (an interrupt waits for it)")
+    config = engine_config(sc)
     with held_interrupts():  # the profile of what was traced, whole or not at all
-        write_profile(
+        path = write_profile(
             trace_dir,
             window.record(),
             variant,
-            engine_config(sc).device,
+            config.device,
             "complete" if done else "incomplete",
+            config.torch_compile,
         )
+        add_untraced_steps(path, window.record())  # what each untraced median is over
 
 
 def _served_nothing(summary: dict[str, Any]) -> list[str]:

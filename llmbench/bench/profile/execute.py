@@ -8,24 +8,34 @@ profile's hidden options) into
 ``<out>/<scenario>/<time>-profile/<variant>/``: the run folder ``run/``, the traces and the variant's
 ``profile.json`` (summary.py). ``profile.json`` in the profile's folder records the plan, what became of
 each variant and the comparison of each against the baseline (diff.py). A variant whose process fails is
-recorded as failed and the others go on; Ctrl-C stops the profile after the running child has written
-what it recorded, marked incomplete.
+recorded as failed, with the end of its stderr less the profiler's own log lines, and the others go on;
+so is one that outlives ``--timeout`` (stopped, keeping what it recorded). The profile is complete when
+some variant is, failed when none is (as an ablation). Ctrl-C stops the profile after the running child
+has written what it recorded, marked incomplete.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from llmbench.bench.ablation.checks import config_problem, toggles_hint
-from llmbench.bench.ablation.execute import PACKAGE_ROOT, _run_child, child_command, child_error
+from llmbench.bench.ablation.execute import (
+    PACKAGE_ROOT,
+    ChildTimeout,
+    _run_child,
+    child_command,
+    child_error,
+)
 from llmbench.bench.ablation.plan import Variant
 from llmbench.bench.errors import BenchError
 from llmbench.bench.hardware import command_line
+from llmbench.bench.profile.caveats import one_sided_notes
 from llmbench.bench.profile.diff import diff_rows
 from llmbench.bench.scenario.loader import ResolvedScenario
 from llmbench.bench.store import os_reason, owner, slug, write_json
@@ -49,7 +59,7 @@ class VariantProfile(NamedTuple):
 
 class ProfileOutcome(NamedTuple):
     folder: Path
-    status: str  # "complete" | "interrupted"
+    status: str  # "complete" | "failed" (no variant profiled) | "interrupted"
     variants: list[VariantProfile]
     diffs: list[dict[str, Any]]
 
@@ -82,6 +92,24 @@ def new_folder(out_root: Path, scenario: str) -> Path:
             f"--out {out_root}: cannot write a profile there ({os_reason(exc, folder)})"
         ) from None
     return folder
+
+
+# kineto's log lines (``USDT:2026-12-05 17:13:40 17501:17501 SyncActivityProfilerHandler.cpp:52]
+# profiler_start``, ``STAGE:...``): written as a trace starts and stops, they say nothing of a failure
+_PROFILER_LOG = re.compile(r"^[A-Z]+:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d+)? \d+:\d+ \S+:\d+\] ")
+
+
+def variant_error(stderr: str) -> str:
+    """What a failed child said last (ablation/execute.py ``child_error``), the profiler's log left out."""
+    return child_error("\n".join(ln for ln in stderr.splitlines() if not _PROFILER_LOG.match(ln)))
+
+
+def error_headline(error: str) -> str:
+    """One line of a variant's error: the child's last ``error:`` line (what the command itself said went
+    wrong), else its last line (where an exception's message is)."""
+    lines = [ln.strip() for ln in error.splitlines() if ln.strip()]
+    said = [ln.removeprefix("error:").strip() for ln in lines if ln.startswith("error:")]
+    return (said or lines or ["unknown error"])[-1]
 
 
 def _read_profile(folder: Path) -> dict[str, Any] | None:
@@ -150,16 +178,17 @@ def run_profile(
             except KeyboardInterrupt:
                 done.append(VariantProfile(v, target, "incomplete", "interrupted", _read_profile(target)))
                 raise
-            if isinstance(result, tuple) and is_interrupted_exit(result[0]):
+            # a child stopped at --timeout was interrupted too (and kept what it recorded): not a Ctrl-C
+            if not isinstance(result, ChildTimeout) and is_interrupted_exit(result[0]):
                 done.append(VariantProfile(v, target, "incomplete", "interrupted", _read_profile(target)))
                 raise KeyboardInterrupt
             profile = _read_profile(target)
-            if not isinstance(result, tuple):
+            if isinstance(result, ChildTimeout):
                 error = f"timed out after {result.seconds:g} s (--timeout); the run was stopped"
                 done.append(VariantProfile(v, target, "failed", error, profile))
                 on_event("warning", f"variant {v.name}: {error}")
             elif result[0] != 0 or profile is None:
-                error = child_error(result[1]) if result[0] != 0 else "the variant wrote no profile.json"
+                error = variant_error(result[1]) if result[0] != 0 else "the variant wrote no profile.json"
                 done.append(VariantProfile(v, target, "failed", error, profile))
                 on_event("warning", f"variant {v.name} failed (exit {result[0]}):\n{error}")
             elif not profile.get("kinds"):
@@ -169,14 +198,22 @@ def run_profile(
             else:
                 done.append(VariantProfile(v, target, "ok", None, profile))
             record([])
-        status = "complete"
+        status = "complete" if any(v.status == "ok" for v in done) else "failed"
     except KeyboardInterrupt:
         status = "interrupted"
     base = done[0] if done and done[0].variant.name == variants[0].name else None
     diffs = []
-    if base is not None and base.profile is not None:
+    if base is not None and base.profile is not None and base.profile.get("kinds"):
         for other in done[1:]:
-            if other.profile is not None:
-                diffs.append({"variant": other.variant.name, "rows": diff_rows(base.profile, other.profile)})
+            if other.profile is not None and other.profile.get("kinds"):  # else nothing to compare
+                diffs.append(
+                    {
+                        "variant": other.variant.name,
+                        "rows": diff_rows(base.profile, other.profile),
+                        "notes": one_sided_notes(
+                            base.variant.name, other.variant.name, base.profile, other.profile
+                        ),
+                    }
+                )
     record(diffs)
     return ProfileOutcome(folder, status, done, diffs)

@@ -7,8 +7,10 @@ slowed a kind by ``TRACING_NOTE`` or more, and the median time the host waited o
 untraced steps (``device_wait``: near the step time when the device bounds a kind, near 0 when the host
 does; the profiler's own cost on the host makes the traced steps' idle time no guide to that). Per rank:
 the mean per step over all its window steps (ranks > 0 serve rank 0's steps one for one, and have no
-range for a call that ran none). The top kernels (or, on a CPU, ops) of rank 0's window with achieved
-FLOP/s and bytes/s against the device's peaks, where known. Slow steps recorded around
+range for a call that ran none). The top kernels (or, on a CPU, ops) of rank 0's window, over the steps the
+means are over (its slow steps left out alike), with achieved FLOP/s and bytes/s against the device's
+peaks, where known: over the calls whose cost is known, in their own time (``rated_calls`` of ``count``:
+a call replayed from a CUDA graph records no shapes, and so no cost). Slow steps recorded around
 (``--slow-steps``) are listed with their causes and breakdown.
 
 All times are seconds; a step's breakdown adds up to its wall time (trace.py).
@@ -116,15 +118,14 @@ def _untraced_medians(
 def _kernels(stats: list[KernelStat], peak: PeakUsed | None) -> list[dict[str, Any]]:
     merged: dict[tuple[str, str], list[float]] = {}
     for k in stats:
-        row = merged.setdefault((k.name, k.category), [0, 0.0, 0.0, 0.0])
-        row[0] += k.count
-        row[1] += k.total
-        row[2] += k.flops
-        row[3] += k.bytes
+        row = merged.setdefault((k.name, k.category), [0, 0.0, 0.0, 0.0, 0, 0.0])
+        for i, v in enumerate((k.count, k.total, k.flops, k.bytes, k.rated, k.rated_total)):
+            row[i] += v
     out = []
-    for (name, category), (count, total, flops, nbytes) in merged.items():
-        flop_rate = flops / total if flops and total > 0 else None
-        byte_rate = nbytes / total if nbytes and total > 0 else None
+    for (name, category), (count, total, flops, nbytes, rated, rated_total) in merged.items():
+        # over the rated calls' own time: the others' cost is unknown, not nothing
+        flop_rate = flops / rated_total if flops and rated_total > 0 else None
+        byte_rate = nbytes / rated_total if nbytes and rated_total > 0 else None
         out.append(
             {
                 "name": name,
@@ -132,6 +133,7 @@ def _kernels(stats: list[KernelStat], peak: PeakUsed | None) -> list[dict[str, A
                 "count": int(count),
                 "total": total,
                 "mean": total / count if count else None,
+                "rated_calls": int(rated),
                 "flops_per_s": flop_rate,
                 "bytes_per_s": byte_rate,
                 "flops_peak_frac": flop_rate / peak.matmul_flops if flop_rate and peak else None,
@@ -150,8 +152,10 @@ def summarise(
     peak: PeakUsed | None,
     peak_source: str | None,
     status: str,
+    torch_compile: bool | None = None,
 ) -> dict[str, Any]:
-    """Read every trace the window wrote into ``folder`` and build the variant's profile summary."""
+    """Read every trace the window wrote into ``folder`` and build the variant's profile summary
+    (``torch_compile``: whether the variant ran it, which the views of a comparison need)."""
     calls = record["calls"]
     rows: list[dict[str, Any]] = []
     per_rank: dict[int, list[StepBreakdown]] = defaultdict(list)
@@ -165,7 +169,6 @@ def summarise(
             notes.append(f"{chunk['file'].format(rank=0)} is missing: its steps are left out")
             continue
         members = [calls[i] for i in chunk["calls"]]
-        window = [c["window"] for c in members]
         for rank, path in files.items():
             traces.append(path.name)
             # a rank > 0 has a range for each step rank 0 sent it, none for a call that ran no step
@@ -186,8 +189,9 @@ def summarise(
             per_rank[rank] += [b for c, b in pairs if c["window"]]
             if rank == 0:
                 rows += [_step_row(c, b) for c, b in pairs]
-                if any(window):
-                    kernels += breakdown.kernels
+                # the calls of the steps the means are over (and of no step, in a chunk that holds some)
+                kept = {i for i, c in enumerate(members) if c["window"] and not c["slow"]}
+                kernels += [k for k in breakdown.kernels if k.step in kept or (k.step is None and kept)]
     steady = [r for r in rows if r["window"] and not r["slow"]]
     kinds = {}
     for kind in KINDS:
@@ -233,6 +237,7 @@ def summarise(
         "status": status,
         "device": device,
         "mode": mode,
+        "torch_compile": torch_compile,
         "steps_per_kind": n,
         "slow_steps_recorded": record["slow_steps"],
         "slow_factor": record["slow_factor"],
@@ -241,6 +246,7 @@ def summarise(
         "kinds": kinds,
         "ranks": ranks,
         "kernels": _kernels(kernels, peak),
+        "kernels_leave_out_slow": True,  # the top kernels are of the steady steps (profiles before: all)
         "slow_steps": [r for r in rows if r["slow"]],
         "steps": rows,
         "notes": notes,
@@ -256,11 +262,18 @@ def device_peak(device: str) -> tuple[PeakUsed | None, str | None]:
     return (peak, peak.source) if peak is not None else (None, None)
 
 
-def write_profile(folder: Path, record: dict[str, Any], variant: str, device: str, status: str) -> Path:
+def write_profile(
+    folder: Path,
+    record: dict[str, Any],
+    variant: str,
+    device: str,
+    status: str,
+    torch_compile: bool | None = None,
+) -> Path:
     """``folder/profile.json`` for one variant (what ``llmbench profile``'s child process writes)."""
     from llmbench.bench.store import write_json
 
     peak, source = device_peak(device)
     path = Path(folder) / "profile.json"
-    write_json(path, summarise(Path(folder), record, variant, device, peak, source, status))
+    write_json(path, summarise(Path(folder), record, variant, device, peak, source, status, torch_compile))
     return path

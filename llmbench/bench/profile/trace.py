@@ -19,9 +19,12 @@ its host window [start, end]:
 A kernel's category (engine/kernel_roles.py) uses the layer range and phase its launch happened in and
 the ops around that launch, found through the launch's correlation id; it is decided for each call, so
 calls of one name can fall in different categories (the same elementwise kernel in a norm layer and in an
-activation), and the kernel table (``kernels``) has a row per name and category. ``phases`` is the host
+activation), and the kernel table (``kernels``) has a row per step, name and category. ``phases`` is the host
 time of each engine phase range in the step. GEMM FLOPs and bytes come from the input shapes of the op
-that launched the kernel (2 M N K, and every operand read or written once); other kernels have none.
+that launched the kernel (2 M N K, and every operand read or written once); other kernels have none, and
+so has a GEMM replayed from a CUDA graph (its launch is no op's, and records no shapes): a kernel's row
+counts the calls whose cost is known (``rated``) and their time apart, so that a rate is over them alone.
+A row's step is the one its calls were launched in, so that a reader can leave steps out.
 
 This is our own reading of torch.profiler's events: HolisticTraceAnalysis needs jupyterlab, plotly and
 pytest installed, and Perfetto's trace processor downloads a native binary when it runs, neither of which
@@ -65,12 +68,15 @@ class KernelStat(NamedTuple):
     total: float  # seconds (on a CPU: the op's self time)
     flops: float  # 0 when unknown
     bytes: float
+    rated: int = 0  # calls whose FLOPs and bytes are known (launched by an op with recorded shapes)
+    rated_total: float = 0.0  # their seconds: what ``flops`` and ``bytes`` were done in
+    step: int | None = None  # the trace's step (its index) the calls were launched in; None: in none
 
 
 class TraceBreakdown(NamedTuple):
     mode: str  # "cuda" | "cpu"
     steps: list[StepBreakdown]
-    kernels: list[KernelStat]  # longest total first
+    kernels: list[KernelStat]  # one row per step, name and category; longest total first
 
 
 class _Node(NamedTuple):
@@ -171,7 +177,7 @@ def analyse(trace: dict[str, Any]) -> TraceBreakdown:
     outside: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))  # CPU: time in no op
     launches: dict[int, int] = defaultdict(int)
     by_correlation: dict[Any, _Context] = {}
-    op_stats: dict[tuple[str, str], list] = {}  # (name, category) -> count, seconds, FLOPs, bytes
+    op_stats: dict[tuple[int | None, str, str], list] = {}  # (step, name, category) -> _add's figures
     for node, ctx, own_time in _walk_host(host):
         if is_step_range(node.name, node.cat):
             steps.append(node)
@@ -189,19 +195,19 @@ def analyse(trace: dict[str, Any]) -> TraceBreakdown:
                 category = classify(node.name, tuple(o.name for o in ctx.ops[1:]), ctx.tag, ctx.phase)
                 own[ctx.step][category] += own_time
                 flops, nbytes = _gemm_cost(node)
-                _add(op_stats, node.name, category, own_time, flops, nbytes)
+                _add(op_stats, ctx.step, node.name, category, own_time, flops, nbytes)
             else:
                 outside[ctx.step][ctx.phase or OTHER_HOST] += own_time
     steps.sort(key=lambda n: n.start)
     origin = steps[0].start if steps else 0.0
 
-    kernels: dict[tuple[str, str], list] = {}
+    kernels: dict[tuple[int | None, str, str], list] = {}
     per_step: dict[int, list[tuple[float, float, str, Any]]] = defaultdict(list)  # ..., correlation id
     if mode == "cuda":
         starts = [s.start for s in steps]
         ends = [s.end for s in steps]
         by_op: dict[int, list[tuple[dict, str]]] = defaultdict(list)
-        ops_seen: dict[int, _Node] = {}
+        ops_seen: dict[int, tuple[_Node, int | None]] = {}  # the op and the step it ran in
         for e in device_events:
             corr = (e.get("args") or {}).get("correlation")
             ctx = by_correlation.get(corr)
@@ -218,17 +224,19 @@ def analyse(trace: dict[str, Any]) -> TraceBreakdown:
                 j += 1
             if ctx is not None and ctx.ops:
                 by_op[id(ctx.ops[0])].append((e, category))
-                ops_seen[id(ctx.ops[0])] = ctx.ops[0]
+                ops_seen[id(ctx.ops[0])] = (ctx.ops[0], ctx.step)
             else:
-                _add(kernels, name, category, b - a, 0.0, 0.0)
+                _add(kernels, ctx.step if ctx else None, name, category, b - a, 0.0, 0.0)
         for key, launched in by_op.items():
-            flops, nbytes = _gemm_cost(ops_seen[key])
+            op, step = ops_seen[key]
+            flops, nbytes = _gemm_cost(op)
             # an op's FLOPs and bytes shared among its computing kernels by their time; a memset or copy
             # it launched (a split-K workspace cleared) computes none of its product
             total = sum(e["dur"] for e, _ in launched if e.get("cat") not in _COPY_CATS) or 1.0
             for e, category in launched:
                 share = 0.0 if e.get("cat") in _COPY_CATS else e["dur"] / total
-                _add(kernels, e.get("name", "?"), category, e["dur"] * 1e-6, flops * share, nbytes * share)
+                seconds = e["dur"] * 1e-6
+                _add(kernels, step, e.get("name", "?"), category, seconds, flops * share, nbytes * share)
     else:
         kernels = op_stats
 
@@ -252,7 +260,7 @@ def analyse(trace: dict[str, Any]) -> TraceBreakdown:
         out.append(
             StepBreakdown(i, s.start - origin, wall, device, idle, waited, dict(phases), overlap, launches[i])
         )
-    stats = [KernelStat(name, category, *v) for (name, category), v in kernels.items()]
+    stats = [KernelStat(name, category, *v, step=step) for (step, name, category), v in kernels.items()]
     stats.sort(key=lambda k: -k.total)
     return TraceBreakdown(mode, out, stats)
 
@@ -296,16 +304,26 @@ def name_steps(trace: dict[str, Any], names: list[str]) -> bool:
 
 
 def _add(
-    table: dict[tuple[str, str], list], name: str, category: str, seconds: float, flops: float, nbytes: float
+    table: dict[tuple[int | None, str, str], list],
+    step: int | None,
+    name: str,
+    category: str,
+    seconds: float,
+    flops: float,
+    nbytes: float,
 ) -> None:
-    """Count one call into its (name, category) row: calls of one name can belong to different categories
-    (an elementwise kernel launched in a norm layer and in an activation), and each is counted where the
-    step breakdown counts it, whichever came first."""
-    row = table.setdefault((name, category), [0, 0.0, 0.0, 0.0])
+    """Count one call into its (step, name, category) row: calls of one name can belong to different
+    categories (an elementwise kernel launched in a norm layer and in an activation), and each is counted
+    where the step breakdown counts it, whichever came first. A call with FLOPs or bytes is rated: its
+    time is counted apart too (KernelStat)."""
+    row = table.setdefault((step, name, category), [0, 0.0, 0.0, 0.0, 0, 0.0])
     row[0] += 1
     row[1] += seconds
     row[2] += flops
     row[3] += nbytes
+    if flops or nbytes:
+        row[4] += 1
+        row[5] += seconds
 
 
 def _sweep(

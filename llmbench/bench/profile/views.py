@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import re
 import statistics
+from collections.abc import Sequence
 from typing import Any
 
 from llmbench.bench.profile.diff import TRACED, UNTRACED
 from llmbench.bench.report.format import format_pct
 from llmbench.bench.report.views import View
-from llmbench.engine.kernel_roles import CATEGORIES
+from llmbench.engine.kernel_roles import CATEGORIES, COPIES, GEMM
 
 
 def _ms(seconds: float | None) -> str:
@@ -37,7 +38,8 @@ def breakdown_view(profile: dict[str, Any]) -> View:
     if any(c.get("untraced_median") for c in columns):  # profiles with an untraced reference repeat
         rows.append(row("  median, traced", lambda c: c.get("traced_median")))
         rows.append(row("  median, untraced", lambda c: c.get("untraced_median")))
-    if any(c.get("untraced_wait") is not None for c in columns):  # and the host's wait in those steps
+    # and the host's wait on the device in those steps: a GPU's (on a CPU the device is the host)
+    if profile.get("mode") == "cuda" and any(c.get("untraced_wait") is not None for c in columns):
         rows.append(row("    host waiting on the device", lambda c: c.get("untraced_wait")))
     rows.append(row(busy, lambda c: c["busy"]))
     for cat in CATEGORIES:
@@ -63,32 +65,81 @@ def breakdown_view(profile: dict[str, Any]) -> View:
     return View(title, headers, rows, [False, *([True] * len(columns))], tuple(profile.get("notes") or ()))
 
 
+def _rate_notes(profile: dict[str, Any], cover: bool, hidden: bool) -> list[str]:
+    notes = []
+    if cover:
+        notes.append(
+            "TFLOP/s, GB/s and % of peak are over the rated calls alone, those launched by an op whose input "
+            "shapes were recorded, in their own time: a call replayed from a CUDA graph records no shapes, "
+            "so its cost is unknown (rated calls: how many of a kernel's calls its rates are over; – where none)"
+        )
+    if hidden:
+        why = (
+            "its variant replayed CUDA graphs, whose calls record no shapes"
+            if profile.get("cuda_graph")
+            else "whether its variant replayed CUDA graphs (whose calls record no shapes) is not recorded"
+        )
+        notes.append(
+            "FLOP/s and bandwidth are not shown: this profile was made by an earlier llmbench, which divided "
+            f"the FLOPs of the calls with recorded shapes by the time of all calls, and {why}, so its rates "
+            "may read low; record the profile again to see them"
+        )
+    slow = sum(1 for s in profile.get("steps", []) if s.get("window") and s.get("slow"))
+    if slow and profile.get("kernels_leave_out_slow"):
+        notes.append(f"the window's {slow} slow step(s) are left out, as from the breakdown's means")
+    elif slow:
+        notes.append(
+            f"the window's {slow} slow step(s) are counted here, though the breakdown's means leave them out "
+            "(a profile made before they were left out here too)"
+        )
+    return notes
+
+
 def kernels_view(profile: dict[str, Any]) -> View:
     peak = profile.get("peak")
-    what = "kernels" if profile.get("mode") == "cuda" else "ops (self time)"
+    gpu = profile.get("mode") == "cuda"
+    what = "kernels" if gpu else "ops (self time)"
+    kernels = profile.get("kernels", [])
+    # a profile made before kernels carried rated_calls divided the FLOPs of the calls with shapes by the
+    # time of all calls: right only where no call was replayed from a CUDA graph
+    trusted = all("rated_calls" in k for k in kernels) or profile.get("cuda_graph") is False
+
+    def partial(k: dict[str, Any]) -> bool:  # calls left unrated where a rate could be: say how many are
+        rated = k.get("rated_calls")
+        return rated is not None and rated < k["count"] and (rated > 0 or (gpu and k["category"] == GEMM))
+
+    cover = any(partial(k) for k in kernels)
     headers = ["name", "category", "count", "total ms", "mean us", "TFLOP/s", "GB/s"]
     if peak:
         headers += [f"% peak FLOP/s ({peak['source']})", f"% peak bandwidth ({peak['source']})"]
+    if cover:
+        headers.append("rated calls")
     rows = []
-    for k in profile.get("kernels", []):
+    for k in kernels:
         name = k["name"] if len(k["name"]) <= 60 else k["name"][:57] + "..."
+        # a copy or fill computes no product (profiles made before gave a memset a share of its GEMM's)
+        rated = trusted and k["category"] != COPIES
         row = [
             name, k["category"], str(k["count"]), f"{k['total'] * 1e3:.3f}",
             f"{k['mean'] * 1e6:.1f}" if k["mean"] is not None else "–",
-            f"{k['flops_per_s'] / 1e12:.3f}" if k["flops_per_s"] else "–",
-            f"{k['bytes_per_s'] / 1e9:.1f}" if k["bytes_per_s"] else "–",
+            f"{k['flops_per_s'] / 1e12:.3f}" if rated and k["flops_per_s"] else "–",
+            f"{k['bytes_per_s'] / 1e9:.1f}" if rated and k["bytes_per_s"] else "–",
         ]  # fmt: skip
         if peak:
             row += [
-                f"{100 * k['flops_peak_frac']:.1f}" if k["flops_peak_frac"] else "–",
-                f"{100 * k['bandwidth_peak_frac']:.1f}" if k["bandwidth_peak_frac"] else "–",
+                f"{100 * k['flops_peak_frac']:.1f}" if rated and k["flops_peak_frac"] else "–",
+                f"{100 * k['bandwidth_peak_frac']:.1f}" if rated and k["bandwidth_peak_frac"] else "–",
             ]
+        if cover:
+            row.append(f"{k['rated_calls']} of {k['count']}" if partial(k) else "")
         rows.append(row)
+    hidden = not trusted and any(k.get("flops_per_s") or k.get("bytes_per_s") for k in kernels)
     return View(
         f"{profile['variant']}: top {what} in the window",
         headers,
         rows,
         [False, False, *([True] * (len(headers) - 2))],
+        tuple(_rate_notes(profile, cover, hidden)),
     )
 
 
@@ -156,27 +207,57 @@ def slow_view(profile: dict[str, Any]) -> View | None:
     if not slow:
         return None
     busy, idle = _words(profile)
-    headers = ["step", "kind", "tokens", "sequences", "ms", "x median", busy, idle, "causes"]
+    headers = ["step", "kind", "tokens", "sequences", "engine step ms", "x median", "traced call ms", busy, idle,
+               "causes"]  # fmt: skip
     rows = [
         [str(s["step"]), s["kind"], str(s["prefill_tokens"] + s["decode_tokens"]), str(s["num_seqs"]),
-         _ms(s["wall"]), f"{s.get('ratio', 0):.1f}", _ms(sum(s["device"].values())), _ms(s["idle"]),
-         ", ".join(causes)]
+         _ms(s.get("engine_time")), f"{s.get('ratio', 0):.1f}", _ms(s["wall"]), _ms(sum(s["device"].values())),
+         _ms(s["idle"]), ", ".join(causes)]
         for s, causes in zip(slow, slow_causes(profile), strict=True)
     ]  # fmt: skip
     title = (
         f"{profile['variant']}: slow steps recorded (>{profile['slow_factor']:g}x the median of their kind)"
     )
-    return View(title, headers, rows, [True, False, True, True, True, True, True, True, False])
+    note = (
+        "engine step ms: the engine's own step time, what x median divides by its kind's median; traced call "
+        f"ms: the traced step() call, which {busy} and {idle} add up to"
+    )
+    return View(title, headers, rows, [True, False, *([True] * 7), False], (note,))
 
 
-def diff_view(baseline: str, variant: str, rows: list[dict[str, Any]]) -> View:
-    headers = ["kind", "ms per step", baseline, variant, "change"]
+def _delta(r: dict[str, Any]) -> str:
+    """The row's change per step: ms (launches: a count), what it added to the step."""
+    if r["baseline"] is None or r["variant"] is None:
+        return "–"
+    d = r["variant"] - r["baseline"]
+    text = f"{d:+.1f}" if r["unit"] == "count" else f"{d * 1e3:+.3f}"
+    return text[1:] if float(text) == 0 else text  # no sign on a change that rounds to nothing
+
+
+def compile_note(base: dict[str, Any], other: dict[str, Any]) -> str | None:
+    """What a diff between a compiled variant and an eager one must say (None: both alike, or not known)."""
+    a, b = base.get("torch_compile"), other.get("torch_compile")
+    if a is None or b is None or a == b:
+        return None
+    on, off = (other, base) if b else (base, other)
+    return (
+        f"{on.get('variant', '?')} ran torch.compile and {off.get('variant', '?')} did not: the regions it "
+        "compiles lose the layer ranges that put their kernels (ops) in norm, attention and the like, so their "
+        'time falls in "other"; the categories are not comparable across the two, the step rows are'
+    )
+
+
+def diff_view(baseline: str, variant: str, rows: list[dict[str, Any]], notes: Sequence[str] = ()) -> View:
+    """``notes``: said under the table before its own (compile_note)."""
+    headers = ["kind", "ms per step", baseline, variant, "Δ ms", "change", "steps (n)"]
     out = []
     for r in rows:
         fmt = (lambda v: "–" if v is None else f"{v:.1f}") if r["unit"] == "count" else _ms
         change = "–" if r["change"] is None else format_pct(r["change"])
-        out.append([r["kind"], r["figure"], fmt(r["baseline"]), fmt(r["variant"]), change])
-    notes = [
+        if r["figure"] != UNTRACED and 1 in (r.get("n") or ()):
+            change += " (n=1)"  # one traced step's figure on a side: no typical step
+        out.append([r["kind"], r["figure"], fmt(r["baseline"]), fmt(r["variant"]), _delta(r), change, _n(r)])
+    disagree = [
         f"{kind}: the untraced steps changed {format_pct(untraced)}, the traced ones {format_pct(traced)}: "
         "tracing slowed the two by different factors, so the rows below the untraced step say where the "
         "traced time went, not by how much the variant changed it"
@@ -186,9 +267,17 @@ def diff_view(baseline: str, variant: str, rows: list[dict[str, Any]]) -> View:
         f"{variant} against {baseline}: mean per step",
         headers,
         out,
-        [False, False, True, True, True],
-        tuple(notes),
+        [False, False, True, True, True, True, True],
+        (*notes, *disagree),
     )
+
+
+def _n(row: dict[str, Any]) -> str:
+    """Beside the two step rows, the steps each side's figure is over (the rows under them share the
+    traced one's): the untraced steps of the median, the window's traced steps."""
+    if row["figure"] not in (UNTRACED, TRACED):
+        return ""
+    return " / ".join("–" if x is None else str(x) for x in row.get("n") or (None, None))
 
 
 DISAGREE = 0.05  # traced and untraced step changes further apart than this (5 points) disagree

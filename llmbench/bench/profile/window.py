@@ -13,8 +13,15 @@ reference the traced ones are compared with: the profiler's own cost falls on th
 host holds up runs slower traced, and the summary says by how much.
 
 With ``slow_steps`` the profiler keeps recording until the run ends, in chunks of ``chunk`` steps; a chunk
-is written out when it holds steps of the window or a slow step (one over ``factor`` times the running
-median of its kind), and dropped otherwise.
+is written out when it holds steps of the window or a slow step, and dropped otherwise.
+
+A traced step is slow when it took over ``factor`` times the running median of the traced steps of its kind
+before it (from ``MIN_STEPS_OF_KIND`` of them on): the profiler slows every traced step, so an untraced
+step is no measure of a traced one (against the reference repeat, a kind that tracing slows by more than
+``factor`` would be slow whole). The run's own ``slow`` flag (steps.parquet) is judged once the repeat is
+over, against the median of the whole repeat; the window must decide as it records, so the two can
+differ on steps near the threshold and on a kind's first steps, and without ``slow_steps`` the traced
+repeat's steps after the window run untraced, which puts the run's median below the traced steps'.
 
 The window talks to the engine only through ``start_trace``/``stop_trace`` between steps (and
 ``has_unfinished`` once the run is over); each recorded chunk is one trace file per rank,
@@ -84,7 +91,7 @@ class ProfileWindow:
         self.window_done = False
         self.closed = False
         self._open: int | None = None  # index in ``calls`` where the open chunk starts
-        self._seen: dict[str, list[tuple[float, int]]] = {}  # (duration, tokens) of every step, by kind
+        self._seen: dict[str, list[tuple[float, int]]] = {}  # (duration, tokens) of the traced steps, by kind
         self._armed = not reference_repeat  # whether the window may open (the reference repeat is over)
         self.repeat_traced = False  # whether the profiler ran during the repeat under way
         self.reference: dict[str, list[float]] = {}  # engine step times of the untraced steps before it
@@ -113,7 +120,7 @@ class ProfileWindow:
         self.repeat_traced = self.repeat_traced or self._open is not None
 
     def after_step(self, engine: Any, stats: Any, call_time: float) -> None:
-        if stats.kind != "idle":
+        if stats.kind != "idle" and self._open is not None:  # delivered while the profiler recorded
             tokens = stats.num_prefill_tokens + stats.num_decode_tokens
             self._seen.setdefault(stats.kind, []).append((stats.duration, tokens))
         if self._open is None:
@@ -167,7 +174,7 @@ class ProfileWindow:
             self.window_done = enough or recorded >= WINDOW_CAP * self.steps_per_kind
 
     def _slow(self, stats: Any, first_of_chunk: bool) -> dict[str, Any]:
-        """Whether a step is slow against the running median of its kind, and why."""
+        """Whether a step is slow against the running median of the traced steps of its kind, and why."""
         seen = self._seen.get(stats.kind, [])
         if stats.kind == "idle" or len(seen) < MIN_STEPS_OF_KIND:
             return {"slow": False, "causes": []}
@@ -201,9 +208,11 @@ class ProfileWindow:
             return
         steps = [c["step"] for c in members if c["step"] is not None]
         name = f"trace-steps{min(steps)}-{max(steps)}-rank{{rank}}.json.gz"
-        with held_interrupts():  # a trace cut short is no trace: an interrupt waits for it to be written
+        # A trace cut short is no trace: an interrupt waits for it to be written, and for the chunk to be
+        # recorded (a trace on disk that the record does not name is lost to the profile).
+        with held_interrupts():
             engine.stop_trace(str(self.folder / name))
-        self.chunks.append({"file": name, "calls": [c["call"] for c in members]})
+            self.chunks.append({"file": name, "calls": [c["call"] for c in members]})
 
     def end_of_run(self, engine: Any) -> None:
         """The sweep point is over (or was interrupted): write what is open, record nothing more; the end
