@@ -65,58 +65,51 @@ def test_a_run_with_some_requests_served_exits_zero(tmp_path):
     assert res.exit_code == 0 and "1 of 4 requests failed" in " ".join(res.output.split()), res.output
 
 
+def _base_and_new(tmp_path, patch: dict, **new_stub) -> tuple[str, str, int]:
+    """BASE served by a stub that answers every request, NEW by one told ``new_stub`` (failures, short
+    outputs): their run folders, and NEW's run's exit status."""
+    codes = []
+    for side, stub_args in (("a", {}), ("b", new_stub)):
+        with Stub(**stub_args) as stub:
+            args = ["run", _scenario(tmp_path, stub.url, "s", **patch), "--out", str(tmp_path / side)]
+            codes.append(CliRunner().invoke(app, args).exit_code)
+    assert codes[0] == 0, "BASE's run failed"
+    (a,), _ = find_runs([tmp_path / "a"])
+    (b,), _ = find_runs([tmp_path / "b"])
+    return str(a.path), str(b.path), codes[1]
+
+
+def _compare(base: str, new: str):
+    res = CliRunner().invoke(app, ["compare", base, new], env={"COLUMNS": "200"})
+    return res, " ".join(res.output.split())
+
+
 def test_compare_fails_when_new_lost_requests_that_base_served(tmp_path):
-    runner = CliRunner()
     repeats = {"repeats": 3, "warmup": 0, "workload": {**SCENARIO["workload"], "num_requests": 8}}
-    with Stub() as stub:
-        base = runner.invoke(
-            app, ["run", _scenario(tmp_path, stub.url, "base", **repeats), "--out", str(tmp_path / "a")]
-        )
-    assert base.exit_code == 0, base.output
     # NEW: three requests of each repeat of eight fail, three stop short; the rest are served as fast as
     # BASE's. 9 of 24 against 0 of 24 is p = 0.5^9 = 0.002, below the gate's 0.05 / 6 (four metrics and two
     # kinds of lost request); one per repeat (3 of 12, p = 0.125) would be within chance.
     failed = {i + r: "500" for r in (0, 8, 16) for i in (1, 3, 5)}
     short = {i + r: 3 for r in (0, 8, 16) for i in (2, 4, 6)}
-    with Stub(fail=failed, short=short) as stub:
-        new = runner.invoke(
-            app, ["run", _scenario(tmp_path, stub.url, "base", **repeats), "--out", str(tmp_path / "b")]
-        )
-    assert new.exit_code == 0, new.output
-    (a,), _ = find_runs([tmp_path / "a"])
-    (b,), _ = find_runs([tmp_path / "b"])
-    res = runner.invoke(app, ["compare", str(a.path), str(b.path)], env={"COLUMNS": "200"})
-    said = " ".join(res.output.split())
+    a, b, new_exit = _base_and_new(tmp_path, repeats, fail=failed, short=short)
+    assert new_exit == 0
+    res, said = _compare(a, b)
     assert res.exit_code == 1, res.output
     assert "NEW failed 9 of 24 requests (BASE 0 of 24; p = 0.002 < 0.0083, one-sided exact binomial" in said
     assert "NEW's outputs were not the length asked for in 9 of 24 requests (BASE 0 of 24; p = 0.002" in said
     assert "6 comparisons (2 of them whether NEW lost more requests, each at p < 0.0083)" in said
     # the other way round NEW lost fewer than BASE: nothing of the kind is held against it
-    back = " ".join(
-        runner.invoke(app, ["compare", str(b.path), str(a.path)], env={"COLUMNS": "200"}).output.split()
-    )
+    _, back = _compare(b, a)
     assert "NEW failed" not in back and "NEW's outputs" not in back, back
 
 
 def test_compare_fails_when_new_failed_every_request(tmp_path):
     # no latency on NEW's side to hold against BASE's: the lost requests alone are the regression (exit 1),
     # not "nothing was compared" (exit 2, which a gate may read as misconfigured and skip)
-    runner = CliRunner()
     repeats = {"repeats": 3, "warmup": 0, "workload": {**SCENARIO["workload"], "num_requests": 4}}
-    with Stub() as stub:
-        base = runner.invoke(
-            app, ["run", _scenario(tmp_path, stub.url, "s", **repeats), "--out", str(tmp_path / "a")]
-        )
-    assert base.exit_code == 0, base.output
-    with Stub(fail=dict.fromkeys(range(12), "500")) as stub:
-        new = runner.invoke(
-            app, ["run", _scenario(tmp_path, stub.url, "s", **repeats), "--out", str(tmp_path / "b")]
-        )
-    assert new.exit_code == 1, new.output
-    (a,), _ = find_runs([tmp_path / "a"])
-    (b,), _ = find_runs([tmp_path / "b"])
-    res = runner.invoke(app, ["compare", str(a.path), str(b.path)], env={"COLUMNS": "200"})
-    said = " ".join(res.output.split())
+    a, b, new_exit = _base_and_new(tmp_path, repeats, fail=dict.fromkeys(range(12), "500"))
+    assert new_exit == 1
+    res, said = _compare(a, b)
     assert res.exit_code == 1 and "Traceback" not in said, said
     assert "NEW failed 12 of 12 requests (BASE 0 of 12" in said and "are the regression" in said
 
@@ -124,19 +117,9 @@ def test_compare_fails_when_new_failed_every_request(tmp_path):
 def test_compare_fails_a_small_new_run_that_served_nothing(tmp_path):
     # one repeat of four: 4 of 4 failed against 0 of 4 is p = 0.06, within chance for a test of shares,
     # but a run that completed no request failed outright (exit 1, not "nothing was compared")
-    runner = CliRunner()
     small = {"repeats": 1, "warmup": 0, "workload": {**SCENARIO["workload"], "num_requests": 4}}
-    with Stub() as stub:
-        base = runner.invoke(
-            app, ["run", _scenario(tmp_path, stub.url, "s", **small), "--out", str(tmp_path / "a")]
-        )
-    with Stub(fail=dict.fromkeys(range(4), "500")) as stub:
-        runner.invoke(app, ["run", _scenario(tmp_path, stub.url, "s", **small), "--out", str(tmp_path / "b")])
-    assert base.exit_code == 0, base.output
-    (a,), _ = find_runs([tmp_path / "a"])
-    (b,), _ = find_runs([tmp_path / "b"])
-    res = runner.invoke(app, ["compare", str(a.path), str(b.path)], env={"COLUMNS": "200"})
-    said = " ".join(res.output.split())
+    a, b, _ = _base_and_new(tmp_path, small, fail=dict.fromkeys(range(4), "500"))
+    res, said = _compare(a, b)
     assert (
         res.exit_code == 1 and "NEW completed no request at" in said and "where BASE completed some" in said
     )
