@@ -245,3 +245,18 @@ def test_the_errors_the_api_raises_are_importable_from_the_package():
     )
     with pytest.raises(ConfigError, match="block_size"):
         LLM("qwen3-tiny", device="cpu", block_size=0)
+
+
+def test_a_folder_may_be_a_path_and_score_takes_ids_only(tmp_path):
+    from pathlib import Path
+
+    from llmbench.engine.llm_engine import RequestError
+
+    from tiny_models import make_tiny
+
+    folder = tmp_path / "m"
+    make_tiny("qwen3", folder)
+    with LLM(Path(folder), device="cpu") as llm:
+        assert llm.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=2))[0].token_ids
+        with pytest.raises(RequestError, match=r"prompt 0 is 'Hello': score takes token ids"):
+            llm.score(["Hello"], [" world"])

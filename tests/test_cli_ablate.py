@@ -574,3 +574,12 @@ def test_a_child_that_finished_its_run_before_the_timeout_stopped_it_is_kept_who
     _, record = fake_ablation(tmp_path / "b", monkeypatch, Stopped(), repeats=1, timeout_s=5)
     assert [v["status"] for v in record["variants"]] == ["failed", "failed"]
     assert "timed out after 5 s" in record["variants"][0]["error"]
+
+
+def test_a_failed_variant_is_summed_up_by_its_error_not_a_warning_before_it():
+    from llmbench.bench.errors import error_headline
+
+    said = "warning: the machine was busy when the run started\nerror: a float8 tensor cannot stand for a weight\n"
+    assert error_headline(said) == "a float8 tensor cannot stand for a weight"
+    assert error_headline("Traceback ...\nValueError: bad shape") == "ValueError: bad shape"  # no error: line
+    assert error_headline("") == "unknown error"

@@ -779,7 +779,11 @@ def test_an_ablation_whose_variants_all_failed_says_what_its_record_says(tmp_pat
             "status": "failed",
             "error": "timed out after 1 s (--timeout); the run was stopped",
         },
-        {"name": "x=1", "status": "failed", "error": "the engine said no\nand more"},
+        {
+            "name": "x=1",
+            "status": "failed",
+            "error": "warning: the machine was busy\nerror: the engine said no",
+        },
     ]
     (folder / "ablation.json").write_text(json.dumps({"baseline": "baseline", "variants": variants}))
     res = invoke("report", folder)

@@ -143,6 +143,13 @@ CASES: list[tuple[str, str, Callable[[Path], object], str]] = [
         "{m}/config.json: Unsupported rope type: 'yarn'. Supported: ['default', 'llama3']",
     ),
     (
+        "quantized weights",  # a quantized release's tensors are no float weights: refused with the config
+        "qwen3",
+        lambda m: edit_config(m, lambda c: c.update(quantization_config={"quant_method": "fp8"})),
+        "{m}/config.json: quantization_config (quant_method 'fp8') describes quantized weights: llmbench runs "
+        "float checkpoints (float32, float16, bfloat16) only; use the model's unquantized release",
+    ),
+    (
         "unsupported activation",  # it would run SiLU and differ from the checkpoint's own model
         "qwen3",
         lambda m: edit_config(m, lambda c: c.update(hidden_act="gelu")),
@@ -296,8 +303,7 @@ def test_the_api_raises_a_model_error_naming_the_file(broken):
     assert str(info.value) == message
 
 
-def test_the_cli_prints_one_line_and_exits_2(broken, tmp_path):
-    folder, message = broken
+def write_scenario(folder: Path, tmp_path: Path) -> Path:
     scenario = tmp_path / "s.yaml"
     scenario.write_text(
         yaml.safe_dump(
@@ -310,10 +316,25 @@ def test_the_cli_prints_one_line_and_exits_2(broken, tmp_path):
             }
         )
     )
+    return scenario
+
+
+def test_the_cli_prints_one_line_and_exits_2(broken, tmp_path):
+    folder, message = broken
+    scenario = write_scenario(folder, tmp_path)
     res = CliRunner().invoke(app, ["run", str(scenario), "--out", str(tmp_path / "r"), "-q"])
     assert res.exit_code == 2, res.output
     assert res.stderr == f"error: {message}\n"
     assert not list((tmp_path / "r").rglob("summary.json"))
+
+
+def test_a_dry_run_refuses_it_with_the_same_message_before_any_cost(broken, tmp_path):
+    """Every broken folder above, the checkpoint's tensors included (names, shapes, dtypes: read from the
+    safetensors headers), is refused by `run --dry-run`, which builds no engine and reads no weight."""
+    folder, message = broken
+    res = CliRunner().invoke(app, ["run", str(write_scenario(folder, tmp_path)), "--dry-run"])
+    assert res.exit_code == 2, res.output
+    assert res.stderr == f"error: {message}\n"
 
 
 @pytest.mark.slow
@@ -358,14 +379,17 @@ def test_a_config_without_architectures_takes_the_class_its_model_type_names(arc
     assert read_model_config(tmp_path) == named
 
 
-def test_a_tokenizer_transformers_cannot_load_is_a_model_error(qwen3, tmp_path):
+def test_a_tokenizer_transformers_cannot_load_refuses_text_and_runs_token_ids(qwen3, tmp_path):
     folder = tmp_path / "model"
     shutil.copytree(qwen3, folder)
     (folder / "tokenizer.json").write_text("{oops")
+    llm = LLM(str(folder), device="cpu", num_kv_blocks=16)
+    out = llm.generate([[1, 2, 3]], SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True))
+    assert len(out[0].token_ids) == 3
     with pytest.raises(
         ModelError, match=r"^.*/model: its tokenizer \(tokenizer\.json\) cannot be loaded by transformers: "
     ):
-        LLM(str(folder), device="cpu", num_kv_blocks=16)
+        llm.generate(["hello"], SamplingParams(max_tokens=2))
 
 
 def test_a_vocabulary_too_small_for_bytes_takes_token_ids_and_refuses_text(tmp_path):
@@ -380,8 +404,8 @@ def test_a_vocabulary_too_small_for_bytes_takes_token_ids_and_refuses_text(tmp_p
         llm.generate(["hello"], SamplingParams(max_tokens=2))
 
 
-def test_a_tokenizer_with_more_ids_than_the_model_is_a_model_error(tmp_path):
-    # its ids past the embedding would fail only when a prompt reaches them: refused when loaded
+def test_a_tokenizer_with_more_ids_than_the_model_refuses_text(tmp_path):
+    # its ids past the embedding would fail only when a prompt reaches them: refused for any text prompt
     from tokenizers import Tokenizer, models, pre_tokenizers
 
     make_tiny("qwen3", tmp_path, vocab_size=300)
@@ -389,10 +413,11 @@ def test_a_tokenizer_with_more_ids_than_the_model_is_a_model_error(tmp_path):
     tok = Tokenizer(models.WordLevel(words, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.save(str(tmp_path / "tokenizer.json"))
+    llm = LLM(str(tmp_path), device="cpu", num_kv_blocks=16)
     with pytest.raises(
         ModelError, match=r"its tokenizer has 10\d\d ids but the model's vocabulary .* has 300"
     ):
-        LLM(str(tmp_path), device="cpu", num_kv_blocks=16)
+        llm.generate(["w1 w2"], SamplingParams(max_tokens=2))
 
 
 def hub_cache(root: Path, repo_id: str, model: Path) -> Path:
@@ -515,3 +540,26 @@ def test_an_unknown_model_is_a_model_error_not_an_engine_options_error(tmp_path)
     assert res.stderr.startswith(f"error: model {str(tmp_path / 'nope')!r}: no such folder")
     with pytest.raises(ConfigError):  # still what callers checking the engine's options catch
         LLM(str(tmp_path / "nope"), device="cpu")
+
+
+def test_a_llama3_rope_without_its_original_length_takes_the_models_as_transformers_does():
+    from llmbench.models.config import model_config_from_hf
+    from llmbench.models.loader import ARCHITECTURES
+
+    cfg = {
+        "architectures": ["LlamaForCausalLM"], "vocab_size": 64, "hidden_size": 32, "intermediate_size": 64,
+        "num_hidden_layers": 1, "num_attention_heads": 4, "max_position_embeddings": 512,
+        "rope_scaling": {"rope_type": "llama3", "factor": 8.0},
+    }  # fmt: skip
+    assert model_config_from_hf(cfg, ARCHITECTURES).rope.original_max_position_embeddings == 512
+
+
+def test_a_preset_name_that_is_also_a_folder_here_is_refused_as_ambiguous(tmp_path, monkeypatch):
+    from llmbench.models.registry import UnknownModelError, resolve_model
+
+    monkeypatch.chdir(tmp_path)
+    assert resolve_model("qwen3-tiny")[1] is None  # the preset
+    (tmp_path / "qwen3-tiny").mkdir()
+    (tmp_path / "qwen3-tiny" / "config.json").write_text("{}")
+    with pytest.raises(UnknownModelError, match=r"names both a preset .* write ./qwen3-tiny for the folder"):
+        resolve_model("qwen3-tiny")

@@ -12,6 +12,7 @@ import yaml
 
 from llmbench.bench.ablation.execute import ChildTimeout
 from llmbench.bench.ablation.plan import Variant
+from llmbench.bench.errors import error_headline
 from llmbench.bench.profile import execute
 from llmbench.bench.profile.execute import ProfileSettings, run_profile
 from llmbench.bench.scenario.loader import load_scenario
@@ -78,7 +79,7 @@ def test_a_failed_variants_error_is_the_childs_not_the_profilers_log(tmp_path, m
     assert outcome.status == "complete"  # one variant was profiled
     failed = outcome.variants[1]
     assert failed.status == "failed" and "USDT" not in failed.error
-    assert execute.error_headline(failed.error) == "the engine could not start: out of memory"
+    assert error_headline(failed.error) == "the engine could not start: out of memory"
 
 
 @pytest.mark.parametrize(
@@ -90,4 +91,4 @@ def test_a_failed_variants_error_is_the_childs_not_the_profilers_log(tmp_path, m
     ],
 )
 def test_the_headline_of_an_error_is_its_last_error_line(error, headline):
-    assert execute.error_headline(error) == headline
+    assert error_headline(error) == headline

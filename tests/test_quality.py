@@ -140,7 +140,11 @@ def test_the_report_view_has_a_row_per_variant_and_says_why_one_failed(tmp_path:
         "kl_p99": 0.05, "top1_agreement": 0.875, "greedy_identical": 2, "greedy_prompts": 3,
         "first_divergence_min": 7, "first_divergence_median": 7.0, "perplexity_baseline": 10.5, "perplexity": 10.75,
     }  # fmt: skip
-    failed = {"name": "tp=2", "status": "failed", "error": "the engine said no\nmore lines"}
+    failed = {
+        "name": "tp=2",
+        "status": "failed",
+        "error": "warning: a note before it\nerror: the engine said no",
+    }
     record = {"baseline": "baseline", "settings": {"prompts": 3, "tokens": 8}, "method": "m", "note": "N",
               "variants": [ok, failed]}  # fmt: skip
     (tmp_path / "quality.json").write_text(json.dumps(record))

@@ -203,6 +203,6 @@ def test_the_readme_toggle_table_lists_the_toggles():
     from pathlib import Path
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    table = readme.split("| toggle | on | off | auto |", 1)[1].split("\n\n", 1)[0]
+    table = readme.split("| toggle | on | off | default |", 1)[1].split("\n\n", 1)[0]
     listed = [line.split("`")[1] for line in table.splitlines() if line.startswith("| `")]
     assert listed == list(TOGGLES)

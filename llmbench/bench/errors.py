@@ -29,3 +29,12 @@ class RunFailed(BenchError):
     def __init__(self, message: str, run_dir: str | None = None) -> None:
         super().__init__(message)
         self.run_dir = run_dir
+
+
+def error_headline(error: str) -> str:
+    """One line of a child process's error (an ablation's or a profile's variant): its last ``error:`` line
+    (what the command itself said went wrong; a warning said before it is not the error), else its last
+    line (where an exception's message is)."""
+    lines = [ln.strip() for ln in error.splitlines() if ln.strip()]
+    said = [ln.removeprefix("error:").strip() for ln in lines if ln.startswith("error:")]
+    return (said or lines or ["unknown error"])[-1]

@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 
 from llmbench.bench.ablation.request import DEFAULT_MAX_REPEATS
-from llmbench.bench.errors import BenchError
+from llmbench.bench.errors import BenchError, error_headline
 from llmbench.bench.stats import MIN_VERDICT_REPEATS
 from llmbench.cli.common import OutOption, ProfileOption, SetOption, load_scenario_arg, profile_line
 from llmbench.cli.console import console, error, note, warning
@@ -191,7 +191,7 @@ def ablate(
             for view in section.views:
                 print_view(view, console)
     for s in failed:
-        first = (s.error or "").splitlines()[0] if s.error else "unknown error"
+        first = error_headline(s.error or "")
         error(f"variant {s.variant.name} failed: {first}")
     console.print(f"results: [bold]{escape(str(outcome.folder))}[/]", highlight=False, soft_wrap=True)
     if outcome.status == "interrupted":

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
-from llmbench.bench.errors import BenchError
+from llmbench.bench.errors import BenchError, error_headline
 from llmbench.bench.slow_steps import SLOW_FACTOR
 from llmbench.cli.ablate import DESIGN_HELP, Design
 from llmbench.cli.common import ProfileOption, SetOption, load_scenario_arg, profile_line
@@ -96,7 +96,6 @@ def profile(
     from llmbench.bench.profile.execute import (
         ProfileSettings,
         check_variants,
-        error_headline,
         new_folder,
         run_profile,
     )

@@ -16,6 +16,7 @@ Nothing here imports torch.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -240,9 +241,11 @@ class EngineConfig:
         _check_fields(self, ENGINE_CHECKS, "")
 
     @classmethod
-    def from_options(cls, model: str = "qwen3-tiny", **options: Any) -> EngineConfig:
+    def from_options(cls, model: str | os.PathLike[str] = "qwen3-tiny", **options: Any) -> EngineConfig:
         """The config of ``LLM(model, **options)``: every problem with the options in one ConfigError."""
         values, problems = check_options(options)
+        if isinstance(model, os.PathLike):  # a folder given as a Path
+            model = os.fspath(model)
         if not isinstance(model, str) or not model:
             problems.insert(0, OptionProblem("model", f"expected a preset name or a folder, got {model!r}"))
         if problems:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Sequence as Seq
 from typing import Any
 
@@ -33,7 +34,7 @@ class LLM:
     second one while the first is alive is an ``EngineConflictError``.
     """
 
-    def __init__(self, model: str = "qwen3-tiny", **options: Any) -> None:
+    def __init__(self, model: str | os.PathLike[str] = "qwen3-tiny", **options: Any) -> None:
         self.engine = LLMEngine(EngineConfig.from_options(model, **options))
 
     @property

@@ -41,6 +41,13 @@ def score(
 ) -> list[ScoreOutput]:
     from llmbench.engine.llm_engine import RequestError
 
+    for what, seqs in (("prompt", prompts), ("continuation", continuations)):
+        for i, ids in enumerate(seqs):
+            if isinstance(ids, str) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+                raise RequestError(
+                    f"{what} {i} is {ids!r}: score takes token ids, a list of lists of ints (encode text with "
+                    "llm.tokenizer.encode first)"
+                )
     if len(prompts) != len(continuations):
         raise ValueError(f"{len(prompts)} prompts for {len(continuations)} continuations")
     if engine.has_unfinished():

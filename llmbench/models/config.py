@@ -117,7 +117,13 @@ def _rope_from_hf(cfg: dict[str, Any], arch: str) -> RopeConfig:
             factor=_number(params, "factor", "llama3 rope scaling", integer=False),
             low_freq_factor=_number(params, "low_freq_factor", arch, 1.0, integer=False),
             high_freq_factor=_number(params, "high_freq_factor", arch, 4.0, integer=False),
-            original_max_position_embeddings=_number(params, "original_max_position_embeddings", arch, 8192),
+            # absent, transformers takes the model's own context length
+            original_max_position_embeddings=_number(
+                params,
+                "original_max_position_embeddings",
+                arch,
+                _number(cfg, "max_position_embeddings", arch, 4096),
+            ),
         )
     raise ModelConfigError(f"Unsupported rope type: {kind!r}. Supported: ['default', 'llama3']")
 
@@ -141,6 +147,12 @@ def model_config_from_hf(cfg: dict[str, Any], supported: dict[str, dict[str, boo
         raise ModelConfigError(f"Unsupported architecture: {named}. Supported: {sorted(supported)}")
     if cfg.get("use_sliding_window"):
         raise ModelConfigError("Sliding-window attention (use_sliding_window=true) is not supported")
+    if quant := cfg.get("quantization_config"):
+        method = quant.get("quant_method", "?") if isinstance(quant, dict) else quant
+        raise ModelConfigError(
+            f"quantization_config (quant_method {method!r}) describes quantized weights: llmbench runs float "
+            "checkpoints (float32, float16, bfloat16) only; use the model's unquantized release"
+        )
     act = cfg.get("hidden_act", "silu")
     if act not in ("silu", "swish"):  # (transformers takes "swish" for SiLU too)
         raise ModelConfigError(f"Unsupported hidden_act: {act!r} (the MLP's activation). Supported: ['silu']")

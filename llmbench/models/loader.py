@@ -6,7 +6,8 @@ folder unusable -- no config.json, one that is not JSON or lacks a field, an uns
 weights, a safetensors file that cannot be read, a shard index naming absent files, a missing tensor, an
 unexpected one, a shape that does not fit, a dtype that cannot stand for the parameter (an integer, bool or
 float8 tensor where a float weight goes) -- is a :class:`ModelError` naming the file (and the tensor).
-Float tensors are cast to the parameter's dtype (a float32 checkpoint runs in bfloat16).
+Float tensors are cast to the parameter's dtype (a float32 checkpoint runs in bfloat16). The same routing
+runs over the safetensors headers alone, before any cost (models/checkpoint_check.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,22 @@ from llmbench.models.registry import ARCHITECTURES
 
 class WeightLoadError(ModelError):
     """A checkpoint is unreadable or does not match the model built from its config."""
+
+
+class TensorMismatch(WeightLoadError):
+    """A checkpoint's tensors and the model's parameters disagree; ``kind`` ("shape", "missing" or
+    "unexpected"), ``names`` (the checkpoint's names) and ``shape`` (the checkpoint's, for "shape") let the
+    check before any cost say which config.json field is the likely cause."""
+
+    kind = ""
+    names: tuple[str, ...] = ()
+    shape: tuple[int, ...] = ()
+
+
+def _mismatch(message: str, kind: str, names: Iterable[str], shape: Iterable[int] = ()) -> TensorMismatch:
+    error = TensorMismatch(message)
+    error.kind, error.names, error.shape = kind, tuple(names), tuple(shape)
+    return error
 
 
 # Buffers some checkpoints carry that the engine recomputes.
@@ -103,7 +120,7 @@ def safetensors_files(folder: str | Path) -> list[Path]:
 
 
 @contextlib.contextmanager
-def _opened(file: Path) -> Iterator[Any]:
+def open_safetensors(file: Path) -> Iterator[Any]:
     """A safetensors file open for reading; a file that cannot be read, at its header or at a tensor, is a
     WeightLoadError naming it."""
     try:
@@ -119,17 +136,9 @@ def _opened(file: Path) -> Iterator[Any]:
 def iter_checkpoint(folder: str | Path) -> Iterator[tuple[str, str, torch.Tensor]]:
     """(tensor name, file path, tensor) for every tensor of a safetensors checkpoint."""
     for file in safetensors_files(folder):
-        with _opened(file) as f:
+        with open_safetensors(file) as f:
             for key in f.keys():
                 yield key, str(file), f.get_tensor(key)
-
-
-def check_checkpoint(folder: str | Path) -> None:
-    """Every file of a checkpoint opens and lists its tensors (its header only, no tensor is read): a missing,
-    truncated or corrupt file is a WeightLoadError before anything is built from it."""
-    for file in safetensors_files(folder):
-        with _opened(file) as f:
-            f.keys()
 
 
 def _checkpoint_names(param: str, shards: set[object], packed: dict[str, tuple[str, object]]) -> list[str]:
@@ -172,18 +181,23 @@ def load_weights(model: nn.Module, tensors: Iterable[tuple[str, str, torch.Tenso
                 target, shard_id = key.replace(f".{frag}.", f".{fused}."), sid
                 break
         if target not in params:
-            raise WeightLoadError(f"{where}: unexpected tensor {key!r}: {arch} has no such parameter")
+            raise _mismatch(
+                f"{where}: unexpected tensor {key!r}: {arch} has no such parameter", "unexpected", [key]
+            )
         param = params[target]
         _check_dtype(tensor, param, where, key, target)
         try:
             loader = getattr(param, "weight_loader", _default_loader)
             loader(param, tensor.to(param.dtype), shard_id)
         except ValueError as e:
-            raise WeightLoadError(f"{where}: tensor {key!r}: {e}") from None
+            raise _mismatch(f"{where}: tensor {key!r}: {e}", "shape", [key], tensor.shape) from None
         except (RuntimeError, IndexError):  # a rank's slice of a tensor too small to hold it
-            raise WeightLoadError(
+            raise _mismatch(
                 f"{where}: tensor {key!r}: shape {tuple(tensor.shape)} does not fit the parameter "
-                f"{target} ({tuple(param.shape)} on this rank)"
+                f"{target} ({tuple(param.shape)} on this rank)",
+                "shape",
+                [key],
+                tensor.shape,
             ) from None
         seen[target].add(shard_id)
 
@@ -197,8 +211,10 @@ def load_weights(model: nn.Module, tensors: Iterable[tuple[str, str, torch.Tenso
         one = next(iter(files)) if len(files) == 1 else ""
         where = one if one.endswith(".safetensors") else source  # one file, or the folder of shards
         more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
-        raise WeightLoadError(
-            f"{where}: the checkpoint lacks tensor(s) {', '.join(missing[:8])}{more}, which {arch} needs"
+        raise _mismatch(
+            f"{where}: the checkpoint lacks tensor(s) {', '.join(missing[:8])}{more}, which {arch} needs",
+            "missing",
+            missing,
         )
 
 

@@ -117,6 +117,12 @@ def resolve_model(model: str) -> tuple[ModelConfig, Path | None]:
     """A preset's config (and None), or the config.json of a folder or of a cached hub repository's
     snapshot (and that folder)."""
     if model in PRESETS:
+        if (Path(model) / "config.json").is_file():  # a download into ./<name>: the same name, two models
+            raise UnknownModelError(
+                f"model {model!r} names both a preset (its shapes with random weights) and the folder "
+                f"./{model} here: write ./{model} for the folder's weights, or run from another folder for "
+                "the preset"
+            )
         return PRESETS[model].config, None
     folder = Path(model).expanduser()
     if not folder.exists() and HUB_ID.fullmatch(model):
@@ -142,13 +148,15 @@ def resolve_model(model: str) -> tuple[ModelConfig, Path | None]:
 
 
 def check_model_files(model: str) -> None:
-    """A model folder's checkpoint opens (every file's header; nothing of a preset to check): what is cheap
-    to know of its weights before an engine is built, for the checks made before any cost."""
-    from llmbench.models.loader import check_checkpoint  # (the loader imports ARCHITECTURES from here)
+    """A model folder's checkpoint fits the model its config.json describes, from every file's header
+    (names, shapes, dtypes; nothing of a preset to check): what is cheap to know of its weights before an
+    engine is built, for the checks made before any cost (models/checkpoint_check.py)."""
+    # (imported here: the loader imports ARCHITECTURES from this module)
+    from llmbench.models.checkpoint_check import check_checkpoint
 
-    _, folder = resolve_model(model)
+    config, folder = resolve_model(model)
     if folder is not None:
-        check_checkpoint(folder)
+        check_checkpoint(folder, config)
 
 
 def build_model(cfg: ModelConfig, opts: BuildOptions) -> nn.Module:

@@ -17,10 +17,14 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
 
 class Tokenizer(Protocol):
+    """``encode`` a prompt as transformers, vLLM and SGLang do by default: with the tokenizer's special
+    tokens (a Llama tokenizer's BOS); ``special=False`` for a piece of text in the middle of a sequence
+    (an output's text, counted again)."""
+
     eos_token_id: int | None
     vocab_size: int
 
-    def encode(self, text: str) -> list[int]: ...
+    def encode(self, text: str, special: bool = True) -> list[int]: ...
 
     def decode(self, ids: list[int]) -> str: ...
 
@@ -35,8 +39,8 @@ class ByteTokenizer:
         self.vocab_size = vocab_size
         self.eos_token_id: int | None = self.EOS
 
-    def encode(self, text: str) -> list[int]:
-        return list(text.encode("utf-8"))
+    def encode(self, text: str, special: bool = True) -> list[int]:
+        return list(text.encode("utf-8"))  # no BOS: the byte-level tokenizer of presets adds none
 
     def decode(self, ids: list[int]) -> str:
         # Ids beyond the byte range (random-weight models emit them) show as U+FFFD.
@@ -53,7 +57,7 @@ class IdsOnly:
         self.eos_token_id: int | None = None
         self._reason = reason
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, special: bool = True) -> list[int]:
         raise ModelError(self._reason)
 
     def decode(self, ids: list[int]) -> str:
@@ -89,8 +93,8 @@ class HFTokenizer:
         self.eos_token_id = self._tok.eos_token_id
         self.vocab_size = len(self._tok)
 
-    def encode(self, text: str) -> list[int]:
-        return list(self._tok.encode(text, add_special_tokens=False))
+    def encode(self, text: str, special: bool = True) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=special))
 
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode(ids, skip_special_tokens=False)

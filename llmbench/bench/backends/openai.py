@@ -50,7 +50,7 @@ class _NoTokenizer:
 
     eos_token_id = None
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, special: bool = True) -> list[int]:
         raise BenchError("text prompts need the served model's tokenizer: set model to its local folder")
 
     def decode(self, ids: list[int]) -> str:
@@ -64,7 +64,7 @@ def _text_counter(tokenizer: Any) -> Callable[[str], int] | None:
 
     if not isinstance(tokenizer, HFTokenizer):
         return None
-    return lambda text: len(tokenizer.encode(text))
+    return lambda text: len(tokenizer.encode(text, special=False))  # an output's text: no BOS of its own
 
 
 def endpoints(url: str) -> tuple[Endpoint, Endpoint]:

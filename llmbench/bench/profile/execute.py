@@ -104,14 +104,6 @@ def variant_error(stderr: str) -> str:
     return child_error("\n".join(ln for ln in stderr.splitlines() if not _PROFILER_LOG.match(ln)))
 
 
-def error_headline(error: str) -> str:
-    """One line of a variant's error: the child's last ``error:`` line (what the command itself said went
-    wrong), else its last line (where an exception's message is)."""
-    lines = [ln.strip() for ln in error.splitlines() if ln.strip()]
-    said = [ln.removeprefix("error:").strip() for ln in lines if ln.startswith("error:")]
-    return (said or lines or ["unknown error"])[-1]
-
-
 def _read_profile(folder: Path) -> dict[str, Any] | None:
     try:
         return json.loads((folder / "profile.json").read_text())

@@ -27,10 +27,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from llmbench.bench.errors import error_headline
 from llmbench.bench.metrics import METRICS, REQUEST_LEVEL
 from llmbench.bench.report import tables, warning_flags
 from llmbench.bench.report.copies import Copies, home, written_where_made
-from llmbench.bench.report.kept import first_line, read_object, sound_run
+from llmbench.bench.report.kept import is_text, read_object, sound_run
 from llmbench.bench.store import NO_RUN, Problem, Run, find_runs
 from llmbench.bench.summary import interval, whole_repeats
 
@@ -214,6 +215,11 @@ def damaged_tables(groups: list[Group]) -> list[Problem]:
     return out
 
 
+def _headline(error: object) -> str:
+    """One line of a variant's recorded error (``error_headline``); "failed" where none is recorded."""
+    return error_headline(error) if is_text(error) and error.strip() else "failed"
+
+
 def untraced(run: Run, point: int, repeats: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A point's repeats less those the profiler ran in (``llmbench profile``'s traced repeat, which runs
     slower by the profiler's cost: its times are no run's). Runs written before repeats said so: a run
@@ -251,7 +257,7 @@ def _ablation_outcome(path: Path) -> str:
     variants = [v for v in record.get("variants") or [] if isinstance(v, dict)]
     failed = [v for v in variants if v.get("status") == "failed"]
     if variants and len(failed) == len(variants):
-        errors = "; ".join(f"{v.get('name', '?')}: {first_line(v.get('error'), 'failed')}" for v in failed)
+        errors = "; ".join(f"{v.get('name', '?')}: {_headline(v.get('error'))}" for v in failed)
         return f"every variant failed or timed out: {errors}"
     status = record.get("status")
     if status == "running":

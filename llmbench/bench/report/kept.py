@@ -217,11 +217,6 @@ def sound_run(run: Run) -> tuple[Run | None, Problem | None]:
     return run, Problem(run.path, f"values of the wrong type read as missing (–): {listed}{more}")
 
 
-def first_line(value: Any, default: str = "") -> str:
-    """The first line of a recorded message (an error), or ``default`` when there is none."""
-    return value.splitlines()[0] if isinstance(value, str) and value.strip() else default
-
-
 def finite(value: Any) -> float:
     """A recorded number, NaN when it is missing or of the wrong type."""
     v = number(value)

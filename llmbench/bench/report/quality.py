@@ -11,9 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from llmbench.bench.errors import error_headline
 from llmbench.bench.report.format import DASH
 from llmbench.bench.report.frame import Group
-from llmbench.bench.report.kept import first_line, is_int, is_number, is_text, number, read_object, show
+from llmbench.bench.report.kept import is_int, is_number, is_text, number, read_object, show
 from llmbench.bench.report.views import View
 
 QUALITY_FILE = "quality.json"
@@ -129,7 +130,10 @@ def quality_views(scenario: str, groups: list[Group]) -> list[View]:
             rows.append([name, "not measured: the quality run was stopped first", "", "", "", "", ""])
             continue
         if entry.get("status") != "ok":
-            rows.append([name, f"failed: {first_line(entry.get('error'), 'failed')}", "", "", "", "", ""])
+            error = entry.get("error")
+            rows.append(
+                [name, f"failed: {error_headline(error) if is_text(error) else 'failed'}", "", "", "", "", ""]
+            )
             continue
         low, high = _pair(entry.get("kl_mean_ci")) or (None, None)
         ppl = DASH

@@ -6,7 +6,7 @@ JSON array (``reading.py``). Each reader returns :class:`RequestSpec`s in file o
 prompts where ``num_requests`` asks for one; a trace's first rows); a malformed file is a
 :class:`WorkloadError` naming the file, the line (or record) and what was expected. Token ids given in a
 prompt file are checked against the model's vocabulary, and text prompts against a model folder's
-tokenizer files (``check_prompt_file`` does both before the backend starts).
+tokenizer (its files exist and load: ``check_prompt_file`` does both before the backend starts).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from llmbench.bench.workload.lengths import sample_lengths
 from llmbench.bench.workload.reading import JSON_SUFFIXES, choose, read_records, read_text
 from llmbench.bench.workload.sharegpt import conversations
 from llmbench.bench.workload.spec import Built, Encoder, Fits, RequestSpec, require_fit
-from llmbench.models.tokenizer import has_tokenizer_files, text_needs_tokenizer
+from llmbench.models.errors import ModelError
+from llmbench.models.tokenizer import has_tokenizer_files, load_tokenizer, text_needs_tokenizer
 
 
 def _positive_int(value: Any, where: str, what: str) -> int:
@@ -80,23 +81,33 @@ def _prompt_records(path: Path, vocab_size: int) -> list[_Prompt]:
     return prompts
 
 
-def _folder_without_tokenizer(model: str) -> Path | None:
-    """The model's folder when it has no tokenizer files (a preset, or a model the backend names
-    otherwise, gives None: the byte-level tokenizer, or the backend, decides)."""
+def _tokenizer_problem(model: str, vocab_size: int) -> str | None:
+    """Why the model cannot encode a text prompt: its folder has no tokenizer files, or its tokenizer cannot
+    be loaded (loaded here as the backend will load it; a token-id run never needs it). None for a preset,
+    or a model the backend names otherwise: the byte-level tokenizer, or the backend, decides."""
     from llmbench.models.registry import UnknownModelError, resolve_model
 
     try:
         folder = resolve_model(model)[1]
     except UnknownModelError:  # a served model only a remote server knows: its backend says what it needs
         return None
-    return folder if folder is not None and not has_tokenizer_files(folder) else None
+    if folder is None:
+        return None
+    if not has_tokenizer_files(folder):
+        return text_needs_tokenizer(folder)
+    try:
+        load_tokenizer(folder, vocab_size)
+    except ModelError as exc:
+        return f"a text prompt needs the model's tokenizer: {exc}"
+    return None
 
 
 def check_prompt_file(workload: Workload, vocab_size: int, model: str | None = None) -> None:
     """Read a workload's file (prompts, ShareGPT, trace) and check it as its reader will, without a
     tokenizer: token ids against the vocabulary and, given the ``model``, that no text prompt (a prompt
-    file's text, every ShareGPT prompt) meets a model folder without tokenizer files. The runner calls it
-    before the backend starts, so a bad file is an error before any cost."""
+    file's text, every ShareGPT prompt) meets a model folder without tokenizer files or whose tokenizer
+    cannot be loaded. The runner calls it before the backend starts, so a bad file is an error before any
+    cost."""
     text_at = None  # where the first text prompt is
     if workload.source == "trace":
         _trace_rows(workload)
@@ -106,9 +117,9 @@ def check_prompt_file(workload: Workload, vocab_size: int, model: str | None = N
     elif workload.source == "sharegpt":
         conversations(Path(workload.path))
         text_at = f"{workload.path} (ShareGPT prompts are text)"
-    folder = _folder_without_tokenizer(model) if text_at is not None and model is not None else None
-    if folder is not None:
-        raise WorkloadError(f"{text_at}: {text_needs_tokenizer(folder)}")
+    problem = _tokenizer_problem(model, vocab_size) if text_at is not None and model is not None else None
+    if problem is not None:
+        raise WorkloadError(f"{text_at}: {problem}")
 
 
 def prompt_file_requests(

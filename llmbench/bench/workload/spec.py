@@ -34,7 +34,7 @@ class Built(NamedTuple):
 
 
 class Encoder(Protocol):
-    def encode(self, text: str) -> list[int]: ...
+    def encode(self, text: str, special: bool = True) -> list[int]: ...  # models/tokenizer.py's
 
 
 # (prompt tokens, output tokens) -> why the backend cannot take such a request; None when it can.
