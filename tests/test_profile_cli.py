@@ -139,22 +139,19 @@ def test_ctrl_c_keeps_what_was_recorded_marked_incomplete(tmp_path):
 
 
 def test_a_variant_that_cannot_start_shows_its_own_error(tmp_path):
-    # A model whose weights do not fit it (a tensor of the wrong shape: found only as the weights load)
-    # fails at start-up, before any step: the profile must show that error (as run and ablate do), not
-    # one of writing a profile of steps that were never recorded.
-    import torch
-    from safetensors.torch import load_file, save_file
+    # A model whose weights cannot serve it in a way only their values show (config.json says the output
+    # head is the embedding, the checkpoint's own head differs) fails at start-up, before any step: the
+    # profile must show that error (as run and ablate do), not one of writing a profile of steps that were
+    # never recorded. (What the files' headers show is refused before any variant starts.)
+    import json
 
     from tiny_models import make_tiny
 
     folder = tmp_path / "model"
-    make_tiny("qwen3", folder)
-    weights = folder / "model.safetensors"
-    tensors = load_file(str(weights))
-    key = next(k for k in tensors if k.endswith("q_proj.weight"))
-    tensors[key] = torch.zeros(3, 3)
-    save_file(tensors, str(weights), metadata={"format": "pt"})
+    make_tiny("qwen3", folder)  # untied: its own lm_head.weight
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": True}))
     res = invoke("profile", scenario(tmp_path, model=str(folder)), "--steps", "4", "--out", tmp_path / "r")
     said = " ".join(res.output.split())
     assert res.exit_code == 1, res.output
-    assert key in said and "shape" in said and "profile.json" not in said, said
+    assert "tie_word_embeddings" in said and "profile.json" not in said, said
