@@ -572,3 +572,13 @@ def test_options_of_a_backend_that_does_not_serve_the_run_are_a_run_warning(tmp_
     text = "backend_options.transformers set, but backend 'engine' serves the run: it changes nothing here"
     assert text in " ".join(res.stderr.split())
     assert any(text in w for w in only_run(tmp_path / "r").summary["warnings"])
+
+
+def test_a_telemetry_period_with_telemetry_off_is_a_run_warning(tmp_path):
+    path = scenario(tmp_path, workload={"num_requests": 2, "input_len": 8, "output_len": 2}, warmup=0)
+    sets = ["--set", "telemetry.enabled=false", "--set", "telemetry.period_ms=500"]
+    res = invoke("run", path, "--out", tmp_path / "r", *sets)
+    assert res.exit_code == 0, res.output
+    assert "telemetry.period_ms=500 set, but telemetry.enabled is false" in " ".join(res.stderr.split())
+    res = invoke("run", path, "--out", tmp_path / "s", "--set", "telemetry={enabled: false}")
+    assert res.exit_code == 0 and "telemetry.period_ms" not in res.stderr  # no period given: nothing to say

@@ -13,7 +13,8 @@ from llmbench.engine.sampling_params import GREEDY_BELOW, greedy_ignores
 def idle_settings(resolved: ResolvedScenario, config: object | None, in_ablation: bool) -> list[str]:
     """The warnings: prompts past the step budget without chunked prefill (``config``: the engine's resolved
     options, None for a peer backend), sampling settings a greedy draw ignores, options of a backend that
-    does not serve the run (an ablation's variants share the scenario's options for every backend)."""
+    does not serve the run (an ablation's variants share the scenario's options for every backend), a
+    telemetry period with telemetry off."""
     scenario = resolved.scenario
     out = []
     longest = longest_request(resolved)
@@ -31,5 +32,9 @@ def idle_settings(resolved: ResolvedScenario, config: object | None, in_ablation
         out.append(
             f"backend_options.{', backend_options.'.join(unused)} set, but backend {scenario.backends[0]!r} "
             f"serves the run: {'they change' if len(unused) > 1 else 'it changes'} nothing here"
+        )
+    if not scenario.telemetry.enabled and "period_ms" in scenario.telemetry.model_fields_set:
+        out.append(
+            f"telemetry.period_ms={scenario.telemetry.period_ms:g} set, but telemetry.enabled is false: it changes nothing"
         )
     return out
