@@ -10,7 +10,8 @@ recorded in different folders (an ablation).
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple, TypeVar
 
 from llmbench.bench.derived import StepUtilisation, decode_batches, step_summary
 from llmbench.bench.driver import DriveResult
@@ -60,16 +61,18 @@ def interval(repeat_values: list[float | None]) -> dict[str, Any]:
     return {"value": ci.value, "ci_low": ci.low, "ci_high": ci.high, "ci": "repeats", "n": ci.n}
 
 
+T = TypeVar("T")
 STOPPED = ("interrupted", "failed")  # a repeat cut by an interrupt or a failure: a part of a measurement
 
 
-def whole_repeats(repeats: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def whole_repeats(repeats: list[T], status: Callable[[T], Any] = lambda e: e.get("status")) -> list[T]:
     """A point's repeat entries (summary.json's, each with its ``status``) less those an interrupt or a
     failure stopped part-way, when any repeat of the point ran to its end: a stopped repeat's rates and
     counts are those of a fraction of its workload, no measurement to average with whole ones. (A time
     limit, ``max_duration_s``, is the scenario's own bound: its repeats stay.) When none ran to its end,
-    the stopped ones are all the point has; the run is marked incomplete."""
-    whole = [e for e in repeats if e.get("status") not in STOPPED]
+    the stopped ones are all the point has; the run is marked incomplete. ``status`` reads an entry's
+    status (the run's own measurements are told apart the same way, by their drive's)."""
+    whole = [e for e in repeats if status(e) not in STOPPED]
     return whole or repeats
 
 
@@ -105,9 +108,8 @@ def build_summary(
         )
     for idx, members in groups.items():
         untraced = [i for i in members if not measured[i].traced]
-        if any(measured[i].drive.status not in STOPPED for i in untraced):
-            untraced = [i for i in untraced if measured[i].drive.status not in STOPPED]  # whole_repeats
-        points[idx]["metrics"] = point_summary([per_repeat[i] for i in untraced])
+        whole = whole_repeats(untraced, lambda i: measured[i].drive.status)
+        points[idx]["metrics"] = point_summary([per_repeat[i] for i in whole])
     return [points[k] for k in sorted(points)]
 
 

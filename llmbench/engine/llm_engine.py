@@ -27,10 +27,10 @@ from llmbench.engine.sampling_params import SamplingParams
 from llmbench.engine.scheduler import ScheduledBatch, Scheduler, step_kind
 from llmbench.engine.sequence import Sequence, SequenceStatus
 from llmbench.engine.step_inputs import BlockTables, StepArrays, build_step
-from llmbench.engine.tokenizing import engine_tokenizer
 from llmbench.engine.tp import LaunchedRanks, TPWorkers
 from llmbench.engine.work import step_work
 from llmbench.models.checkpoint_check import check_checkpoint, check_tied_head
+from llmbench.models.tokenizer import serving_tokenizer
 
 
 class RequestError(ValueError):
@@ -61,7 +61,7 @@ class LLMEngine:
         if folder is not None:  # a checkpoint that cannot load: refused before any rank or weight
             check_checkpoint(folder, model_config)
             check_tied_head(folder, model_config)
-        self.tokenizer = engine_tokenizer(folder, model_config.vocab_size, config.model)
+        self.tokenizer = serving_tokenizer(folder, model_config.vocab_size, config.model)
         if config.tp == 1:
             self.runner = ModelRunner(config, model_config, folder, max_len)
         else:

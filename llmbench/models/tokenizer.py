@@ -122,3 +122,13 @@ def load_tokenizer(folder: str | Path | None, vocab_size: int, model: str | None
     if folder is not None:
         return IdsOnly(vocab_size, text_needs_tokenizer(folder))
     return ByteTokenizer(vocab_size)
+
+
+def serving_tokenizer(folder: str | Path | None, vocab_size: int, model: str | None = None) -> Tokenizer:
+    """The engine's tokenizer: ``load_tokenizer``'s, or, where that cannot serve (a broken tokenizer.json,
+    one that needs sentencepiece or remote code, more ids than the model's vocabulary), ``IdsOnly`` carrying
+    its error: token-id prompts need no tokenizer and still run, a text prompt raises the error."""
+    try:
+        return load_tokenizer(folder, vocab_size, model)
+    except ModelError as error:
+        return IdsOnly(vocab_size, str(error))
