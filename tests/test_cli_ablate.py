@@ -308,6 +308,7 @@ def test_a_baseline_the_engine_rejects_is_a_clean_error(tmp_path):
 @pytest.mark.slow
 def test_a_run_past_the_timeout_is_stopped_and_keeps_what_it_measured(tmp_path, monkeypatch):
     from llmbench.bench.ablation import execute
+    from llmbench.bench.child_process import CHILD_GRACE_S
 
     path = tmp_path / "abl.yaml"
     # Far more work than fits in the limit (minutes of it): every run must be stopped.
@@ -328,7 +329,7 @@ def test_a_run_past_the_timeout_is_stopped_and_keeps_what_it_measured(tmp_path, 
     assert res.exit_code != 0
     assert "timed out after 12 s" in res.output
     # Each child is interrupted at the limit and killed if it outlives the grace period after it.
-    assert len(took) == 2 and all(t < 12 + execute.CHILD_GRACE_S for t in took), took
+    assert len(took) == 2 and all(t < 12 + CHILD_GRACE_S for t in took), took
     folder = ablation_folder(tmp_path / "r")
     record = json.loads((folder / "ablation.json").read_text())
     assert [v["status"] for v in record["variants"]] == ["failed", "failed"]

@@ -252,7 +252,7 @@ def test_a_repeat_an_interrupt_stopped_is_kept_but_left_out_of_the_figures(tmp_p
 
     monkeypatch.setattr(RichRunEvents, "progress", interrupt)
     path = scenario(tmp_path, workload={**TINY["workload"], "num_requests": 12, "output_len": 30}, warmup=0)
-    res = invoke("run", path, "--out", tmp_path / "r", "--set", "repeats=2")
+    res = invoke("run", path, "--out", tmp_path / "r", "--set", "repeats=2", "--one-process")
     assert res.exit_code == 130, res.output
     (folder,) = (tmp_path / "r" / "tiny").iterdir()
     point = load_run(folder).summary["points"][0]
@@ -411,9 +411,12 @@ def test_the_note_under_a_run_table_says_where_its_intervals_are():
     headers = [[c.header for c in summary_table(s).columns] for s in (one, two)]
     assert headers == [["metric", "value", "95% CI"], ["metric", "rate=1", "rate=2"]]
     assert ci_note(one).startswith("95% CI: Student-t interval of the mean over 2 repeats")
-    # the repeats share one process: the note says what their spread cannot hold, and where to get it
-    assert "all in this process" in ci_note(one) and "llmbench ablate" in ci_note(one)
-    assert "within this process" in ci_note(two)
+    # the repeats shared one process (--one-process): the note says what their spread cannot hold
+    assert "all in one process (--one-process)" in ci_note(one) and "process of its own" in ci_note(one)
+    assert "within one process" in ci_note(two)
+    own = {**one, "repeat_processes": "own"}  # each repeat in a process of its own: the note says so
+    assert "each in a process of its own" in ci_note(own) and "one process" not in ci_note(own)
+    assert "each in a process of its own" in ci_note({**two, "repeat_processes": "own"})
     assert "from 2 repeats it can be far too narrow" in ci_note(one)
     three = {"points": [{"label": "rate=1", "metrics": {"tpot_p50": {**metric, "n": 3}}}]}
     assert "too narrow" not in ci_note(three)

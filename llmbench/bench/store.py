@@ -185,6 +185,9 @@ class Run(NamedTuple):
 # Raise it when a field changes meaning or a reader would need to know of a new one. 2: ``peak_memory`` is
 # what one device held (format 1 summed the GPUs of a tensor-parallel group).
 RESULT_FORMAT = 2
+# summary.json's ``repeat_processes`` when each repeat ran in a process of its own (``repeat_processes.py``);
+# a run without it measured every repeat in its one process
+OWN_PROCESS = "own"
 
 
 def load_run(path: Path) -> Run:

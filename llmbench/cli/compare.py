@@ -307,12 +307,23 @@ def compare(
         of_lost = (
             f" ({kinds} of them whether NEW lost more requests, each at p < {alpha:.2g})" if kinds else ""
         )
+        shared = [
+            role
+            for role, groups in (("BASE", a), ("NEW", b))
+            if not all(g.own_processes for g in groups.values())
+        ]
+        holds = (
+            f"{' and '.join(shared)}'s repeats share one process (--one-process), so what differs between "
+            "processes or hours is not in its intervals"
+            if shared
+            else "each repeat ran in a process of its own, but what differs between two sittings (another "
+            "hour, a warmer GPU) is not in its intervals"
+        )
         note(
             f"{comparisons} comparisons{of_lost}, each interval at {confidence * 100:.3g}% so that together "
             "they hold 95%: two identical configurations fail this gate by chance in at most 5% of gates, "
-            "where the runs differ by their repeats' noise alone (each run's repeats share one process, so "
-            "what differs between processes or hours is not in its intervals: interleave with `llmbench "
-            "ablate` to cover it)"
+            f"where the runs differ by their repeats' noise alone ({holds}: interleave with `llmbench ablate` "
+            "to cover it)"
         )
     if regressions > len(lost):
         error(

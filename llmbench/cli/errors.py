@@ -69,7 +69,7 @@ def handle_errors(fn: F) -> F:
             raise
         except RunFailed as exc:
             error(str(exc))
-            raise typer.Exit(EXIT_FAILED) from None
+            raise typer.Exit(getattr(exc, "exit_code", EXIT_FAILED)) from None  # a repeat's process's own
         except (BenchError, ModelError) as exc:
             error(str(exc))
             raise typer.Exit(EXIT_INPUT) from None

@@ -52,7 +52,17 @@ def run(
             "flagged slow, with its causes, in steps.parquet and the summary.",
         ),
     ] = SLOW_FACTOR,
+    one_process: Annotated[
+        bool,
+        typer.Option(
+            "--one-process",
+            help="Measure every repeat in this one process: one start-up instead of one a repeat, but the "
+            "intervals then leave out what differs between processes (by default each of two or more "
+            "repeats runs in a process of its own).",
+        ),
+    ] = False,
     run_dir: Annotated[Path | None, typer.Option(hidden=True)] = None,
+    events_file: Annotated[Path | None, typer.Option(hidden=True)] = None,  # a repeat run in its own process
     ablation: Annotated[str | None, typer.Option(hidden=True)] = None,
     repeat_index: Annotated[int | None, typer.Option(hidden=True)] = None,
     trace_dir: Annotated[Path | None, typer.Option(hidden=True)] = None,  # llmbench profile's children
@@ -61,7 +71,7 @@ def run(
     trace_reference: Annotated[bool, typer.Option(hidden=True)] = False,
 ) -> None:
     """Run a scenario against its backend (the built-in engine, or a peer) and store the results."""
-    if ablation is not None:
+    if ablation is not None or events_file is not None:
         listen_for_interrupts()
     if not variant.strip() or any(c in variant for c in "/\\") or variant.strip(".") == "":
         raise BenchError(
@@ -73,9 +83,12 @@ def run(
         print_dry_run(resolved)
         return
 
+    from llmbench.bench.event_lines import LineEvents
+    from llmbench.bench.repeat_processes import execute_in_processes
     from llmbench.bench.runner import RunRequest, execute_run
     from llmbench.cli.progress import RichRunEvents
     from llmbench.cli.views import ci_note, summary_table
+    from llmbench.engine.tp import launched_rank
 
     sc = resolved.scenario
     if not quiet:
@@ -89,9 +102,16 @@ def run(
             trace_dir, trace_steps, trace_slow_steps, slow_step_factor, reference_repeat=trace_reference
         )
     request = RunRequest(resolved, out, variant, run_dir, ablation, repeat_index, slow_step_factor, window)
+    child = run_dir is not None or repeat_index is not None or trace_dir is not None or ablation is not None
     try:
-        with RichRunEvents(quiet) as events:
-            outcome = execute_run(request, events)
+        if events_file is not None:  # a repeat of a run in a process of its own: its parent shows the events
+            outcome = execute_run(request, LineEvents(events_file))
+        elif sc.repeats > 1 and not (one_process or child or launched_rank()):
+            with RichRunEvents(quiet) as events:
+                outcome = execute_in_processes(request, events)
+        else:
+            with RichRunEvents(quiet) as events:
+                outcome = execute_run(request, events)
     except BaseException:
         # what was recorded before the run stopped is kept; a run that stopped before it stepped (a model
         # that cannot load) has nothing to keep, and its own error is what the user must see

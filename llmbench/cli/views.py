@@ -21,6 +21,7 @@ from llmbench.bench.report.format import (
     metric_label,
 )
 from llmbench.bench.report.views import View
+from llmbench.bench.store import OWN_PROCESS
 from llmbench.cli.tables import rich_table
 
 
@@ -100,20 +101,27 @@ def ci_note(summary: dict[str, Any]) -> str | None:
     ns = sorted({int(m["n"]) for m in entries if m.get("ci") == "repeats" and m.get("n")})
     if ns:
         reps = "/".join(map(str, ns))
+        own = summary.get("repeat_processes") == OWN_PROCESS
         if len(summary.get("points", [])) > 1:  # the table has no room for them (``summary_table``)
+            where = "each in a process of its own" if own else "repeat-to-repeat variance within one process"
             return (
-                f"95% intervals over {reps} repeats (repeat-to-repeat variance within this process) are in "
-                "summary.json; `llmbench report RUN_FOLDER --intervals` shows them beside each figure."
+                f"95% intervals over {reps} repeats ({where}) are in summary.json; `llmbench report RUN_FOLDER "
+                "--intervals` shows them beside each figure."
             )
         few = (
             "; from 2 repeats it can be far too narrow where the noise comes in modes (3 or more for verdicts)"
             if ns[0] == 2
             else ""
         )
+        if own:
+            return (
+                f"95% CI: Student-t interval of the mean over {reps} repeats, each in a process of its own: it "
+                f"holds what differs between processes as well as between repeats{few}."
+            )
         return (
-            f"95% CI: Student-t interval of the mean over {reps} repeats, all in this process: it holds "
-            "repeat-to-repeat variance, not what another process or another time adds (`llmbench ablate` "
-            f"runs each repeat in a process of its own){few}."
+            f"95% CI: Student-t interval of the mean over {reps} repeats, all in one process (--one-process): it "
+            "holds repeat-to-repeat variance, not what another process adds (without --one-process each "
+            f"repeat runs in a process of its own){few}."
         )
     if any(m.get("n") == 1 for m in entries):
         return (

@@ -26,10 +26,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import re
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -38,15 +34,14 @@ from typing import NamedTuple
 
 from llmbench.bench.ablation.checks import config_problem, toggles_hint, value_problem
 from llmbench.bench.ablation.plan import SAMPLING, BackendVariant, Toggle, Variant
+from llmbench.bench.child_process import ChildTimeout, child_error, package_env
+from llmbench.bench.child_process import run_child as _run_child
 from llmbench.bench.errors import BenchError, StoreError
 from llmbench.bench.hardware import command_line
 from llmbench.bench.scenario.loader import ResolvedScenario
 from llmbench.bench.store import os_reason, owner, slug, write_json
 from llmbench.interrupts import is_interrupted_exit
-from llmbench.lifeline import child_env
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[3]  # so children import this same llmbench
-CHILD_GRACE_S = 60.0  # after Ctrl-C, how long a child may take to write what it measured
 UNTIL_CI_METRICS = ("ttft_p50", "tpot_p50", "e2e_p50", "output_throughput")  # what --until-ci waits on
 MOST_LISTED = 3  # variants named in the error when several cannot run; the rest are counted
 
@@ -99,45 +94,6 @@ def child_command(
     return cmd
 
 
-class ChildTimeout(NamedTuple):
-    seconds: float
-    stderr: str
-
-
-def _run_child(
-    cmd: list[str], env: dict[str, str], timeout_s: float | None = None
-) -> tuple[int, str] | ChildTimeout:
-    """Exit status and stderr of one child. On Ctrl-C the child (same process group) gets it too and is
-    given time to write its partial results before the interrupt goes on. Past ``timeout_s`` the child
-    is interrupted the same way (it keeps what it measured, marked incomplete), then killed if it does
-    not end within the grace period (a child stuck inside a native call never sees the interrupt)."""
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=child_env(env)
-    )
-    try:
-        _, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGINT)
-        try:
-            _, err = proc.communicate(timeout=min(CHILD_GRACE_S, max(5.0, 0.25 * (timeout_s or 0))))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            _, err = proc.communicate()
-        return ChildTimeout(timeout_s or 0.0, err or "")
-    except KeyboardInterrupt:
-        try:  # a Ctrl-C reached the child too; a SIGTERM sent to this process alone did not
-            proc.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=CHILD_GRACE_S)
-        except (subprocess.TimeoutExpired, KeyboardInterrupt):
-            proc.kill()
-            proc.wait()
-        raise
-    return proc.returncode, err
-
-
 def _finished_run(run_dir: Path) -> bool:
     """Whether the child wrote its run whole (meta.json says complete) before it was stopped."""
     try:
@@ -149,16 +105,6 @@ def _finished_run(run_dir: Path) -> bool:
 def _kept_run(run_dir: Path) -> list[str]:
     """The run folder a stopped child managed to finish (marked incomplete), if it wrote one."""
     return [str(run_dir)] if (run_dir / "summary.json").exists() else []
-
-
-_NATIVE_FRAME = re.compile(r"^\s*frame #\d+: ")  # a C++ backtrace's lines (c10::Error, an abort)
-
-
-def child_error(text: str, lines: int = 6) -> str:
-    """What a failed child said last: its last lines, a native backtrace's frames left out (a crash in
-    torch's C++ ends with dozens of them after the message that says what went wrong)."""
-    kept = [ln for ln in text.strip().splitlines() if ln.strip() and not _NATIVE_FRAME.match(ln)]
-    return "\n".join(kept[-lines:]) or "(no output)"
 
 
 def repeat_order(variants: list[Variant] | list[BackendVariant], r: int) -> list[Variant | BackendVariant]:
@@ -244,10 +190,7 @@ def run_ablation(
     ablation = folder.name
     states = {v.name: VariantState(v, "pending", None, []) for v in variants}
 
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")])),
-    }
+    env = package_env()
     status = "running"  # what ablation.json says until the last variant ends (or the ablation is stopped)
     order: list[list[str]] = []  # the variants each repeat started, in the order they ran
     limit = max(repeats, max_repeats or repeats) if until_ci is not None else repeats

@@ -10,7 +10,6 @@ tokens x vocabulary floats), is deleted at the end.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -18,13 +17,13 @@ from typing import Any
 
 from llmbench.bench.ablation.checks import config_problem
 from llmbench.bench.ablation.execute import (
-    PACKAGE_ROOT,
     AblationOutcome,
     ChildTimeout,
     _run_child,
     child_error,
 )
 from llmbench.bench.ablation.plan import Variant
+from llmbench.bench.child_process import package_env
 from llmbench.bench.quality.compare import RANDOM_WEIGHTS_NOTE
 from llmbench.bench.quality.measure import QualitySettings, read_side
 from llmbench.bench.report.quality import QUALITY_FILE, QUALITY_WORK
@@ -61,10 +60,7 @@ def _child(
             "out": None if out is None else str(out),
         },
     )
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")])),
-    }
+    env = package_env()
     result = _run_child([sys.executable, "-m", "llmbench", "quality-child", str(spec)], env, timeout_s)
     if isinstance(result, ChildTimeout):
         return f"timed out after {result.seconds:g} s (--timeout)"

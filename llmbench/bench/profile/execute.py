@@ -17,7 +17,6 @@ has written what it recorded, marked incomplete.
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from collections.abc import Callable
@@ -26,13 +25,13 @@ from typing import Any, NamedTuple
 
 from llmbench.bench.ablation.checks import config_problem, toggles_hint
 from llmbench.bench.ablation.execute import (
-    PACKAGE_ROOT,
     ChildTimeout,
     _run_child,
     child_command,
     child_error,
 )
 from llmbench.bench.ablation.plan import Variant
+from llmbench.bench.child_process import package_env
 from llmbench.bench.errors import BenchError
 from llmbench.bench.hardware import command_line
 from llmbench.bench.profile.caveats import one_sided_notes
@@ -120,10 +119,7 @@ def run_profile(
     on_event: Callable[[str, str], None] = lambda level, text: None,
 ) -> ProfileOutcome:
     sc = resolved.scenario
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")])),
-    }
+    env = package_env()
     done: list[VariantProfile] = []
     status = "running"
 

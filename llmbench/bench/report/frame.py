@@ -32,7 +32,7 @@ from llmbench.bench.metrics import METRICS, REQUEST_LEVEL
 from llmbench.bench.report import tables, warning_flags
 from llmbench.bench.report.copies import Copies, home, written_where_made
 from llmbench.bench.report.kept import is_text, read_object, sound_run
-from llmbench.bench.store import NO_RUN, Problem, Run, find_runs
+from llmbench.bench.store import NO_RUN, OWN_PROCESS, Problem, Run, find_runs
 from llmbench.bench.summary import interval, whole_repeats
 
 TIDY_COLUMNS = (
@@ -69,6 +69,12 @@ class Group:
     @property
     def unavailable(self) -> dict[str, str]:
         return self.runs[0].summary.get("unavailable") or {}
+
+    @property
+    def own_processes(self) -> bool:
+        """Whether each of the group's repeats ran in a process of its own: an ablation's (a run folder a
+        repeat), or a run's whose repeats did (``repeat_processes`` in its summary)."""
+        return len(self.runs) > 1 or all(r.summary.get("repeat_processes") == OWN_PROCESS for r in self.runs)
 
     @property
     def recorded_ablation(self) -> str | None:

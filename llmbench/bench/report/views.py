@@ -121,7 +121,16 @@ def overview(
             *notes,
         )
     if intervals:
-        notes = ("[low – high]: 95% t-interval over the repeats (none with one repeat)", *notes)
+        legend = "[low – high]: 95% t-interval over the repeats (none with one repeat)"
+        shared = [
+            g.label for g in groups if not g.own_processes and any(len(r) > 1 for r in g.points.values())
+        ]
+        if shared:  # measured with --one-process, or by an llmbench that measured every repeat so
+            legend += (
+                f"; the repeats of {', '.join(shared)} shared one process, so their intervals leave out what "
+                "differs between processes"
+            )
+        notes = (legend, *notes)
     title = scenario + (f" (changes against {baseline.label})" if baseline is not None else "")
     return View(title, headers, rows, [False, *([True] * len(columns))], notes)
 

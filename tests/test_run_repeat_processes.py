@@ -1,0 +1,188 @@
+"""``llmbench run`` with two or more repeats measures each in a process of its own and writes one run folder
+(bench/repeat_processes.py, bench/repeat_parts.py): what its intervals hold, the merged tables' one time
+axis, a repeat's process that fails or is interrupted, and ``--one-process``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from llmbench.bench.repeat_parts import Part, merge_parts
+from llmbench.bench.store import find_runs
+from llmbench.cli.app import app
+
+from tiny_models import make_tiny
+
+runner = CliRunner()
+
+TINY = {
+    "name": "tiny",
+    "model": "qwen3-tiny",
+    "engine": {"device": "cpu"},
+    "workload": {"num_requests": 5, "input_len": {"dist": "uniform", "min": 8, "max": 24}, "output_len": 4},
+    "arrival": {"kind": "poisson", "rate": [40, 80]},
+    "warmup": 1,
+    "repeats": 2,
+    "telemetry": {"period_ms": 20},
+}
+
+
+def scenario(tmp_path: Path, **patch) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump({**TINY, **patch}))
+    return path
+
+
+def only_run(root: Path):
+    runs, problems = find_runs([root])
+    assert len(runs) == 1 and not problems, (runs, problems)
+    return runs[0]
+
+
+def test_each_repeat_runs_in_a_process_of_its_own_and_the_run_is_one_folder(tmp_path):
+    res = runner.invoke(app, ["run", str(scenario(tmp_path)), "--out", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    assert "repeat 1/2, in a process of its own" in res.stderr and "repeat 2/2, in a" in res.stderr
+    run = only_run(tmp_path / "r")
+    pids = [p["pid"] for p in run.meta["repeat_processes"]]
+    assert len(set(pids)) == 2 and os.getpid() not in pids and run.meta["pid"] == os.getpid()
+    assert [p["repeat"] for p in run.meta["repeat_processes"]] == [0, 1]
+    assert run.summary["repeat_processes"] == "own" and run.meta["status"] == "complete"
+    assert not any(run.path.parent.glob(".tmp-*")) and not (run.path / "parts").exists()
+    for point in run.summary["points"]:
+        assert [e["repeat"] for e in point["repeats"]] == [0, 1]
+        # a point's figures: the mean over both repeats' processes, with an interval over them
+        values = [e["metrics"]["output_throughput"] for e in point["repeats"]]
+        merged = point["metrics"]["output_throughput"]
+        assert (
+            merged["value"] == pytest.approx(np.mean(values))
+            and merged["n"] == 2
+            and merged["ci"] == "repeats"
+        )
+    reqs, steps, tele = run.table("requests"), run.table("steps"), run.table("telemetry")
+    assert sorted(set(zip(reqs["point"], reqs["repeat"], strict=True))) == [
+        (p, r) for p in ("rate=40", "rate=80") for r in (0, 1)
+    ]
+    # one time axis: the second process's requests and steps come after the first's
+    assert reqs[reqs["repeat"] == 1]["arrival"].min() > reqs[reqs["repeat"] == 0]["last_token"].max()
+    assert steps[steps["repeat"] == 1]["start"].min() > steps[steps["repeat"] == 0]["end"].max()
+    assert tele["time"].max() > reqs[reqs["repeat"] == 1]["arrival"].min()  # both processes' samples
+    window = run.summary["points"][0]["repeats"][1]["window"]
+    first = reqs[(reqs["repeat"] == 1) & (reqs["point"] == "rate=40")]["arrival"].min()
+    assert window[0] == pytest.approx(first, abs=0.05)  # the summary's windows are on the same axis
+    assert "each in a process of its own" in " ".join(res.stderr.split())  # the intervals' note
+    shown = runner.invoke(app, ["report", str(run.path), "--intervals", "-m", "output_throughput"])
+    assert "95% t-interval over the repeats" in shown.stdout and "shared one process" not in shown.stdout
+
+
+def test_one_process_measures_every_repeat_in_the_run_s_own(tmp_path):
+    path = scenario(tmp_path, arrival={"kind": "poisson", "rate": 40})
+    res = runner.invoke(app, ["run", str(path), "--out", str(tmp_path / "r"), "--one-process"])
+    assert res.exit_code == 0, res.output
+    assert "repeat 1/2, in a process of its own" not in res.stderr
+    run = only_run(tmp_path / "r")
+    assert "repeat_processes" not in run.meta and run.summary.get("repeat_processes") is None
+    assert run.meta["pid"] == os.getpid() and len(run.summary["points"][0]["repeats"]) == 2
+    assert "all in one process (--one-process)" in " ".join(res.stderr.split())
+    shown = runner.invoke(app, ["report", str(run.path), "--intervals", "-m", "output_throughput"])
+    assert "the repeats of default shared one process" in " ".join(shown.stdout.split())
+
+
+def test_a_repeat_process_that_fails_at_start_up_is_the_runs_error(tmp_path):
+    folder = tmp_path / "model"
+    make_tiny("qwen3", folder)  # its own head, then a config that says the head is the embedding:
+    cfg = json.loads((folder / "config.json").read_text())  # the headers match, the values do not
+    (folder / "config.json").write_text(json.dumps({**cfg, "tie_word_embeddings": True}))
+    res = runner.invoke(
+        app, ["run", str(scenario(tmp_path, model=str(folder))), "--out", str(tmp_path / "r")]
+    )
+    assert res.exit_code == 2, res.output  # the model's error, as a run in one process gives it
+    said = " ".join(res.stderr.split())
+    assert "says tie_word_embeddings: true" in said and "Traceback" not in res.output
+    assert "error: error:" not in said
+    assert not (tmp_path / "r" / "tiny").exists() or not any((tmp_path / "r" / "tiny").iterdir())
+
+
+@pytest.mark.slow
+def test_an_interrupt_during_a_later_repeat_keeps_the_repeats_measured(tmp_path):
+    path = scenario(
+        tmp_path,
+        workload={**TINY["workload"], "num_requests": 300, "output_len": 40},
+        arrival={"kind": "concurrency", "concurrency": 2},
+        warmup=0,
+    )
+    out = tmp_path / "r"
+    cmd = [sys.executable, "-m", "llmbench", "run", str(path), "--out", str(out), "-q"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 600  # the first repeat whole, on a loaded machine
+    while time.monotonic() < deadline:  # until the second repeat's process has measured a little
+        logs = list(out.glob("tiny/.tmp-*/parts/r1.events"))
+        if logs and '"progress"' in logs[0].read_text():
+            break
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    else:
+        pytest.fail("the second repeat never started")
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C at the terminal: the run's process and its repeat's
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err.decode()
+    run = only_run(out)
+    assert run.meta["status"] == "incomplete" and run.meta["stop_reason"] == "interrupted"
+    point = run.summary["points"][0]
+    assert [e["status"] for e in point["repeats"]] == ["complete", "interrupted"]
+    assert point["repeats"][1]["metrics"]["num_completed"] < 300  # kept, as it was when stopped
+    assert point["metrics"]["num_completed"]["value"] == 300 and point["metrics"]["num_completed"]["n"] == 1
+    assert not (run.path / "parts").exists()
+
+
+def _part(repeat: int, started: float, status: str, completed: float, warnings: list[str]) -> Part:
+    entry = {
+        "repeat": repeat,
+        "status": status,
+        "window": [1.0, 2.0],
+        "metrics": {"num_completed": completed},
+    }
+    summary = {
+        "points": [{"label": "offline", "arrival": {}, "repeats": [entry], "metrics": {}}],
+        "warnings": warnings,
+        "unavailable": {f"x{repeat}": "why"},
+    }
+    meta = {"started_unix": started, "repeat_index": repeat, "pid": 100 + repeat, "status": status}
+    tables = {
+        "requests": pd.DataFrame({"repeat": [repeat], "arrival": [1.0], "token_times": [[1.5, 2.0]]}),
+        "steps": pd.DataFrame({"repeat": [repeat], "start": [1.2], "end": [1.3]}),
+        "telemetry": pd.DataFrame({"time": [1.1]}),
+    }
+    return Part(Path(f"r{repeat}"), meta, summary, tables)
+
+
+def test_parts_merge_on_one_clock_and_a_stopped_repeat_is_left_out_of_the_figures():
+    parts = [_part(0, 1000.0, "complete", 10, ["w", "a"]), _part(1, 1010.0, "failed", 3, ["w", "b"])]
+    meta, summary, tables = merge_parts(
+        parts, "failed", "it broke", {"pid": 1, "command_line": "llmbench run"}
+    )
+    assert meta["status"] == summary["status"] == "incomplete" and meta["error"] == "it broke"
+    assert meta["pid"] == 1 and meta["command_line"] == "llmbench run" and meta["repeat_index"] is None
+    assert summary["warnings"] == ["w", "a", "b"] and set(summary["unavailable"]) == {"x0", "x1"}
+    point = summary["points"][0]
+    assert [e["window"] for e in point["repeats"]] == [
+        [1.0, 2.0],
+        [11.0, 12.0],
+    ]  # the second process's + 10 s
+    assert point["metrics"]["num_completed"]["value"] == 10 and point["metrics"]["num_completed"]["n"] == 1
+    assert list(tables["requests"]["arrival"]) == [1.0, 11.0]
+    assert [list(t) for t in tables["requests"]["token_times"]] == [[1.5, 2.0], [11.5, 12.0]]
+    assert list(tables["steps"]["end"]) == [1.3, 11.3] and list(tables["telemetry"]["time"]) == [1.1, 11.1]
+    whole = merge_parts([parts[0], _part(1, 1010.0, "complete", 12, [])], None, None, {})
+    assert whole[1]["points"][0]["metrics"]["num_completed"]["value"] == 11  # both repeats: their mean
