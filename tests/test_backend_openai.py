@@ -530,3 +530,36 @@ def test_the_scenarios_cap_holds_requests_in_the_client_and_must_agree_with_the_
             backend_for(stub.url, max_concurrency=2).run(
                 specs(1), [0.0], concurrency=1, tag="", max_duration=None, on_progress=None
             )
+
+
+def test_a_model_folder_whose_tokenizer_cannot_load_still_sends_token_ids(tmp_path):
+    from tiny_models import make_tiny
+
+    folder = tmp_path / "model"
+    make_tiny("qwen3", folder)
+    # tokenizer_config.json alone, no tokenizer.json: transformers cannot build it
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
+    with Stub() as stub:
+        path = tmp_path / "oai.yaml"
+        options = {"url": stub.url, "model": "stub-model"}
+        path.write_text(
+            yaml.safe_dump({**SCENARIO, "model": str(folder), "backend_options": {"openai": options}})
+        )
+        res = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "r"), "-q"])
+        assert res.exit_code == 0, res.output  # token ids need no tokenizer
+        (run,), _ = find_runs([tmp_path / "r"])
+        assert run.summary["points"][0]["metrics"]["num_completed"]["value"] == 4
+        # text prompts do: the tokenizer's own error, before anything is sent
+        texts = tmp_path / "text.yaml"
+        options = {**options, "prompt": "text"}
+        texts.write_text(
+            yaml.safe_dump({**SCENARIO, "model": str(folder), "backend_options": {"openai": options}})
+        )
+        res = CliRunner().invoke(app, ["run", str(texts), "--out", str(tmp_path / "t"), "-q"])
+    assert res.exit_code == 2, res.output
+    said = " ".join(res.stderr.split())
+    assert said.startswith(
+        f"error: backend_options.openai.prompt: text needs a tokenizer: {folder}: its tokenizer "
+        "(tokenizer_config.json) cannot be loaded by transformers"
+    ), said
+    assert not (tmp_path / "t").exists()

@@ -57,6 +57,10 @@ class IdsOnly:
         self.eos_token_id: int | None = None
         self._reason = reason
 
+    @property
+    def reason(self) -> str:
+        return self._reason
+
     def encode(self, text: str, special: bool = True) -> list[int]:
         raise ModelError(self._reason)
 

@@ -92,7 +92,7 @@ class OpenAIBackend:
 
     def __init__(self, scenario: Scenario) -> None:
         from llmbench.models.registry import UnknownModelError, resolve_model
-        from llmbench.models.tokenizer import load_tokenizer
+        from llmbench.models.tokenizer import IdsOnly, serving_tokenizer
 
         self.scenario = scenario
         opts = scenario.backend_options.openai
@@ -115,7 +115,12 @@ class OpenAIBackend:
             model_config = folder = None
         if model_config is not None:
             self.vocab_size = opts.vocab_size or model_config.vocab_size
-            self.tokenizer: Any = load_tokenizer(folder, self.vocab_size)
+            # a tokenizer that cannot be loaded stops text only: token-id prompts are sent as they are
+            self.tokenizer: Any = serving_tokenizer(folder, self.vocab_size, scenario.model)
+            if isinstance(self.tokenizer, IdsOnly) and opts.prompt == "text":
+                raise BenchError(
+                    f"backend_options.openai.prompt: text needs a tokenizer: {self.tokenizer.reason}"
+                )
         elif opts.vocab_size is None:
             raise BenchError(
                 f"backend_options.openai.vocab_size: needed because model {scenario.model!r} is not a preset, "
