@@ -127,6 +127,35 @@ def test_quality_refuses_what_it_cannot_measure(tmp_path: Path) -> None:
         "ablate", path, "--toggle", "chunked_prefill", "--quality", "--quality-text", tmp_path / "no.txt"
     )
     assert res.exit_code == 2 and "no such file" in res.output
+    latin = tmp_path / "latin1.txt"
+    latin.write_bytes("caf\xe9".encode("latin-1"))
+    res = invoke("ablate", path, "--toggle", "chunked_prefill", "--quality", "--quality-text", latin)
+    assert res.exit_code == 2 and "cannot read it as UTF-8 text" in res.output
+
+
+def test_a_quality_text_the_models_tokenizer_cannot_encode_is_refused_before_any_variant(
+    tmp_path: Path,
+) -> None:
+    from tiny_models import make_tiny
+
+    folder = tmp_path / "model"
+    make_tiny("qwen3", folder)
+    # tokenizer_config.json alone, no tokenizer.json: transformers cannot build it
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
+    path = tmp_path / "qual.yaml"
+    path.write_text(yaml.safe_dump({**SCENARIO, "model": str(folder)}))
+    text = tmp_path / "t.txt"
+    text.write_text("some text to score\n")
+    out = tmp_path / "r"
+    res = invoke(
+        "ablate", path, "--toggle", "chunked_prefill", "--quality", "--quality-text", text, "--out", out
+    )
+    assert res.exit_code == 2, res.output
+    said = " ".join(res.stderr.split())
+    assert (
+        f"--quality-text {text}: a text prompt needs the model's tokenizer: {folder}: its tokenizer" in said
+    )
+    assert not out.exists()  # refused before any variant ran
 
 
 def test_the_report_view_has_a_row_per_variant_and_says_why_one_failed(tmp_path: Path) -> None:

@@ -67,6 +67,22 @@ class AblationPlan(NamedTuple):
         return lines
 
 
+def check_quality_text(path: Path, model: str) -> None:
+    """What ``--quality-text`` needs before any variant starts: a UTF-8 file and a model that can encode it
+    (its folder's tokenizer loads; a preset's byte-level one always does)."""
+    from llmbench.bench.workload.files import tokenizer_problem
+    from llmbench.models.registry import resolve_model
+
+    try:
+        path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BenchError(f"--quality-text {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BenchError(f"--quality-text {path}: cannot read it as UTF-8 text ({exc})") from None
+    if problem := tokenizer_problem(model, resolve_model(model)[0].vocab_size):
+        raise BenchError(f"--quality-text {path}: {problem}")
+
+
 def settle(request: AblationRequest, resolved: ResolvedScenario) -> AblationPlan:
     """The plan ``request`` asks for on ``resolved``, every problem an error before anything runs."""
     from llmbench.bench.backends.engine import engine_config
@@ -78,8 +94,8 @@ def settle(request: AblationRequest, resolved: ResolvedScenario) -> AblationPlan
         )
     if request.quality_text is not None and not request.quality:
         raise BenchError("--quality-text gives --quality a text for perplexity: add --quality")
-    if request.quality_text is not None and not request.quality_text.is_file():
-        raise BenchError(f"--quality-text {request.quality_text}: no such file")
+    if request.quality_text is not None:
+        check_quality_text(request.quality_text, sc.model)
     if request.toggles:
         if sc.backends != ["engine"]:
             raise BenchError(

@@ -81,7 +81,7 @@ def _prompt_records(path: Path, vocab_size: int) -> list[_Prompt]:
     return prompts
 
 
-def _tokenizer_problem(model: str, vocab_size: int) -> str | None:
+def tokenizer_problem(model: str, vocab_size: int) -> str | None:
     """Why the model cannot encode a text prompt: its folder has no tokenizer files, or its tokenizer cannot
     be loaded (loaded here as the backend will load it; a token-id run never needs it). None for a preset,
     or a model the backend names otherwise: the byte-level tokenizer, or the backend, decides."""
@@ -117,7 +117,7 @@ def check_prompt_file(workload: Workload, vocab_size: int, model: str | None = N
     elif workload.source == "sharegpt":
         conversations(Path(workload.path))
         text_at = f"{workload.path} (ShareGPT prompts are text)"
-    problem = _tokenizer_problem(model, vocab_size) if text_at is not None and model is not None else None
+    problem = tokenizer_problem(model, vocab_size) if text_at is not None and model is not None else None
     if problem is not None:
         raise WorkloadError(f"{text_at}: {problem}")
 
