@@ -202,6 +202,10 @@ def test_a_tied_config_over_a_checkpoint_with_its_own_different_head_is_refused(
         "the embedding as the output head and leave the checkpoint's unused: set tie_word_embeddings to false "
         "to run the checkpoint's head (transformers keeps it in this case)"
     )
+    # and before any cost: --dry-run (and so ablate's and profile's checks) reads the two and says so
+    res = dry_run(scenario(tmp_path, folder))
+    assert res.exit_code == 2, res.output
+    assert "says tie_word_embeddings: true" in " ".join(res.stderr.split())
 
 
 def test_a_tied_checkpoint_that_also_stores_its_head_as_the_embedding_runs(tmp_path):

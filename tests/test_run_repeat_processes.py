@@ -4,7 +4,6 @@ axis, a repeat's process that fails or is interrupted, and ``--one-process``."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -21,8 +20,6 @@ from typer.testing import CliRunner
 from llmbench.bench.repeat_parts import Part, merge_parts
 from llmbench.bench.store import find_runs
 from llmbench.cli.app import app
-
-from tiny_models import make_tiny
 
 runner = CliRunner()
 
@@ -99,18 +96,25 @@ def test_one_process_measures_every_repeat_in_the_run_s_own(tmp_path):
     assert "the repeats of default shared one process" in " ".join(shown.stdout.split())
 
 
-def test_a_repeat_process_that_fails_at_start_up_is_the_runs_error(tmp_path):
-    folder = tmp_path / "model"
-    make_tiny("qwen3", folder)  # its own head, then a config that says the head is the embedding:
-    cfg = json.loads((folder / "config.json").read_text())  # the headers match, the values do not
-    (folder / "config.json").write_text(json.dumps({**cfg, "tie_word_embeddings": True}))
-    res = runner.invoke(
-        app, ["run", str(scenario(tmp_path, model=str(folder))), "--out", str(tmp_path / "r")]
+def test_a_repeat_process_that_fails_at_start_up_is_the_runs_error(tmp_path, monkeypatch):
+    # The repeats' processes (not this one, which checks the scenario first) meet a model that fails as
+    # its engine is built: the hook below is imported by every Python started with it on its path.
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "from llmbench.engine import llm_engine\n"
+        "from llmbench.models.errors import ModelError\n"
+        "def broken(self, *args, **kwargs):\n"
+        "    raise ModelError('the model broke as its engine was built\\nsecond line of the message')\n"
+        "llm_engine.LLMEngine.__init__ = broken\n"
     )
+    monkeypatch.setenv("PYTHONPATH", str(hook))
+    res = runner.invoke(app, ["run", str(scenario(tmp_path)), "--out", str(tmp_path / "r")])
     assert res.exit_code == 2, res.output  # the model's error, as a run in one process gives it
-    said = " ".join(res.stderr.split())
-    assert "says tie_word_embeddings: true" in said and "Traceback" not in res.output
-    assert "error: error:" not in said
+    said = res.stderr
+    assert "error: the model broke as its engine was built\nsecond line of the message" in said, said
+    assert "error: error:" not in said and "Traceback" not in res.output
+    assert "repeat 2/2" not in said  # the first repeat's failure ends the run
     assert not (tmp_path / "r" / "tiny").exists() or not any((tmp_path / "r" / "tiny").iterdir())
 
 

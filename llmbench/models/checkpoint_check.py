@@ -11,8 +11,9 @@ from (``head_dim`` when the checkpoint's shapes fit another head size, ``tie_wor
 ``lm_head.weight`` is missing...). Reading headers only keeps it fast for a checkpoint of any size.
 
 ``check_tied_head`` needs the values: with ``tie_word_embeddings: true``, a checkpoint whose own
-``lm_head.weight`` differs from its embedding is refused (the engine would run the embedding as the head).
-The engine calls both before it builds anything.
+``lm_head.weight`` differs from its embedding is refused (the engine would run the embedding as the head);
+it reads values in that case only. The engine calls both before it builds anything, and so do the checks
+made before any cost (``run --dry-run``, ``ablate`` and ``profile`` before their first variant).
 """
 
 from __future__ import annotations

@@ -149,14 +149,17 @@ def resolve_model(model: str) -> tuple[ModelConfig, Path | None]:
 
 def check_model_files(model: str) -> None:
     """A model folder's checkpoint fits the model its config.json describes, from every file's header
-    (names, shapes, dtypes; nothing of a preset to check): what is cheap to know of its weights before an
-    engine is built, for the checks made before any cost (models/checkpoint_check.py)."""
+    (names, shapes, dtypes; nothing of a preset to check), and a tied config's own output head, where the
+    checkpoint stores one, equals its embedding: what is cheap to know of its weights before an engine is
+    built, for the checks made before any cost (models/checkpoint_check.py; the head's values are read only
+    in that one case)."""
     # (imported here: the loader imports ARCHITECTURES from this module)
-    from llmbench.models.checkpoint_check import check_checkpoint
+    from llmbench.models.checkpoint_check import check_checkpoint, check_tied_head
 
     config, folder = resolve_model(model)
     if folder is not None:
         check_checkpoint(folder, config)
+        check_tied_head(folder, config)
 
 
 def build_model(cfg: ModelConfig, opts: BuildOptions) -> nn.Module:
