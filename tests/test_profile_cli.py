@@ -138,20 +138,22 @@ def test_ctrl_c_keeps_what_was_recorded_marked_incomplete(tmp_path):
     assert run.meta["status"] == "incomplete" and run.meta["stop_reason"] == "interrupted"
 
 
-def test_a_variant_that_cannot_start_shows_its_own_error(tmp_path):
-    # A model whose weights cannot serve it in a way only their values show (config.json says the output
-    # head is the embedding, the checkpoint's own head differs) fails at start-up, before any step: the
-    # profile must show that error (as run and ablate do), not one of writing a profile of steps that were
-    # never recorded. (What the files' headers show is refused before any variant starts.)
-    import json
-
-    from tiny_models import make_tiny
-
-    folder = tmp_path / "model"
-    make_tiny("qwen3", folder)  # untied: its own lm_head.weight
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": True}))
-    res = invoke("profile", scenario(tmp_path, model=str(folder)), "--steps", "4", "--out", tmp_path / "r")
+def test_a_variant_that_cannot_start_shows_its_own_error(tmp_path, monkeypatch):
+    # A variant's process whose engine fails as it is built (after every check made before any cost has
+    # passed), before any step: the profile must show that error (as run and ablate do), not one of writing
+    # a profile of steps that were never recorded. The failure is put into the variants' processes alone:
+    # a sitecustomize module on their path.
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "from llmbench.engine import llm_engine\n"
+        "from llmbench.models.errors import ModelError\n"
+        "def broken(self, *args, **kwargs):\n"
+        "    raise ModelError('the weights cannot serve this model (a failure only its start-up finds)')\n"
+        "llm_engine.LLMEngine.__init__ = broken\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(hook))
+    res = invoke("profile", scenario(tmp_path), "--steps", "4", "--out", tmp_path / "r")
     said = " ".join(res.output.split())
     assert res.exit_code == 1, res.output
-    assert "tie_word_embeddings" in said and "profile.json" not in said, said
+    assert "a failure only its start-up finds" in said and "profile.json" not in said, said

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -96,19 +97,33 @@ def test_one_process_measures_every_repeat_in_the_run_s_own(tmp_path):
     assert "the repeats of default shared one process" in " ".join(shown.stdout.split())
 
 
-def test_a_repeat_process_that_fails_at_start_up_is_the_runs_error(tmp_path, monkeypatch):
-    # The repeats' processes (not this one, which checks the scenario first) meet a model that fails as
-    # its engine is built: the hook below is imported by every Python started with it on its path.
+def in_repeat_processes(tmp_path: Path, monkeypatch, code: str) -> None:
+    """``code`` runs as every Python started from now on starts (the repeats' processes; this one checks the
+    scenario first and is untouched): a ``sitecustomize`` module on their path. ``REPEAT`` holds the repeat
+    a process measures (None in any other)."""
     hook = tmp_path / "hook"
     hook.mkdir()
-    (hook / "sitecustomize.py").write_text(
-        "from llmbench.engine import llm_engine\n"
-        "from llmbench.models.errors import ModelError\n"
-        "def broken(self, *args, **kwargs):\n"
-        "    raise ModelError('the model broke as its engine was built\\nsecond line of the message')\n"
-        "llm_engine.LLMEngine.__init__ = broken\n"
+    preamble = (
+        "import sys\n"
+        "REPEAT = int(sys.argv[sys.argv.index('--repeat-index') + 1]) if '--repeat-index' in sys.argv else None\n"
     )
+    (hook / "sitecustomize.py").write_text(preamble + textwrap.dedent(code))
     monkeypatch.setenv("PYTHONPATH", str(hook))
+
+
+def test_a_repeat_process_that_fails_at_start_up_is_the_runs_error(tmp_path, monkeypatch):
+    # The repeats' processes meet a model that fails as its engine is built.
+    in_repeat_processes(
+        tmp_path,
+        monkeypatch,
+        """
+        from llmbench.engine import llm_engine
+        from llmbench.models.errors import ModelError
+        def broken(self, *args, **kwargs):
+            raise ModelError('the model broke as its engine was built\\nsecond line of the message')
+        llm_engine.LLMEngine.__init__ = broken
+        """,
+    )
     res = runner.invoke(app, ["run", str(scenario(tmp_path)), "--out", str(tmp_path / "r")])
     assert res.exit_code == 2, res.output  # the model's error, as a run in one process gives it
     said = res.stderr
@@ -116,6 +131,70 @@ def test_a_repeat_process_that_fails_at_start_up_is_the_runs_error(tmp_path, mon
     assert "error: error:" not in said and "Traceback" not in res.output
     assert "repeat 2/2" not in said  # the first repeat's failure ends the run
     assert not (tmp_path / "r" / "tiny").exists() or not any((tmp_path / "r" / "tiny").iterdir())
+
+
+def test_every_repeat_runs_the_scenario_as_resolved_when_its_file_changes_during_the_run(
+    tmp_path, monkeypatch
+):
+    path = scenario(tmp_path, arrival={"kind": "poisson", "rate": 40})
+    monkeypatch.setenv("EDIT_ME", str(path))
+    in_repeat_processes(  # the first repeat's process rewrites the user's file as it starts
+        tmp_path,
+        monkeypatch,
+        """
+        import os, pathlib
+        if REPEAT == 0:
+            p = pathlib.Path(os.environ["EDIT_ME"])
+            p.write_text(p.read_text().replace("output_len: 4", "output_len: 9"))
+        """,
+    )
+    res = runner.invoke(app, ["run", str(path), "--out", str(tmp_path / "r"), "--set", "warmup=0"])
+    assert res.exit_code == 0, res.output
+    assert "output_len: 9" in path.read_text()  # the edit happened
+    run = only_run(tmp_path / "r")
+    assert set(run.table("requests")["output_len"]) == {4}  # both repeats ran the scenario as it was
+    # meta.json says what the user ran: the file, the overrides, the profile as chosen for the run
+    assert run.meta["scenario_path"] == str(path) and run.meta["overrides"] == ["warmup=0"]
+    assert run.meta["profile"]["reason"] == "no profile for the CPU (engine.device is 'cpu')"
+
+
+def test_a_repeat_that_ran_other_code_is_left_out_and_stops_the_run(tmp_path, monkeypatch):
+    in_repeat_processes(
+        tmp_path,
+        monkeypatch,
+        """
+        if REPEAT == 1:
+            from llmbench.bench import hardware
+            hardware.source_digest = lambda: "edited meanwhile"
+        """,
+    )
+    path = scenario(tmp_path, arrival={"kind": "poisson", "rate": 40}, repeats=3)
+    res = runner.invoke(app, ["run", str(path), "--out", str(tmp_path / "r")])
+    assert res.exit_code == 1, res.output
+    said = " ".join(res.stderr.split())
+    assert "repeat 2 of 3: it ran other llmbench's code than repeat 1" in said, said
+    run = only_run(tmp_path / "r")
+    assert run.meta["status"] == "incomplete" and run.meta["stop_reason"] == "failed"
+    assert [e["repeat"] for e in run.summary["points"][0]["repeats"]] == [0]  # the other code's is left out
+
+
+def test_a_repeat_process_killed_by_a_signal_says_so(tmp_path, monkeypatch):
+    in_repeat_processes(
+        tmp_path,
+        monkeypatch,
+        """
+        import os, signal
+        if REPEAT == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        """,
+    )
+    path = scenario(tmp_path, arrival={"kind": "poisson", "rate": 40})
+    res = runner.invoke(app, ["run", str(path), "--out", str(tmp_path / "r")])
+    assert res.exit_code == 1, res.output
+    said = " ".join(res.stderr.split())
+    assert "repeat 2 of 2: its process was killed by SIGKILL (signal 9)" in said, said
+    run = only_run(tmp_path / "r")
+    assert "killed by SIGKILL" in run.meta["error"] and len(run.summary["points"][0]["repeats"]) == 1
 
 
 @pytest.mark.slow
@@ -150,7 +229,9 @@ def test_an_interrupt_during_a_later_repeat_keeps_the_repeats_measured(tmp_path)
     assert not (run.path / "parts").exists()
 
 
-def _part(repeat: int, started: float, status: str, completed: float, warnings: list[str]) -> Part:
+def _part(
+    repeat: int, started: float, status: str, completed: float, warnings: list[str], slow: str = ""
+) -> Part:
     entry = {
         "repeat": repeat,
         "status": status,
@@ -163,9 +244,10 @@ def _part(repeat: int, started: float, status: str, completed: float, warnings: 
         "unavailable": {f"x{repeat}": "why"},
     }
     meta = {"started_unix": started, "repeat_index": repeat, "pid": 100 + repeat, "status": status}
+    steps = {"repeat": [repeat] * 2, "step": [5, 6], "start": [1.2, 1.25], "end": [1.3, 1.35]}
     tables = {
         "requests": pd.DataFrame({"repeat": [repeat], "arrival": [1.0], "token_times": [[1.5, 2.0]]}),
-        "steps": pd.DataFrame({"repeat": [repeat], "start": [1.2], "end": [1.3]}),
+        "steps": pd.DataFrame({**steps, "slow": [bool(slow), False], "slow_causes": [slow, ""]}),
         "telemetry": pd.DataFrame({"time": [1.1]}),
     }
     return Part(Path(f"r{repeat}"), meta, summary, tables)
@@ -187,6 +269,37 @@ def test_parts_merge_on_one_clock_and_a_stopped_repeat_is_left_out_of_the_figure
     assert point["metrics"]["num_completed"]["value"] == 10 and point["metrics"]["num_completed"]["n"] == 1
     assert list(tables["requests"]["arrival"]) == [1.0, 11.0]
     assert [list(t) for t in tables["requests"]["token_times"]] == [[1.5, 2.0], [11.5, 12.0]]
-    assert list(tables["steps"]["end"]) == [1.3, 11.3] and list(tables["telemetry"]["time"]) == [1.1, 11.1]
+    assert list(tables["steps"]["end"]) == [1.3, 1.35, 11.3, 11.35]
+    assert list(tables["telemetry"]["time"]) == [1.1, 11.1]
+    assert list(tables["steps"]["step"]) == [5, 6, 7, 8]  # numbered on, as one process numbers them
     whole = merge_parts([parts[0], _part(1, 1010.0, "complete", 12, [])], None, None, {})
     assert whole[1]["points"][0]["metrics"]["num_completed"]["value"] == 11  # both repeats: their mean
+
+
+def test_the_parts_slow_step_lines_become_one_and_a_sweeps_rate_is_the_mean_of_its_repeats():
+    line = "1 slow step (>5x the median of their kind): 1 {} (steps.parquet: slow, slow_causes)"
+    parts = [
+        _part(0, 1000.0, "complete", 10, [line.format("Triton compile"), "w"], "Triton compile"),
+        _part(1, 1010.0, "complete", 10, [line.format("telemetry sample")], "telemetry sample, preemption"),
+    ]
+    for part, rate in zip(parts, (4.0, 6.0), strict=True):
+        part.summary["points"][0]["arrival"] = {"sweep": "fraction", "rate": rate, "capacity": 2 * rate}
+    _, summary, _ = merge_parts(parts, None, None, {})
+    assert summary["warnings"] == [
+        "w",
+        "2 slow steps (>5x the median of their kind): 1 Triton compile, 1 preemption, 1 telemetry sample "
+        "(steps.parquet: slow, slow_causes)",
+    ]
+    point = summary["points"][0]
+    assert point["arrival"]["rate"] == 5.0 and point["arrival"]["capacity"] == 10.0
+    assert [e["arrival"]["rate"] for e in point["repeats"]] == [4.0, 6.0]  # each repeat's own
+
+
+def test_telemetry_lines_break_where_no_process_was_sampling():
+    from llmbench.bench.report.html import _with_gaps
+
+    t, v = _with_gaps([0.0, 0.2, 0.4, 0.6, 3.0, 3.2, 3.4], [1, 2, 3, 4, 5, 6, 7])
+    assert list(t) == pytest.approx([0.0, 0.2, 0.4, 0.6, 1.8, 3.0, 3.2, 3.4])  # a point between the processes
+    assert np.isnan(v[4]) and list(v[:4]) == [1, 2, 3, 4] and list(v[5:]) == [5, 6, 7]
+    t, v = _with_gaps([0.0, 0.2, 0.5, 0.7], [1, 2, 3, 4])  # no gap past three periods: as it was
+    assert list(t) == [0.0, 0.2, 0.5, 0.7] and list(v) == [1, 2, 3, 4]

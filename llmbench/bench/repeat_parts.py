@@ -10,14 +10,18 @@ where whole ones exist, as a run in one process does. Warnings said by several p
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import pandas as pd
 
 from llmbench.bench.errors import StoreError
+from llmbench.bench.slow_steps import SLOW_COLUMNS, SLOW_FACTOR, causes_warning
 from llmbench.bench.store import OWN_PROCESS, TABLES, load_run
 from llmbench.bench.summary import point_summary, whole_repeats
+
+_SLOW_LINE = re.compile(r"^\d+ slow steps? \(>")
 
 # the tables' columns that hold times since the run's origin (``tables.py``), shifted when parts merge
 TIME_COLUMNS = {
@@ -81,21 +85,58 @@ def _points(parts: list[Part], offsets: list[float]) -> list[dict[str, Any]]:
         entry["repeats"].sort(key=lambda e: e.get("repeat", 0))
         untraced = [e for e in entry["repeats"] if not e.get("traced")]
         entry["metrics"] = point_summary([e.get("metrics") or {} for e in whole_repeats(untraced)])
+        own = [e["arrival"] for e in entry["repeats"] if "arrival" in e]
+        if own:  # the point's rate and capacity: the mean of its repeats' (each measured its own)
+            mean = {k: sum(a[k] for a in own) / len(own) for k in ("rate", "capacity")}
+            entry["arrival"] = {**entry["arrival"], **mean}
     return list(points.values())
 
 
+def _steps(parts: list[Part], offsets: list[float]) -> pd.DataFrame:
+    """The parts' steps on one clock, numbered on from one part to the next (each process counts its
+    engine's steps from its start, as one process counts them through all its repeats)."""
+    frames: list[pd.DataFrame] = []
+    after: int | None = None  # the step number the next part's first step takes (the first part's: its own)
+    for part, by in zip(parts, offsets, strict=True):
+        df = _shifted(part.tables["steps"], "steps", by)
+        if "step" in df.columns and len(df):
+            df = df.copy()
+            if after is not None:
+                df["step"] = df["step"] - df["step"].min() + after
+            after = int(df["step"].max()) + 1
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True)
+
+
+def _warnings(parts: list[Part], steps: pd.DataFrame, slow_factor: float) -> list[str]:
+    """The parts' warnings, each once; their slow-step lines (one a part) as one line over the run."""
+    said = [w for p in parts for w in p.summary.get("warnings") or [] if not _SLOW_LINE.match(w)]
+    if "slow" in steps.columns and len(steps):
+        slow = steps[steps["slow"].astype(bool)]
+        line = causes_warning([str(c).split(", ") for c in slow["slow_causes"]], slow_factor)
+        if line:
+            said.append(f"{line} ({SLOW_COLUMNS})")
+    return list(dict.fromkeys(said))
+
+
 def merge_parts(
-    parts: list[Part], stop_reason: str | None, error: str | None, own: dict[str, Any]
+    parts: list[Part],
+    stop_reason: str | None,
+    error: str | None,
+    own: dict[str, Any],
+    slow_factor: float = SLOW_FACTOR,
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, pd.DataFrame]]:
     """meta.json, summary.json and the tables of the run whose repeats are ``parts`` (at least one, in
     the order they ran); complete when ``stop_reason`` is None. ``own``: what the run's own process says of
-    itself in meta.json (its command line, its process id), in place of the first part's."""
+    itself in meta.json (its command line, its process id, the scenario as the user named it), in place of
+    the first part's."""
     if not parts:
         raise StoreError("no repeat was measured: there is no run to write")
     first = parts[0]
     offsets = [_offset(p, first) for p in parts]
     status = "complete" if stop_reason is None else "incomplete"
-    warnings = list(dict.fromkeys(w for p in parts for w in p.summary.get("warnings") or []))
+    steps = _steps(parts, offsets)
+    warnings = _warnings(parts, steps, slow_factor)
     unavailable = {k: v for p in parts for k, v in (p.summary.get("unavailable") or {}).items()}
     summary = {
         **first.summary,
@@ -131,5 +172,7 @@ def merge_parts(
             ignore_index=True,
         )
         for name in TABLES
+        if name != "steps"
     }
+    tables["steps"] = steps
     return meta, summary, tables

@@ -6,23 +6,30 @@ another clock, memory placed otherwise). Intervals over such repeats are too nar
 runs; over repeats in processes of their own they hold that difference too, as an ablation's do.
 
 How: this process checks the scenario against its backend before any cost (as a run in one process does:
-a bad value is the same error, at once) and opens the run's working folder. For each repeat r it starts
-``python -m llmbench run SCENARIO --repeat-index r --run-dir <working folder>/parts/r<r>`` with the run's
-overrides, profile and variant, shows the child's progress and warnings as they come (``event_lines.py``),
-and then writes every repeat measured so far as the run's checkpoint (``repeat_parts.py`` merges them).
+a bad value is the same error, at once) and opens the run's working folder. It writes the scenario as it
+resolved it (overrides and profile applied, paths absolute) there, and for each repeat r starts ``python -m
+llmbench run <working folder>/parts/scenario.yaml --profile none --repeat-index r --run-dir <working
+folder>/parts/r<r>``: every repeat runs that one scenario, whatever happens to the user's files meanwhile.
+It shows the child's progress and warnings as they come (``event_lines.py``), and then writes every repeat
+measured so far as the run's checkpoint (``repeat_parts.py`` merges them). A repeat whose process ran other
+code, libraries or model than the first's (files changed under the run) is left out and stops the run.
 Each repeat runs every sweep point in turn, a sweep's rates from that repeat's own throughput point (as in
 an ablation). A Ctrl-C reaches the child too: it keeps what it measured and the run is written, marked
 incomplete. A child that fails: with no repeat measured its error is the run's, with its exit status;
-otherwise the run keeps the repeats measured, marked failed.
+otherwise the run keeps the repeats measured, marked failed, and says which repeat failed and why (a
+process killed by a signal names it).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import yaml
 
 from llmbench.bench.backends import make_backend
 from llmbench.bench.child_process import ChildTimeout, child_error, package_env, run_child
@@ -31,9 +38,9 @@ from llmbench.bench.event_lines import LineReader
 from llmbench.bench.hardware import command_line
 from llmbench.bench.repeat_parts import Part, merge_parts, read_part
 from llmbench.bench.run_record import DIED, DIED_ERROR
-from llmbench.bench.scenario.loader import ResolvedScenario
+from llmbench.bench.scenario.loader import scenario_dict
 from llmbench.bench.store import RunWriter
-from llmbench.interrupts import is_interrupted_exit
+from llmbench.interrupts import held_interrupts, is_interrupted_exit
 
 if TYPE_CHECKING:
     from llmbench.bench.runner import RunEvents, RunOutcome, RunRequest
@@ -51,16 +58,41 @@ class RepeatFailed(RunFailed):
 
 
 def child_command(
-    resolved: ResolvedScenario, variant: str, slow_factor: float, repeat: int, run_dir: Path, events: Path
+    scenario_file: Path, variant: str, slow_factor: float, repeat: int, run_dir: Path, events: Path
 ) -> list[str]:
-    cmd = [sys.executable, "-m", "llmbench", "run", str(resolved.path), "--quiet"]
-    for s in resolved.overrides:
-        cmd += ["--set", s]
-    return cmd + [
-        "--profile", resolved.profile.name or "none", "--variant", variant,
-        "--slow-step-factor", repr(slow_factor), "--run-dir", str(run_dir), "--repeat-index", str(repeat),
-        "--events-file", str(events),
+    """A repeat's process: the scenario as this process resolved it (overrides and profile applied), so
+    that every repeat runs the same scenario whatever happens to its files meanwhile."""
+    return [
+        sys.executable, "-m", "llmbench", "run", str(scenario_file), "--quiet", "--profile", "none",
+        "--variant", variant, "--slow-step-factor", repr(slow_factor), "--run-dir", str(run_dir),
+        "--repeat-index", str(repeat), "--events-file", str(events),
     ]  # fmt: skip
+
+
+def _other_code(part: Part, first: Part) -> str | None:
+    """How a repeat's process differed from the first's in what it ran (llmbench's code, the libraries,
+    the model), which no repeats of one run may; None when alike."""
+    for key, what in (("git", "llmbench's code"), ("versions", "the libraries"), ("model_info", "the model")):
+        if part.meta.get(key) != first.meta.get(key):
+            return (
+                f"it ran other {what} than repeat {first.meta.get('repeat_index', 0) + 1} ({key} in meta.json: "
+                f"{part.meta.get(key)!r}, not {first.meta.get(key)!r}): files changed while the run went on"
+            )
+    return None
+
+
+def _died(code: int, stderr: str) -> str:
+    """Why a repeat's process ended without a word of its own: the signal that killed it."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        why = f"its process was killed by {name} (signal {-code})"
+        if -code == signal.SIGKILL:
+            why += ": out of memory, or killed by hand"
+        return why
+    return _said(stderr) if stderr.strip() else f"its process ended with exit status {code} and said nothing"
 
 
 class _SaidOnce:
@@ -98,8 +130,16 @@ def execute_in_processes(req: RunRequest, events: RunEvents) -> RunOutcome:
     writer = RunWriter(req.out_root, scenario.name, req.variant, req.run_dir)
     parts_dir = writer.tmp / PARTS
     parts_dir.mkdir()
+    scenario_file = parts_dir / "scenario.yaml"
+    scenario_file.write_text(yaml.safe_dump(scenario_dict(scenario), sort_keys=False))
     env = package_env()
-    own = {"command_line": command_line(), "pid": os.getpid()}
+    own = {
+        "command_line": command_line(),
+        "pid": os.getpid(),
+        "scenario_path": str(resolved.path),
+        "overrides": list(resolved.overrides),
+        "profile": resolved.profile._asdict(),
+    }
     said = _SaidOnce(events)
     parts: list[Part] = []
     stop_reason: str | None = None
@@ -110,23 +150,28 @@ def execute_in_processes(req: RunRequest, events: RunEvents) -> RunOutcome:
             events.phase(f"repeat {r + 1}/{scenario.repeats}, in a process of its own")
             run_dir, log = parts_dir / f"r{r}", parts_dir / f"r{r}.events"
             reader = LineReader(log)
-            cmd = child_command(resolved, req.variant, req.slow_factor, r, run_dir, log)
+            cmd = child_command(scenario_file, req.variant, req.slow_factor, r, run_dir, log)
             try:
                 result = run_child(cmd, env, while_running=lambda reader=reader: reader.forward(said))
             finally:
                 if (part := read_part(run_dir)) is not None:
                     parts.append(part)
             code, stderr = (1, result.stderr) if isinstance(result, ChildTimeout) else result
+            if part is not None and (other := _other_code(part, parts[0])):
+                parts.pop()  # not a repeat of this run's: left out, and the run stops
+                stop_reason, error = "failed", f"repeat {r + 1} of {scenario.repeats}: {other}"
+                break
             if part is not None and part.meta.get("status") == "complete":
                 if r < scenario.repeats - 1:
-                    writer.checkpoint(*merge_parts(parts, DIED, DIED_ERROR, own))
+                    writer.checkpoint(*merge_parts(parts, DIED, DIED_ERROR, own, req.slow_factor))
                 continue
             if is_interrupted_exit(code) or (
                 part is not None and part.meta.get("stop_reason") == "interrupted"
             ):
                 raise KeyboardInterrupt
             stop_reason = "failed"
-            error = (part.meta.get("error") if part is not None else None) or _said(stderr)
+            said_error = (part.meta.get("error") if part is not None else None) or _died(code, stderr)
+            error = f"repeat {r + 1} of {scenario.repeats}: {said_error}"
             break
     except KeyboardInterrupt:
         stop_reason, error = "interrupted", None
@@ -139,10 +184,13 @@ def execute_in_processes(req: RunRequest, events: RunEvents) -> RunOutcome:
         writer.discard()
         if stop_reason == "interrupted":
             raise KeyboardInterrupt
-        raise RepeatFailed(_said(stderr), code if code > 0 else 1)  # < 0: the child died of a signal
-    meta, summary, tables = merge_parts(parts, stop_reason, error, own)
-    shutil.rmtree(parts_dir, ignore_errors=True)  # merged: every repeat's figures and tables are in the run
-    run_dir = writer.finish(meta, summary, tables)
+        raise RepeatFailed(_died(code, stderr), code if code > 0 else 1)  # < 0: the child died of a signal
+    with held_interrupts():  # what was measured is written whole, an interrupt meanwhile held till then
+        meta, summary, tables = merge_parts(parts, stop_reason, error, own, req.slow_factor)
+        shutil.rmtree(
+            parts_dir, ignore_errors=True
+        )  # merged: every repeat's figures and tables are in the run
+        run_dir = writer.finish(meta, summary, tables)
     if stop_reason == "failed":
         last = (error or "").strip().splitlines() or ["(no message)"]
         raise RunFailed(f"the run failed; what was measured is kept in {run_dir}:\n{last[-1]}", str(run_dir))

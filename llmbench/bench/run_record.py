@@ -19,7 +19,7 @@ from llmbench.bench.hardware import command_line, git_commit, machine, versions
 from llmbench.bench.memory import memory_summary
 from llmbench.bench.peaks import choose_peak, derived_labels, peak_meta
 from llmbench.bench.scenario.loader import scenario_dict
-from llmbench.bench.slow_steps import find_slow_steps, slow_step_warning
+from llmbench.bench.slow_steps import SLOW_COLUMNS, find_slow_steps, slow_step_warning
 from llmbench.bench.store import RESULT_FORMAT
 from llmbench.bench.summary import Measured, build_summary, repeat_metrics, unavailable_reasons
 from llmbench.bench.tables import (
@@ -114,7 +114,7 @@ def assemble(
         req_rows += request_rows(m.point_label, m.repeat, m.drive.requests, scenario.slo, ctx.origin)
         step_rows_ += step_rows(m.point_label, m.repeat, m.drive.steps, util, ctx.origin, slow_here)
     if line := slow_step_warning(slow, req.slow_factor):
-        warnings.append(f"{line} (steps.parquet: slow, slow_causes)")
+        warnings.append(f"{line} ({SLOW_COLUMNS})")
 
     status = "complete" if stop_reason is None else "incomplete"
     unavailable = {

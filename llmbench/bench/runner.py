@@ -38,6 +38,7 @@ from llmbench.bench.summary import Measured
 from llmbench.bench.telemetry import TelemetrySampler
 from llmbench.bench.workload import RequestSpec, build_workload, check_prompt_file, context_check, token_range
 from llmbench.bench.workload_fits import fit_problem, longest_request
+from llmbench.interrupts import held_interrupts
 from llmbench.models.registry import check_model_files
 
 SALT_PER_POINT = 10_000  # prompt salt = point index * this + repeat index
@@ -305,15 +306,20 @@ def _execute(req: RunRequest, backend: Backend, events: RunEvents) -> RunOutcome
         _stop(telemetry, backend if started_backend else None)
         writer.discard()  # nothing was measured
         raise
-    _stop(telemetry, backend)
-    if not state.measured and state.stop_reason is not None:
+    # What was measured is written whole: a second Ctrl-C (or the SIGTERM of a parent that waits for this
+    # process) while the backend shuts down or the run is written is held until it is written.
+    with held_interrupts():
+        _stop(telemetry, backend)
+        if state.measured:
+            meta, summary, tables = assemble(
+                ctx, state.measured, state.warnings, state.stop_reason, state.error
+            )
+            run_dir = writer.finish(meta, summary, tables)
+    if not state.measured:
         writer.discard()
         if state.stop_reason == "interrupted":
             raise KeyboardInterrupt
         raise RunFailed(f"the run failed before anything was measured:\n{_last_line(state.error)}")
-
-    meta, summary, tables = assemble(ctx, state.measured, state.warnings, state.stop_reason, state.error)
-    run_dir = writer.finish(meta, summary, tables)
     if state.stop_reason == "failed":
         raise RunFailed(
             f"the run failed; what was measured is kept in {run_dir}:\n{_last_line(state.error)}",

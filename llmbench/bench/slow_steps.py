@@ -35,6 +35,7 @@ from typing import NamedTuple
 from llmbench.bench.records import StepRecord
 
 SLOW_FACTOR = 5.0
+SLOW_COLUMNS = "steps.parquet: slow, slow_causes"  # where a run's slow-step warning points
 MIN_STEPS_OF_KIND = 5
 GROWTH_BYTES = 8 * 2**20  # a caching-allocator segment is 2 MiB; host RSS moves by a few MiB on its own
 LARGE_FACTOR = 2.0
@@ -129,12 +130,18 @@ def _plural(cause: str, n: int) -> str:
     return f"{n} {cause}s"
 
 
-def slow_step_warning(slow: list[SlowStep], factor: float = SLOW_FACTOR) -> str | None:
+def slow_step_warning(slow: Sequence[SlowStep], factor: float = SLOW_FACTOR) -> str | None:
     """One line naming how many steps were slow and why, e.g. "3 slow steps (>5x the median of their
     kind): 2 Triton compiles, 1 allocator growth"; None when there were none."""
-    if not slow:
+    return causes_warning([s.causes for s in slow], factor)
+
+
+def causes_warning(causes: Sequence[Sequence[str]], factor: float = SLOW_FACTOR) -> str | None:
+    """``slow_step_warning`` of slow steps known by their causes alone (one list per step: a stored
+    steps table's ``slow_causes``)."""
+    if not causes:
         return None
-    counts = Counter(c for s in slow for c in s.causes)
+    counts = Counter(c for step in causes for c in step)
     listed = ", ".join(_plural(c, counts[c]) for c in CAUSES if counts[c])
-    noun = "step" if len(slow) == 1 else "steps"
-    return f"{len(slow)} slow {noun} (>{factor:g}x the median of their kind): {listed}"
+    noun = "step" if len(causes) == 1 else "steps"
+    return f"{len(causes)} slow {noun} (>{factor:g}x the median of their kind): {listed}"

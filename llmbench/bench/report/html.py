@@ -17,6 +17,7 @@ import html
 import io
 import math
 import time
+from typing import Any
 
 import numpy as np
 
@@ -177,12 +178,14 @@ def telemetry_plot(groups: list[Group]) -> str:
         if not gpu_rows.empty and np.isfinite(gpu_rows["gpu_util"]).any():
             gpu = True
             for idx, rows in gpu_rows.groupby("gpu"):
-                top.plot(rows["time"], rows["gpu_util"], label=f"{g.label} gpu{idx}")
-                bottom.plot(rows["time"], rows["power"], label=f"{g.label} gpu{idx}")
+                t, util, power = _with_gaps(rows["time"], rows["gpu_util"], rows["power"])
+                top.plot(t, util, label=f"{g.label} gpu{idx}")
+                bottom.plot(t, power, label=f"{g.label} gpu{idx}")
         else:
             host = df.drop_duplicates("time")
-            top.plot(host["time"], host["cpu_percent"], label=g.label)
-            bottom.plot(host["time"], host["rss"] / 2**30, label=g.label)
+            t, cpu, rss = _with_gaps(host["time"], host["cpu_percent"], host["rss"] / 2**30)
+            top.plot(t, cpu, label=g.label)
+            bottom.plot(t, rss, label=g.label)
         plotted = True
     if not plotted:
         plt.close(fig)
@@ -194,6 +197,19 @@ def telemetry_plot(groups: list[Group]) -> str:
     top.grid(alpha=0.3)
     bottom.grid(alpha=0.3)
     return _png(fig)
+
+
+def _with_gaps(time: Any, *series: Any) -> tuple[np.ndarray, ...]:
+    """``time`` and ``series`` with a NaN wherever no sample was taken for more than three sampling periods
+    (between the processes of a run's repeats, each sampled by its own): a plotted line breaks there
+    instead of drawing samples that were never taken."""
+    t = np.asarray(time, dtype=float)
+    cols = [np.asarray(s, dtype=float) for s in series]
+    if len(t) < 3:
+        return (t, *cols)
+    gaps = np.diff(t)
+    cut = np.flatnonzero(gaps > 3 * np.median(gaps)) + 1
+    return (np.insert(t, cut, t[cut - 1] + gaps[cut - 1] / 2), *(np.insert(c, cut, np.nan) for c in cols))
 
 
 MAX_STEP_POINTS = 4000  # decode steps drawn per variant (evenly thinned beyond)
