@@ -52,6 +52,7 @@ def test_each_repeat_runs_in_a_process_of_its_own_and_the_run_is_one_folder(tmp_
     res = runner.invoke(app, ["run", str(scenario(tmp_path)), "--out", str(tmp_path / "r")])
     assert res.exit_code == 0, res.output
     assert "repeat 1/2, in a process of its own" in res.stderr and "repeat 2/2, in a" in res.stderr
+    assert "backend_options" not in res.stderr  # what the scenario did not set is not said to be set
     run = only_run(tmp_path / "r")
     pids = [p["pid"] for p in run.meta["repeat_processes"]]
     assert len(set(pids)) == 2 and os.getpid() not in pids and run.meta["pid"] == os.getpid()

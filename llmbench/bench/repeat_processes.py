@@ -38,7 +38,7 @@ from llmbench.bench.event_lines import LineReader
 from llmbench.bench.hardware import command_line
 from llmbench.bench.repeat_parts import Part, merge_parts, read_part
 from llmbench.bench.run_record import DIED, DIED_ERROR
-from llmbench.bench.scenario.loader import scenario_dict
+from llmbench.bench.scenario.loader import scenario_settings
 from llmbench.bench.store import RunWriter
 from llmbench.interrupts import held_interrupts, is_interrupted_exit
 
@@ -131,7 +131,7 @@ def execute_in_processes(req: RunRequest, events: RunEvents) -> RunOutcome:
     parts_dir = writer.tmp / PARTS
     parts_dir.mkdir()
     scenario_file = parts_dir / "scenario.yaml"
-    scenario_file.write_text(yaml.safe_dump(scenario_dict(scenario), sort_keys=False))
+    scenario_file.write_text(yaml.safe_dump(scenario_settings(scenario), sort_keys=False))
     env = package_env()
     own = {
         "command_line": command_line(),

@@ -316,3 +316,10 @@ def _problem_lines(data: dict[str, Any]) -> set[str]:
 def scenario_dict(scenario: Scenario) -> dict[str, Any]:
     """The resolved scenario as plain data (profiles dropped: they are already applied)."""
     return scenario.model_dump(mode="json", exclude={"profiles"}, exclude_none=True)
+
+
+def scenario_settings(scenario: Scenario) -> dict[str, Any]:
+    """The resolved scenario's settings as given (its file, overrides and profile applied; profiles
+    dropped), defaults left to the schema: loaded again it is the same scenario, and what was set is still
+    told apart from what was not (a backend's options given for a backend that does not serve the run...)."""
+    return scenario.model_dump(mode="json", exclude={"profiles"}, exclude_unset=True)
