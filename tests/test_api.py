@@ -245,6 +245,14 @@ def test_the_errors_the_api_raises_are_importable_from_the_package():
     )
     with pytest.raises(ConfigError, match="block_size"):
         LLM("qwen3-tiny", device="cpu", block_size=0)
+    from llmbench import RequestError
+    from llmbench.engine.llm_engine import RequestError as Request
+
+    assert RequestError is Request and "RequestError" in llmbench.__all__ and "LLM" in dir(llmbench)
+    with LLM("qwen3-tiny", device="cpu", num_kv_blocks=16) as llm:
+        for prompt in (None, 3.5):  # neither text nor ids: the request is named, no internal TypeError
+            with pytest.raises(RequestError, match="a prompt is text .a string. or a list of token ids, got"):
+                llm.generate([prompt])
 
 
 def test_a_folder_may_be_a_path_and_score_takes_ids_only(tmp_path):
