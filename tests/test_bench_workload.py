@@ -447,15 +447,16 @@ def test_sharegpt_skips_conversations_that_cannot_be_served_and_says_so_once(tmp
     path.write_text(json.dumps(SHAREGPT))
     built = built_sharegpt(path, 100)
     assert [(len(r.prompt), r.max_tokens) for r in built.requests] == [(10, 5), (20, 3), (99, 1)]
-    assert built.warnings == (
+    assert built.warnings[0] == (
         f"{path}: 3 of 6 conversations skipped: 1 without a user turn followed by a reply; 1 whose prompt "
-        "is empty; 1 that cannot be served (the first, conversation 2: 90 + 20 tokens are past 100)",
+        "is empty; 1 that cannot be served (the first, conversation 2: 90 + 20 tokens are past 100)"
     )
+    assert len(built.warnings) == 2 and "byte-level stand-in tokenizer" in built.warnings[1]  # TOK's
     # sampling draws from the conversations kept only, the same under the same seed
     sampled = built_sharegpt(path, 100, seed=5, num_requests=40)
     assert {len(r.prompt) for r in sampled.requests} == {10, 20, 99}
     assert sampled == built_sharegpt(path, 100, seed=5, num_requests=40)
-    assert len(sampled.warnings) == 1
+    assert len(sampled.warnings) == 2
 
 
 def test_sharegpt_with_output_len_keeps_what_leaves_room_for_its_longest_output(tmp_path):

@@ -24,7 +24,7 @@ from llmbench.bench.scenario.workload_schema import MAX_ARRIVAL_SPAN_S, Workload
 from llmbench.bench.workload.lengths import sample_lengths
 from llmbench.bench.workload.reading import JSON_SUFFIXES, choose, read_records, read_text
 from llmbench.bench.workload.sharegpt import conversations
-from llmbench.bench.workload.spec import Built, Encoder, Fits, RequestSpec, require_fit
+from llmbench.bench.workload.spec import Built, Encoder, Fits, RequestSpec, byte_level_note, require_fit
 from llmbench.models.errors import ModelError
 from llmbench.models.tokenizer import has_tokenizer_files, load_tokenizer, text_needs_tokenizer
 
@@ -157,6 +157,8 @@ def prompt_file_requests(
          f"are left out ({', '.join(empty[:3])}{', ...' if len(empty) > 3 else ''})"]
         if empty else []
     )  # fmt: skip
+    if any(p.text is not None for p in records):
+        left += byte_level_note(encoder, str(path))
     return Built(specs, left)
 
 

@@ -14,7 +14,7 @@ from llmbench.bench.errors import WorkloadError
 from llmbench.bench.scenario.workload_schema import Workload
 from llmbench.bench.workload.lengths import sample_lengths
 from llmbench.bench.workload.reading import choose, read_jsonl, read_text
-from llmbench.bench.workload.spec import Built, Encoder, Fits, RequestSpec
+from llmbench.bench.workload.spec import Built, Encoder, Fits, RequestSpec, byte_level_note
 
 _USER = ("human", "user")
 _ASSISTANT = ("gpt", "assistant", "chatgpt", "bard", "bing", "model")
@@ -112,4 +112,4 @@ def sharegpt_requests(
         RequestSpec(str(k), pairs[idx][0], int(fill[k]) if fill is not None else pairs[idx][1])
         for k, idx in enumerate(chosen)
     ]
-    return Built(requests, warnings)
+    return Built(requests, (*warnings, *byte_level_note(encoder, str(path))))

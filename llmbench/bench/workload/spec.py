@@ -45,3 +45,16 @@ def require_fit(fits: Fits | None, request_id: str, prompt: int, output: int) ->
     """A request the backend cannot take is a WorkloadError naming it (no reader but ShareGPT's skips one)."""
     if fits is not None and (problem := fits(prompt, output)) is not None:
         raise WorkloadError(f"request {request_id}: {problem}")
+
+
+def byte_level_note(encoder: Encoder, where: str) -> list[str]:
+    """The warning for text a preset's byte-level stand-in tokenizer encodes (none for a real tokenizer)."""
+    from llmbench.models.tokenizer import ByteTokenizer
+
+    if not isinstance(encoder, ByteTokenizer):
+        return []
+    return [
+        f"{where}: text prompts are encoded by the preset's byte-level stand-in tokenizer, one token per UTF-8 "
+        "byte (a real model's tokenizer gives about a quarter as many for English), and outputs decode as "
+        "bytes: lengths are not the real model's; give a model folder with its tokenizer for those"
+    ]
