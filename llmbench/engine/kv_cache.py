@@ -104,10 +104,13 @@ def allocate(
     scale: float = 1.0,
 ) -> KVPool:
     """One slab for the whole pool; a float8 one zeroed, V laid out by token, and every scale set to
-    ``scale``. A slab the device cannot hold is a ``KVCacheError`` naming the options that size it."""
+    ``scale``; on a CPU every pool is zeroed (its pages then count in the process's memory from the start:
+    untouched ones would not, and the run's memory figures would hold a float8 pool and not a bf16 one).
+    A slab the device cannot hold is a ``KVCacheError`` naming the options that size it."""
     shape = (2, num_layers, num_blocks, block_size * kv_heads * head_dim)
+    zeroed = is_fp8(dtype) or torch.device(device).type == "cpu"
     try:
-        pool = (torch.zeros if is_fp8(dtype) else torch.empty)(shape, dtype=dtype, device=device)
+        pool = (torch.zeros if zeroed else torch.empty)(shape, dtype=dtype, device=device)
     except (torch.OutOfMemoryError, RuntimeError) as exc:
         if not isinstance(exc, torch.OutOfMemoryError) and "allocate" not in str(exc):
             raise
