@@ -79,6 +79,14 @@ def test_help_answers_without_importing_torch_or_pandas(tmp_path, args):
     assert res.returncode == 0, res.stderr
     assert "Usage:" in res.stdout
     assert json.loads(res.stdout.strip().splitlines()[-1]) == []
+    assert "<bool>" not in res.stdout  # a flag takes no value, and its help shows none
+
+
+def test_version_is_the_installed_packages(tmp_path):
+    from importlib.metadata import version
+
+    res = llmbench("--version", cwd=tmp_path)
+    assert res.returncode == 0 and res.stdout.strip() == f"llmbench {version('llmbench')}", res.stdout
 
 
 def test_run_then_report_in_fresh_processes(tmp_path):

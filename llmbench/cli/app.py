@@ -13,6 +13,8 @@ docs       regenerate the measured tables of README.md and BENCHMARKS.md from ke
 
 from __future__ import annotations
 
+from typing import Annotated, Any
+
 import typer
 
 from llmbench.cli import ablate as ablate_cmd
@@ -26,6 +28,24 @@ from llmbench.cli import quality as quality_cmd
 from llmbench.cli import report as report_cmd
 from llmbench.cli import run as run_cmd
 
+
+def _flags_without_a_type() -> None:
+    """A flag (``--dry-run``) takes no value, but Typer's help shows ``<bool>`` beside it, which reads as if
+    it took one: the help shows no type for a flag (where this Typer's help has the hook at all)."""
+    from typer.core import TyperOption
+
+    shown = getattr(TyperOption, "display_type_rich", None)
+    if shown is None:
+        return
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+        return None if self.is_flag else shown(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_flags_without_a_type()
+
 app = typer.Typer(
     name="llmbench",
     help="Benchmark and profile LLM inference on a built-in engine whose every optimisation is a switch.",
@@ -36,8 +56,23 @@ app = typer.Typer(
 )
 
 
+def _version(asked: bool) -> None:
+    if asked:
+        from llmbench import __version__
+
+        typer.echo(f"llmbench {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_version, help="Print llmbench's version and exit."
+        ),
+    ] = False,
+) -> None:
     """Benchmark and profile LLM inference on a built-in engine whose every optimisation is a switch."""
 
 
