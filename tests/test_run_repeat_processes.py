@@ -83,6 +83,11 @@ def test_each_repeat_runs_in_a_process_of_its_own_and_the_run_is_one_folder(tmp_
     assert "each in a process of its own" in " ".join(res.stderr.split())  # the intervals' note
     shown = runner.invoke(app, ["report", str(run.path), "--intervals", "-m", "output_throughput"])
     assert "95% t-interval over the repeats" in shown.stdout and "shared one process" not in shown.stdout
+    shown = runner.invoke(app, ["report", str(run.path), "--view", "startup", "--format", "markdown"])
+    (row,) = [line for line in shown.stdout.splitlines() if line.startswith("| default")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    inits = [p["startup"]["engine_init_time"] for p in run.meta["repeat_processes"]]
+    assert cells[1] == "2" and float(cells[2]) == pytest.approx(np.mean(inits), abs=0.006)  # both start-ups
 
 
 def test_one_process_measures_every_repeat_in_the_run_s_own(tmp_path):

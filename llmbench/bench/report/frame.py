@@ -165,13 +165,23 @@ class Group:
     def estimate(self, point: str, metric: str) -> dict[str, Any]:
         return interval(self.repeat_values(point, metric))
 
+    @property
+    def startups(self) -> list[dict[str, Any]]:
+        """Every start-up of the group's runs: a run's own, or, where each repeat ran in a process of its
+        own, each process's (meta.json's ``repeat_processes``)."""
+        out = []
+        for r in self.runs:
+            each = [p.get("startup") for p in r.meta.get("repeat_processes") or []]
+            out += [s for s in each if isinstance(s, dict)] or [r.meta.get("startup") or {}]
+        return out
+
     def startup(self) -> dict[str, float]:
-        """Mean one-off costs over the group's runs (seconds); NaN for a part no run measured (a remote
+        """Mean one-off costs over the group's start-ups (seconds); NaN for a part none measured (a remote
         server's weights, compile and graphs are not the client's to time)."""
         keys = ("engine_init_time", "load_time", "compile_time", "graph_capture_time")
         out = {}
         for k in keys:
-            vals = [float(v) for r in self.runs if (v := (r.meta.get("startup") or {}).get(k)) is not None]
+            vals = [float(v) for s in self.startups if (v := s.get(k)) is not None]
             out[k] = float(np.mean(vals)) if vals else math.nan
         return out
 

@@ -289,15 +289,17 @@ def _the(baseline: Group) -> str:
 
 def startup(scenario: str, groups: list[Group]) -> View:
     """One-off costs, kept apart from steady state."""
-    headers = ["variant", "runs", "init", "weights", "compile", "graphs"]
+    headers = ["variant", "start-ups", "init", "weights", "compile", "graphs"]
     rows = []
     for g in groups:
         s = g.startup()
         keys = ("engine_init_time", "load_time", "compile_time", "graph_capture_time")
-        rows.append([g.label, str(len(g.runs)), *("–" if math.isnan(s[k]) else f"{s[k]:.2f}" for k in keys)])
+        rows.append(
+            [g.label, str(len(g.startups)), *("–" if math.isnan(s[k]) else f"{s[k]:.2f}" for k in keys)]
+        )
     title = (
-        f"{scenario}: startup seconds (init = weights + compile + graph capture + KV pool, or a peer backend's "
-        "start-up; not measured)"
+        f"{scenario}: startup seconds, the mean over the start-ups (init = weights + compile + graph capture + "
+        "KV pool, or a peer backend's start-up; not measured)"
     )
     return View(title, headers, rows, [False, True, True, True, True, True])
 
