@@ -922,3 +922,17 @@ def test_compare_names_a_folder_that_does_not_exist_as_such(tmp_path):
     assert res.exit_code == 2 and "BASE" in res.stderr and "no such file or folder" in res.stderr
     res = invoke("compare", tmp_path / "empty", tmp_path / "missing")
     assert res.exit_code == 2 and "empty: holds no run" in " ".join(res.stderr.split())
+
+
+def test_runs_made_apart_under_names_of_their_own_are_labelled_with_the_options_they_differ_in(
+    runs, tmp_path
+):
+    for name, src in (("A", runs["baseline"]), ("B", runs["attention_backend=torch"])):
+        dst = tmp_path / "rep" / f"20261205-00000{len(name)}-{name}"
+        shutil.copytree(src, dst)
+        meta = json.loads((dst / "meta.json").read_text())
+        (dst / "meta.json").write_text(json.dumps({**meta, "variant": name, "ablation": None}))
+    res = invoke("report", tmp_path, "-m", "output_throughput")
+    assert res.exit_code == 0, res.output
+    # the terminal table prints the brackets as text (not as Rich markup, which would drop them)
+    assert "A [attention_backend=default]" in res.stdout and "B [attention_backend=torch]" in res.stdout

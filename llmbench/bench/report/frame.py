@@ -287,7 +287,8 @@ def _ablation_outcome(path: Path) -> str:
 def _label(groups: list[Group]) -> None:
     """Unique labels within each scenario: the variant (and backend); where one name was measured more
     than once, the engine options those runs differ in (runs made apart, ``--set engine.tp=2``) and a time
-    stamp; "(incomplete)" on incomplete runs; "#k" for what is left."""
+    stamp; on runs made apart under names of their own, the engine options they differ in; "(incomplete)"
+    on incomplete runs; "#k" for what is left."""
     names = {}
     for g in groups:
         backend = g.meta.get("backend") or "engine"
@@ -298,6 +299,9 @@ def _label(groups: list[Group]) -> None:
         same = [h for h in groups if h.scenario == g.scenario and names[id(h)] == names[id(g)]]
         stamped = len({h.ablation for h in same}) > 1
         differs = _differing_options(same).get(id(g), "") if stamped else ""
+        if not differs and g.recorded_ablation is None:  # runs made apart under names of their own
+            alone = [h for h in groups if h.scenario == g.scenario and h.recorded_ablation is None]
+            differs = _differing_options(alone).get(id(g), "") if len(alone) > 1 else ""
         g.label = (
             names[id(g)]
             + (f" [{differs}]" if differs else "")
