@@ -89,3 +89,14 @@ def test_a_table_of_several_verdicts_says_how_many_chance_would_give(ablation):
     ) in said, said
     alone = report(ablation, "--view", "changes", "-m", "num_failed")
     assert "verdicts: a change that does nothing" not in alone  # one verdict: no line
+
+
+def test_several_tables_of_verdicts_say_how_many_chance_would_give_across_them():
+    from llmbench.bench.report.compare import Change, tables_chance_note
+
+    judged = Change("ttft_p50", 1.0, 1.1, 0.1, 0.05, 0.15, 3, "paired")
+    few = Change("ttft_p50", 1.0, 1.1, 0.1, 0.05, 0.15, 2, "paired")  # two repeats: no verdict to count
+    tables = [[(judged, "worse")] * 9 for _ in range(5)]  # 5 sweep points x 9 metrics
+    (line,) = tables_chance_note(tables)
+    assert line.startswith("across the 5 tables of these comparisons: 45 verdicts, up to 2.3 of them")
+    assert tables_chance_note([[(judged, "worse")] * 9, [(few, "inconclusive (n=2)")]]) == []  # one table's

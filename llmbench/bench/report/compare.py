@@ -212,15 +212,33 @@ def method_note(changes: list[Change], threshold: float, confidence: float = CON
 MANY_VERDICTS = 3  # from this many verdicts in one table, the chance of one among them is worth a line
 
 
+def _verdicts(shown: list[tuple[Change, str]]) -> int:
+    """How many of ``shown`` could get a verdict (``chance_note``)."""
+    return sum(
+        1 for c, v in shown if c.method and c.n >= MIN_VERDICT_REPEATS and not v.startswith(("n/a", "none"))
+    )
+
+
+def tables_chance_note(tables: list[list[tuple[Change, str]]], confidence: float = CONFIDENCE) -> list[str]:
+    """One line under the last of several tables (one a sweep point or a variant): the verdicts of all of
+    them and how many a change that does nothing would give by chance, each table's own count being a part."""
+    counts = [_verdicts(shown) for shown in tables]
+    if sum(1 for n in counts if n) < 2:
+        return []
+    total, alpha = sum(counts), 1 - confidence
+    return [
+        f"across the {len(tables)} tables of these comparisons: {total} verdicts, up to {total * alpha:.2g} "
+        "of them better or worse by chance for changes that do nothing"
+    ]
+
+
 def chance_note(shown: list[tuple[Change, str]], confidence: float = CONFIDENCE) -> list[str]:
     """One line for a table of several verdicts (``shown``: each change with its verdict as shown): how many
     it holds, and how many of them a change that does nothing would read better or worse by chance: at most
     1 - ``confidence`` each (an interval misses the true change that often, and a practical threshold only
     makes a verdict rarer; BENCHMARKS.md's calibration measures it). Comparisons that cannot get a verdict
     (no interval, too few repeats, no direction, an incomplete run) are not counted."""
-    count = sum(
-        1 for c, v in shown if c.method and c.n >= MIN_VERDICT_REPEATS and not v.startswith(("n/a", "none"))
-    )
+    count = _verdicts(shown)
     if count < MANY_VERDICTS:
         return []
     alpha = 1 - confidence

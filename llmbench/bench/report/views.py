@@ -12,12 +12,14 @@ from typing import NamedTuple
 from llmbench.bench.report.compare import (
     DEFAULT_MIN_EFFECT,
     DELTA_METRICS,
+    Change,
     chance_note,
     change,
     different_machines,
     different_models,
     judged,
     method_note,
+    tables_chance_note,
     workload_differences,
 )
 from llmbench.bench.report.format import (
@@ -149,7 +151,7 @@ def deltas(
 ) -> list[View]:
     """Per variant and point: baseline, variant, change with its 95% interval, verdict; outputs compared."""
     headers = ["metric", "baseline", "variant", "change", "95% CI", "verdict"]
-    views = []
+    views, tables = [], []
     for g in others:
         for point in baseline.points:
             if point not in g.points:
@@ -168,12 +170,20 @@ def deltas(
             text = describe(outputs) if isinstance(outputs, OutputComparison) else outputs
             rows.append([f"outputs against {_the(baseline)} (greedy)", "", text, "", "", ""])
             notes = [method_note([c for c, _ in shown], threshold), *chance_note(shown)]
+            tables.append(shown)
             notes += pair_notes(baseline, g, point)
             flagged = [f"{h.label}: {', '.join(h.flags(point))}" for h in (baseline, g) if h.flags(point)]
             if flagged:
                 notes.append(f"run warnings ({'; '.join(flagged)}) are listed in full under the first table")
             title = f"{scenario} · {point}: {g.label} against {baseline.label}"
             views.append(View(title, headers, rows, [False, True, True, True, True, False], tuple(notes)))
+    return _with_tables_note(views, tables)
+
+
+def _with_tables_note(views: list[View], tables: list[list[tuple[Change, str]]]) -> list[View]:
+    """``views`` with ``tables_chance_note`` under the last one."""
+    if views and (said := tables_chance_note(tables)):
+        views[-1] = views[-1]._replace(notes=(*views[-1].notes, *said))
     return views
 
 
@@ -187,7 +197,7 @@ def changes(
     """Per point, one row per variant: for each metric its value, the change against the baseline with the
     95% interval, and the verdict (the compact form of ``deltas``, for many variants side by side)."""
     shown = list(metrics or ("output_throughput", "tpot_p50", "ttft_p50"))
-    views = []
+    views, tables = [], []
     for point in baseline.points:
         members = [g for g in others if point in g.points]
         if not members:
@@ -218,6 +228,7 @@ def changes(
                 ]
             rows.append(row)
         notes = [method_note([c for c, _ in judged_changes], threshold), *chance_note(judged_changes)]
+        tables.append(judged_changes)
         notes += dict.fromkeys(n for g in members for n in pair_notes(baseline, g, point))
         outputs = [(g, compare_outputs(baseline, g, point)) for g in members]
         notes += [
@@ -238,7 +249,7 @@ def changes(
                 group=3,
             )
         )
-    return views
+    return _with_tables_note(views, tables)
 
 
 def pair_notes(baseline: Group, variant: Group, point: str) -> list[str]:
