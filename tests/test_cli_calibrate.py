@@ -115,3 +115,16 @@ def test_a_device_that_does_not_exist_is_a_clear_error(tmp_path, device, message
     res = invoke("calibrate", "--device", device, "--file", tmp_path / "cal.json", *SMALL)
     assert res.exit_code == 2 and message in res.stderr
     assert not (tmp_path / "cal.json").exists()
+
+
+def test_calibrating_a_busy_cpu_says_its_peaks_will_read_low(tmp_path, monkeypatch):
+    from llmbench.bench import hardware
+
+    monkeypatch.setattr(hardware, "runnable_others", lambda sample_s=0: 64.0)  # other work on every core
+    res = invoke("calibrate", "--device", "cpu", "--file", tmp_path / "cal.json", *SMALL)
+    assert res.exit_code == 0, res.output
+    said = " ".join(res.stderr.split())
+    assert "the machine was busy when calibration started" in said and "calibrate on an idle machine" in said
+    monkeypatch.setattr(hardware, "runnable_others", lambda sample_s=0: 0.0)
+    res = invoke("calibrate", "--device", "cpu", "--file", tmp_path / "cal.json", *SMALL)
+    assert res.exit_code == 0 and "busy" not in res.stderr, res.output

@@ -157,8 +157,8 @@ def runnable_others(sample_s: float = BUSY_SAMPLE_S, samples: int = 11) -> float
     return sum(counts) / len(counts)
 
 
-def busy_warning(threads: int, sample_s: float = BUSY_SAMPLE_S) -> str | None:
-    """A warning when other work keeps the CPUs busy as the run starts (timings will be noisy), else None."""
+def busy_warning(threads: int, sample_s: float = BUSY_SAMPLE_S, what: str = "the run") -> str | None:
+    """A warning when other work keeps the CPUs busy as ``what`` starts (timings will be noisy), else None."""
     cores = os.cpu_count() or 1
     others = runnable_others(sample_s)
     if others is None:
@@ -170,6 +170,6 @@ def busy_warning(threads: int, sample_s: float = BUSY_SAMPLE_S) -> str | None:
         return None
     hint = ", and torch's threads may fight other processes for the cores (try --set cpu_threads=1)"
     return (
-        f"the machine was busy when the run started ({others:.1f} threads of other processes ready to run "
+        f"the machine was busy when {what} started ({others:.1f} threads of other processes ready to run "
         f"on {cores} cores): timings will be noisy{hint if threads > 1 else ''}"
     )

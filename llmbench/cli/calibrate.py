@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from llmbench.bench.peaks import CALIBRATION_ENV
-from llmbench.cli.console import console, err_console, note
+from llmbench.cli.console import console, err_console, note, warning
 from llmbench.cli.errors import handle_errors
 
 
@@ -59,11 +59,16 @@ def calibrate(
 
     from llmbench.bench.calibration import calibrate as measure
     from llmbench.bench.calibration import check_device
+    from llmbench.bench.hardware import busy_warning
     from llmbench.bench.peaks import calibration_path, check_writable, peak_for, store_calibration
 
     target = check_device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     path = calibration_path(file)
     check_writable(path)  # before minutes of measuring, not after
+    if target == "cpu" and (busy := busy_warning(1, what="calibration")):
+        # the peaks measured now would be low, and every later run's utilisations high
+        warning(f"{busy}; a CPU's peaks measured now read low and every later run's utilisations high: "
+                "calibrate on an idle machine")  # fmt: skip
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
