@@ -309,3 +309,46 @@ def test_telemetry_lines_break_where_no_process_was_sampling():
     assert np.isnan(v[4]) and list(v[:4]) == [1, 2, 3, 4] and list(v[5:]) == [5, 6, 7]
     t, v = _with_gaps([0.0, 0.2, 0.5, 0.7], [1, 2, 3, 4])  # no gap past three periods: as it was
     assert list(t) == [0.0, 0.2, 0.5, 0.7] and list(v) == [1, 2, 3, 4]
+
+
+@pytest.mark.slow
+def test_a_second_interrupt_while_the_last_repeat_writes_keeps_it_and_exits_as_interrupted(tmp_path):
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    marker = tmp_path / "writing"
+    (hook / "sitecustomize.py").write_text(  # the last repeat's process takes 3 s to write its folder
+        textwrap.dedent(
+            f"""
+            import pathlib, sys, time
+            if "--repeat-index" in sys.argv and sys.argv[sys.argv.index("--repeat-index") + 1] == "1":
+                from llmbench.bench import store
+                write = store.RunWriter.finish
+                def slow(self, *args, **kwargs):
+                    pathlib.Path({str(marker)!r}).touch()
+                    time.sleep(3)
+                    return write(self, *args, **kwargs)
+                store.RunWriter.finish = slow
+            """
+        )
+    )
+    path = scenario(tmp_path, arrival={"kind": "poisson", "rate": 40}, warmup=0)
+    out = tmp_path / "r"
+    cmd = [sys.executable, "-m", "llmbench", "run", str(path), "--out", str(out), "-q"]
+    env = {**os.environ, "PYTHONPATH": str(hook)}
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, env=env
+    )
+    deadline = time.monotonic() + 300
+    while not marker.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C while the last repeat writes what it measured ...
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGINT)  # ... and again, impatient
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err.decode()  # the command was interrupted, and says so
+    run = only_run(out)  # and the repeat it was writing is kept: the run is whole
+    assert run.meta["status"] == "complete" and [
+        e["repeat"] for e in run.summary["points"][0]["repeats"]
+    ] == [0, 1]
+    assert run.meta["points"] == [p["arrival"] for p in run.summary["points"]]

@@ -5,7 +5,8 @@ goes to a temporary file, not a pipe, so that a child that says much (a compiler
 on a pipe no one reads while the parent is busy showing its progress (``while_running``, called every
 tenth of a second). On Ctrl-C the child (same process group) gets it too and is given time to write what it
 measured before the interrupt goes on; past ``timeout_s`` it is interrupted the same way, then killed if it
-does not end within the grace period (a child stuck inside a native call never sees the interrupt).
+does not end within the grace period (a child stuck inside a native call never sees the interrupt); a
+further interrupt meanwhile is held until then.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+from llmbench.interrupts import held_interrupts
 from llmbench.lifeline import child_env
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # so children import this same llmbench
@@ -73,17 +75,16 @@ def run_child(
                     proc.wait()
                 return ChildTimeout(timeout_s or 0.0, said())
         except KeyboardInterrupt:
-            try:  # a Ctrl-C reached the child too; a SIGTERM sent to this process alone did not
-                proc.wait(timeout=2)
-            except subprocess.TimeoutExpired:
-                proc.send_signal(signal.SIGINT)
-            try:
-                _wait(proc, time.monotonic() + CHILD_GRACE_S, while_running)
-            except KeyboardInterrupt:
-                pass
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            # A second Ctrl-C waits for the child to write what it measured (it holds one itself while it
+            # writes): cut short here, the child would be killed mid-write or its folder read half-written.
+            with held_interrupts():
+                try:  # a Ctrl-C reached the child too; a SIGTERM sent to this process alone did not
+                    proc.wait(timeout=2)
+                except subprocess.TimeoutExpired:
+                    proc.send_signal(signal.SIGINT)
+                if not _wait(proc, time.monotonic() + CHILD_GRACE_S, while_running):
+                    proc.kill()
+                    proc.wait()
             raise
         return proc.returncode, said()
 

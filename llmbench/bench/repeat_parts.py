@@ -155,6 +155,7 @@ def merge_parts(
         "stop_reason": stop_reason,
         "error": error,
         "unavailable": unavailable,
+        "points": [p["arrival"] for p in summary["points"]],  # with a sweep's rates, their mean
         "finished_at": parts[-1].meta.get("finished_at"),
         "repeat_processes": [
             {

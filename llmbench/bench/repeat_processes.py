@@ -175,10 +175,9 @@ def execute_in_processes(req: RunRequest, events: RunEvents) -> RunOutcome:
             break
     except KeyboardInterrupt:
         stop_reason, error = "interrupted", None
+    interrupted = stop_reason == "interrupted"
     whole = [p for p in parts if p.meta.get("status") == "complete"]
-    if (
-        stop_reason == "interrupted" and len(whole) == scenario.repeats
-    ):  # the interrupt came as the last ended
+    if interrupted and len(whole) == scenario.repeats:  # it came as the last repeat ended: the run is whole
         stop_reason = None
     if not parts:
         writer.discard()
@@ -194,4 +193,6 @@ def execute_in_processes(req: RunRequest, events: RunEvents) -> RunOutcome:
     if stop_reason == "failed":
         last = (error or "").strip().splitlines() or ["(no message)"]
         raise RunFailed(f"the run failed; what was measured is kept in {run_dir}:\n{last[-1]}", str(run_dir))
+    if interrupted and stop_reason is None:  # written whole, but the command was interrupted: it says so
+        raise KeyboardInterrupt
     return RunOutcome(run_dir, meta["status"], stop_reason, meta, summary, frozenset(said.told))
