@@ -81,6 +81,9 @@ def test_each_repeat_runs_in_a_process_of_its_own_and_the_run_is_one_folder(tmp_
     first = reqs[(reqs["repeat"] == 1) & (reqs["point"] == "rate=40")]["arrival"].min()
     assert window[0] == pytest.approx(first, abs=0.05)  # the summary's windows are on the same axis
     assert "each in a process of its own" in " ".join(res.stderr.split())  # the intervals' note
+    assert "(the first of 2 processes; `report --view startup` has their mean)" in " ".join(
+        res.stderr.split()
+    )
     shown = runner.invoke(app, ["report", str(run.path), "--intervals", "-m", "output_throughput"])
     assert "95% t-interval over the repeats" in shown.stdout and "shared one process" not in shown.stdout
     shown = runner.invoke(app, ["report", str(run.path), "--view", "startup", "--format", "markdown"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from types import TracebackType
 
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from llmbench.bench.driver import Progress as DriveProgress
@@ -51,7 +52,10 @@ class RichRunEvents:
             if not self.quiet:
                 note(f"· {text}")
             return
-        self._progress.console.print(f"[dim]· {text}[/]", highlight=False)
+        if self._task is not None:  # a new phase: the last one's bar is done with
+            self._progress.remove_task(self._task)
+            self._task = self._key = None
+        self._progress.console.print(f"[dim]· {escape(text)}[/]", highlight=False)
 
     def progress(self, label: str, repeat: int, p: DriveProgress) -> None:
         if self._progress is None:

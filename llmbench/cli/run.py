@@ -125,7 +125,10 @@ def run(
         _keep_profile(window, trace_dir, sc, variant, outcome.status == "complete", quiet)
     backend = outcome.meta["backend"]
     if not quiet:
-        note(startup_line(backend, outcome.meta["startup"]))
+        line = startup_line(backend, outcome.meta["startup"])
+        if len(processes := outcome.meta.get("repeat_processes") or []) > 1:
+            line += f" (the first of {len(processes)} processes; `report --view startup` has their mean)"
+        note(line)
     device = outcome.meta["backend_config"].get("device") or "remote"
     title = f"{sc.name} · {variant} · {device}" + (f" · {backend}" if backend != "engine" else "")
     console.print(summary_table(outcome.summary, title))
