@@ -39,14 +39,12 @@ class RequestError(ValueError):
 
 def _token_ids(request_id: str, prompt: Iterable[object]) -> list[int]:
     """A prompt of token ids as plain ints; a float (2.9 would silently become 2) or a bool is refused."""
-    ids = []
-    try:
-        items = iter(prompt)
-    except TypeError:
+    if not isinstance(prompt, Iterable):
         raise RequestError(
             f"request {request_id!r}: a prompt is text (a string) or a list of token ids, got {prompt!r}"
-        ) from None
-    for t in items:
+        )
+    ids = []
+    for t in prompt:
         try:
             if isinstance(t, bool):
                 raise TypeError
