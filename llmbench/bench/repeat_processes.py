@@ -186,9 +186,8 @@ def execute_in_processes(req: RunRequest, events: RunEvents) -> RunOutcome:
         raise RepeatFailed(_died(code, stderr), code if code > 0 else 1)  # < 0: the child died of a signal
     with held_interrupts():  # what was measured is written whole, an interrupt meanwhile held till then
         meta, summary, tables = merge_parts(parts, stop_reason, error, own, req.slow_factor)
-        shutil.rmtree(
-            parts_dir, ignore_errors=True
-        )  # merged: every repeat's figures and tables are in the run
+        # merged: every repeat's figures and tables are in the run
+        shutil.rmtree(parts_dir, ignore_errors=True)
         run_dir = writer.finish(meta, summary, tables)
     if stop_reason == "failed":
         last = (error or "").strip().splitlines() or ["(no message)"]
