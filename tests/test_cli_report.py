@@ -936,3 +936,13 @@ def test_runs_made_apart_under_names_of_their_own_are_labelled_with_the_options_
     assert res.exit_code == 0, res.output
     # the terminal table prints the brackets as text (not as Rich markup, which would drop them)
     assert "A [attention_backend=default]" in res.stdout and "B [attention_backend=torch]" in res.stdout
+
+
+def test_compare_says_which_side_a_warning_is_of_when_both_share_a_label(runs, tmp_path):
+    base = doctored(runs["baseline"], tmp_path / "base", 1.0)
+    new = doctored(runs["baseline"], tmp_path / "new", 1.0)
+    summary = json.loads((new / "summary.json").read_text())
+    (new / "summary.json").write_text(json.dumps({**summary, "warnings": ["the machine hiccuped"]}))
+    res = invoke("compare", base, new, "--fail-above", "10")
+    said = " ".join(res.stderr.split())
+    assert "NEW (baseline): the machine hiccuped" in said and "BASE (baseline): the machine" not in said, said

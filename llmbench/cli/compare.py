@@ -118,9 +118,9 @@ def _gate_point(
         )  # fmt: skip
     console.print(table)
     note(method_note(changes, threshold, confidence))
-    for g in (ga, gb):
+    for role, g in (("BASE", ga), ("NEW", gb)):  # the two may share a label (both "default")
         for w in dict.fromkeys(g.warnings(point)):
-            warning(f"{g.label}: {w}")
+            warning(f"{role} ({g.label}): {w}")
     return verdicts
 
 
