@@ -1,7 +1,8 @@
 """llmbench: benchmark and profile LLM inference on a built-in engine whose every optimisation is a switch.
 
 ``LLM``, ``SamplingParams`` and the errors the API raises (``ConfigError`` for engine options, ``ModelError``
-for a model, ``RequestError`` for a request the engine cannot serve) are imported on first use, so that the command line, the scenario files and the peer backends load without the engine.
+for a model, ``RequestError`` for a request the engine cannot serve) are imported on first use, so that
+the command line, the scenario files and the peer backends load without the engine.
 """
 
 from __future__ import annotations

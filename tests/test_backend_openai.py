@@ -533,12 +533,11 @@ def test_the_scenarios_cap_holds_requests_in_the_client_and_must_agree_with_the_
 
 
 def test_a_model_folder_whose_tokenizer_cannot_load_still_sends_token_ids(tmp_path):
-    from tiny_models import make_tiny
+    from tiny_models import break_tokenizer, make_tiny
 
     folder = tmp_path / "model"
     make_tiny("qwen3", folder)
-    # tokenizer_config.json alone, no tokenizer.json: transformers cannot build it
-    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
+    break_tokenizer(folder)
     with Stub() as stub:
         path = tmp_path / "oai.yaml"
         options = {"url": stub.url, "model": "stub-model"}

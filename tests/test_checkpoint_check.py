@@ -22,7 +22,7 @@ from llmbench.cli.app import app
 from llmbench.models.errors import ModelError
 from llmbench.models.registry import check_model_files
 
-from tiny_models import make_tiny
+from tiny_models import break_tokenizer, make_tiny
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
 
@@ -268,8 +268,7 @@ def test_ablate_and_profile_refuse_a_header_mismatch_before_any_variant(command,
 
 def test_token_id_runs_need_no_tokenizer_and_a_text_dry_run_sees_one_that_cannot_load(qwen3, tmp_path):
     folder = copy_of(qwen3, tmp_path)
-    # tokenizer_config.json alone, no tokenizer.json: transformers cannot build it
-    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
+    break_tokenizer(folder)
     res = CliRunner().invoke(
         app, ["run", str(scenario(tmp_path, folder)), "--out", str(tmp_path / "r"), "-q"]
     )

@@ -143,16 +143,19 @@ def test_a_variant_that_cannot_start_shows_its_own_error(tmp_path, monkeypatch):
     # passed), before any step: the profile must show that error (as run and ablate do), not one of writing
     # a profile of steps that were never recorded. The failure is put into the variants' processes alone:
     # a sitecustomize module on their path.
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(
-        "from llmbench.engine import llm_engine\n"
-        "from llmbench.models.errors import ModelError\n"
-        "def broken(self, *args, **kwargs):\n"
-        "    raise ModelError('the weights cannot serve this model (a failure only its start-up finds)')\n"
-        "llm_engine.LLMEngine.__init__ = broken\n"
+    from child_hooks import in_child_processes
+
+    in_child_processes(
+        tmp_path,
+        monkeypatch,
+        """
+        from llmbench.engine import llm_engine
+        from llmbench.models.errors import ModelError
+        def broken(self, *args, **kwargs):
+            raise ModelError('the weights cannot serve this model (a failure only its start-up finds)')
+        llm_engine.LLMEngine.__init__ = broken
+        """,
     )
-    monkeypatch.setenv("PYTHONPATH", str(hook))
     res = invoke("profile", scenario(tmp_path), "--steps", "4", "--out", tmp_path / "r")
     said = " ".join(res.output.split())
     assert res.exit_code == 1, res.output

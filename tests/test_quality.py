@@ -136,12 +136,11 @@ def test_quality_refuses_what_it_cannot_measure(tmp_path: Path) -> None:
 def test_a_quality_text_the_models_tokenizer_cannot_encode_is_refused_before_any_variant(
     tmp_path: Path,
 ) -> None:
-    from tiny_models import make_tiny
+    from tiny_models import break_tokenizer, make_tiny
 
     folder = tmp_path / "model"
     make_tiny("qwen3", folder)
-    # tokenizer_config.json alone, no tokenizer.json: transformers cannot build it
-    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
+    break_tokenizer(folder)
     path = tmp_path / "qual.yaml"
     path.write_text(yaml.safe_dump({**SCENARIO, "model": str(folder)}))
     text = tmp_path / "t.txt"

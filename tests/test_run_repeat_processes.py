@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from child_hooks import in_child_processes
 from typer.testing import CliRunner
 
 from llmbench.bench.repeat_parts import Part, merge_parts
@@ -106,23 +106,9 @@ def test_one_process_measures_every_repeat_in_the_run_s_own(tmp_path):
     assert "the repeats of default shared one process" in " ".join(shown.stdout.split())
 
 
-def in_repeat_processes(tmp_path: Path, monkeypatch, code: str) -> None:
-    """``code`` runs as every Python started from now on starts (the repeats' processes; this one checks the
-    scenario first and is untouched): a ``sitecustomize`` module on their path. ``REPEAT`` holds the repeat
-    a process measures (None in any other)."""
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    preamble = (
-        "import sys\n"
-        "REPEAT = int(sys.argv[sys.argv.index('--repeat-index') + 1]) if '--repeat-index' in sys.argv else None\n"
-    )
-    (hook / "sitecustomize.py").write_text(preamble + textwrap.dedent(code))
-    monkeypatch.setenv("PYTHONPATH", str(hook))
-
-
 def test_a_repeat_process_that_fails_at_start_up_is_the_runs_error(tmp_path, monkeypatch):
     # The repeats' processes meet a model that fails as its engine is built.
-    in_repeat_processes(
+    in_child_processes(
         tmp_path,
         monkeypatch,
         """
@@ -147,7 +133,7 @@ def test_every_repeat_runs_the_scenario_as_resolved_when_its_file_changes_during
 ):
     path = scenario(tmp_path, arrival={"kind": "poisson", "rate": 40})
     monkeypatch.setenv("EDIT_ME", str(path))
-    in_repeat_processes(  # the first repeat's process rewrites the user's file as it starts
+    in_child_processes(  # the first repeat's process rewrites the user's file as it starts
         tmp_path,
         monkeypatch,
         """
@@ -168,7 +154,7 @@ def test_every_repeat_runs_the_scenario_as_resolved_when_its_file_changes_during
 
 
 def test_a_repeat_that_ran_other_code_is_left_out_and_stops_the_run(tmp_path, monkeypatch):
-    in_repeat_processes(
+    in_child_processes(
         tmp_path,
         monkeypatch,
         """
@@ -188,7 +174,7 @@ def test_a_repeat_that_ran_other_code_is_left_out_and_stops_the_run(tmp_path, mo
 
 
 def test_a_repeat_process_killed_by_a_signal_says_so(tmp_path, monkeypatch):
-    in_repeat_processes(
+    in_child_processes(
         tmp_path,
         monkeypatch,
         """
@@ -315,32 +301,29 @@ def test_telemetry_lines_break_where_no_process_was_sampling():
 
 
 @pytest.mark.slow
-def test_a_second_interrupt_while_the_last_repeat_writes_keeps_it_and_exits_as_interrupted(tmp_path):
-    hook = tmp_path / "hook"
-    hook.mkdir()
+def test_a_second_interrupt_while_the_last_repeat_writes_keeps_it_and_exits_as_interrupted(
+    tmp_path, monkeypatch
+):
     marker = tmp_path / "writing"
-    (hook / "sitecustomize.py").write_text(  # the last repeat's process takes 3 s to write its folder
-        textwrap.dedent(
-            f"""
-            import pathlib, sys, time
-            if "--repeat-index" in sys.argv and sys.argv[sys.argv.index("--repeat-index") + 1] == "1":
-                from llmbench.bench import store
-                write = store.RunWriter.finish
-                def slow(self, *args, **kwargs):
-                    pathlib.Path({str(marker)!r}).touch()
-                    time.sleep(3)
-                    return write(self, *args, **kwargs)
-                store.RunWriter.finish = slow
-            """
-        )
+    in_child_processes(  # the last repeat's process takes 3 s to write its folder
+        tmp_path,
+        monkeypatch,
+        f"""
+        import pathlib, time
+        if REPEAT == 1:
+            from llmbench.bench import store
+            write = store.RunWriter.finish
+            def slow(self, *args, **kwargs):
+                pathlib.Path({str(marker)!r}).touch()
+                time.sleep(3)
+                return write(self, *args, **kwargs)
+            store.RunWriter.finish = slow
+        """,
     )
     path = scenario(tmp_path, arrival={"kind": "poisson", "rate": 40}, warmup=0)
     out = tmp_path / "r"
     cmd = [sys.executable, "-m", "llmbench", "run", str(path), "--out", str(out), "-q"]
-    env = {**os.environ, "PYTHONPATH": str(hook)}
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, env=env
-    )
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + 300
     while not marker.exists():
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()

@@ -79,3 +79,8 @@ PROFILED = {
     "cpu_threads": 1,
     "telemetry": {"enabled": False},
 }
+
+
+def break_tokenizer(folder: Path) -> None:
+    """Give ``folder`` a tokenizer transformers cannot build: tokenizer_config.json alone, no tokenizer.json."""
+    (Path(folder) / "tokenizer_config.json").write_text('{"tokenizer_class": "PreTrainedTokenizerFast"}')

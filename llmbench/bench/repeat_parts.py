@@ -10,18 +10,15 @@ where whole ones exist, as a run in one process does. Warnings said by several p
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import pandas as pd
 
 from llmbench.bench.errors import StoreError
-from llmbench.bench.slow_steps import SLOW_COLUMNS, SLOW_FACTOR, causes_warning
+from llmbench.bench.slow_steps import SLOW_COLUMNS, SLOW_FACTOR, SLOW_LINE, causes_warning
 from llmbench.bench.store import OWN_PROCESS, TABLES, load_run
 from llmbench.bench.summary import point_summary, whole_repeats
-
-_SLOW_LINE = re.compile(r"^\d+ slow steps? \(>")
 
 # the tables' columns that hold times since the run's origin (``tables.py``), shifted when parts merge
 TIME_COLUMNS = {
@@ -110,7 +107,7 @@ def _steps(parts: list[Part], offsets: list[float]) -> pd.DataFrame:
 
 def _warnings(parts: list[Part], steps: pd.DataFrame, slow_factor: float) -> list[str]:
     """The parts' warnings, each once; their slow-step lines (one a part) as one line over the run."""
-    said = [w for p in parts for w in p.summary.get("warnings") or [] if not _SLOW_LINE.match(w)]
+    said = [w for p in parts for w in p.summary.get("warnings") or [] if not SLOW_LINE.match(w)]
     if "slow" in steps.columns and len(steps):
         slow = steps[steps["slow"].astype(bool)]
         line = causes_warning([str(c).split(", ") for c in slow["slow_causes"]], slow_factor)

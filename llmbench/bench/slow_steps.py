@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import re
 import statistics
 from collections import Counter
 from collections.abc import Sequence
@@ -36,6 +37,7 @@ from llmbench.bench.records import StepRecord
 
 SLOW_FACTOR = 5.0
 SLOW_COLUMNS = "steps.parquet: slow, slow_causes"  # where a run's slow-step warning points
+SLOW_LINE = re.compile(r"^\d+ slow steps? \(>")  # how ``causes_warning``'s lines begin
 MIN_STEPS_OF_KIND = 5
 GROWTH_BYTES = 8 * 2**20  # a caching-allocator segment is 2 MiB; host RSS moves by a few MiB on its own
 LARGE_FACTOR = 2.0
